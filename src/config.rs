@@ -1,0 +1,149 @@
+//! Command line and environment configuration (`msgw serve --help` documents each).
+
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use anyhow::{Context, bail};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use secrecy::SecretString;
+
+/// msgw: a typed gRPC facade for a multi-channel messaging gateway.
+#[derive(Debug, Parser)]
+#[command(name = "msgw", version, about)]
+pub struct Cli {
+    /// What to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the gRPC API (against the built-in sandbox when no gateway URL is set).
+    Serve(ServeArgs),
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Logging flags shared by every subcommand.
+#[derive(Debug, Clone, Args)]
+pub struct LogArgs {
+    /// Log format.
+    #[arg(long, env = "MSGW_LOG_FORMAT", value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+    /// Log level or filter directives (e.g. `info`, `msgw=debug,info`).
+    #[arg(long, env = "MSGW_LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+}
+
+/// Flags of `msgw serve`.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// gRPC listen address.
+    #[arg(long, env = "MSGW_GRPC_ADDR", default_value = "0.0.0.0:50051")]
+    pub grpc_addr: SocketAddr,
+    /// The gateway's base URL; msgw posts to `{base_url}/api/json.php`. Unset: the built-in sandbox.
+    #[arg(long, env = "MSGW_UPSTREAM_URL")]
+    pub upstream_url: Option<url::Url>,
+    /// The gateway API key (prefer --api-key-file: values in flags show up in process lists).
+    #[arg(
+        long,
+        env = "MSGW_API_KEY",
+        hide_env_values = true,
+        conflicts_with = "api_key_file"
+    )]
+    pub api_key: Option<String>,
+    /// File holding the gateway API key (e.g. a mounted Kubernetes Secret); surrounding whitespace is ignored.
+    #[arg(long, env = "MSGW_API_KEY_FILE")]
+    pub api_key_file: Option<PathBuf>,
+    /// Upper bound of one upstream request (e.g. `10s`, `1500ms`); the caller's gRPC deadline may shorten it.
+    #[arg(long, env = "MSGW_UPSTREAM_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub upstream_timeout: Duration,
+    /// Idle keep-alive connections to the gateway kept open.
+    #[arg(long, env = "MSGW_UPSTREAM_CONNECTIONS", default_value_t = 32)]
+    pub upstream_connections: usize,
+    /// Logging.
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+/// Which gateway msgw talks to.
+#[derive(Debug, Clone)]
+pub enum Upstream {
+    /// A real gateway.
+    Gateway {
+        /// Its base URL.
+        url: url::Url,
+        /// Its API key.
+        api_key: SecretString,
+    },
+    /// The in-process sandbox.
+    Sandbox,
+}
+
+/// Validated configuration of `msgw serve`.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// gRPC listen address (port 0: any free port).
+    pub grpc_addr: SocketAddr,
+    /// The gateway.
+    pub upstream: Upstream,
+    /// Upper bound of one upstream request.
+    pub upstream_timeout: Duration,
+    /// Idle keep-alive connections to the gateway.
+    pub upstream_connections: usize,
+}
+
+impl ServeArgs {
+    /// Checks the flags and reads secret files.
+    pub fn into_config(self) -> anyhow::Result<Config> {
+        if self.upstream_timeout.is_zero() {
+            bail!("--upstream-timeout must be greater than zero");
+        }
+        let key = match (self.api_key, self.api_key_file) {
+            (Some(key), _) => Some(key),
+            (None, Some(path)) => Some(read_secret(&path).context("--api-key-file")?),
+            (None, None) => None,
+        };
+        let upstream = match self.upstream_url {
+            Some(url) => {
+                if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+                    bail!("--upstream-url must be an absolute http(s) URL, got {url}");
+                }
+                let Some(key) = key.filter(|k| !k.trim().is_empty()) else {
+                    bail!(
+                        "a gateway URL is set but no API key: set MSGW_API_KEY or MSGW_API_KEY_FILE"
+                    );
+                };
+                Upstream::Gateway {
+                    url,
+                    api_key: SecretString::from(key.trim().to_owned()),
+                }
+            }
+            None => Upstream::Sandbox,
+        };
+        Ok(Config {
+            grpc_addr: self.grpc_addr,
+            upstream,
+            upstream_timeout: self.upstream_timeout,
+            upstream_connections: self.upstream_connections,
+        })
+    }
+}
+
+/// Reads a secret from a file, trimming the newline editors and `kubectl create secret` leave.
+pub fn read_secret(path: &std::path::Path) -> anyhow::Result<String> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text = text.trim();
+    if text.is_empty() {
+        bail!("{} is empty", path.display());
+    }
+    Ok(text.to_owned())
+}

@@ -1,0 +1,174 @@
+//! The domain's error, and the collector of field violations used at the border.
+
+use super::ValueError;
+
+/// One broken rule of a request, named by its proto field path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldViolation {
+    /// Proto field path, e.g. `carousel.slides[1].url2`.
+    pub field: String,
+    /// What is wrong.
+    pub description: String,
+}
+
+/// Why the gateway could not be asked, or did not answer usably.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnavailableCause {
+    /// No connection could be made: the request never left msgw.
+    Unreachable,
+    /// The gateway did not answer within the configured upstream timeout.
+    Timeout,
+    /// The gateway answered with an HTTP error status.
+    HttpStatus(u16),
+    /// The gateway's answer was not the JSON envelope of the spec.
+    BadResponse,
+}
+
+/// Everything that can go wrong with an operation.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Error {
+    /// The request breaks the spec's rules; nothing was sent.
+    #[error("invalid request: {}", summary(.0))]
+    InvalidArgument(Vec<FieldViolation>),
+    /// The gateway refused msgw's API key.
+    #[error("the gateway refused msgw's API key (Access denied); check MSGW_API_KEY")]
+    AccessDenied,
+    /// The gateway refused the operation, with its own text.
+    #[error("the gateway rejected the operation: {0}")]
+    Rejected(String),
+    /// The gateway could not be asked or answered unusably.
+    #[error("the gateway is unavailable: {detail}")]
+    Unavailable {
+        /// What happened.
+        cause: UnavailableCause,
+        /// Whether the operation may have been carried out anyway.
+        outcome_unknown: bool,
+        /// Developer-facing detail (never contains the API key).
+        detail: String,
+    },
+    /// The caller's deadline passed before the gateway answered.
+    #[error("the deadline passed before the gateway answered")]
+    DeadlineExceeded {
+        /// Whether the operation may have been carried out anyway.
+        outcome_unknown: bool,
+    },
+    /// A bug in msgw.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+fn summary(violations: &[FieldViolation]) -> String {
+    violations
+        .iter()
+        .map(|v| format!("{}: {}", v.field, v.description))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Collects every violation of a request instead of stopping at the first,
+/// so a caller fixes all of them in one round.
+#[derive(Debug, Default)]
+pub struct Violations {
+    list: Vec<FieldViolation>,
+}
+
+impl Violations {
+    /// An empty collector.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A scope whose field paths start with `prefix` (empty for the top level).
+    pub fn scope(&mut self, prefix: impl Into<String>) -> Scope<'_> {
+        Scope {
+            violations: self,
+            prefix: prefix.into(),
+        }
+    }
+
+    /// `Ok(value)` when nothing was collected, otherwise the collected violations.
+    pub fn finish<T>(self, value: Option<T>) -> Result<T, Error> {
+        match value {
+            Some(value) if self.list.is_empty() => Ok(value),
+            _ if self.list.is_empty() => Err(Error::Internal(
+                "validation failed without a violation".into(),
+            )),
+            _ => Err(Error::InvalidArgument(self.list)),
+        }
+    }
+
+    /// Whether nothing was collected so far.
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// Moves everything collected into `errors` (for batches).
+    pub fn into_list(self) -> Vec<FieldViolation> {
+        self.list
+    }
+}
+
+/// A field path prefix inside a [`Violations`] collector.
+pub struct Scope<'a> {
+    violations: &'a mut Violations,
+    prefix: String,
+}
+
+impl Scope<'_> {
+    fn path(&self, field: &str) -> String {
+        match (self.prefix.is_empty(), field.is_empty()) {
+            (true, _) => field.to_owned(),
+            (false, true) => self.prefix.clone(),
+            (false, false) => format!("{}.{field}", self.prefix),
+        }
+    }
+
+    /// Records a violation of `field`.
+    pub fn add(&mut self, field: &str, description: impl Into<String>) {
+        let field = self.path(field);
+        self.violations.list.push(FieldViolation {
+            field,
+            description: description.into(),
+        });
+    }
+
+    /// Keeps the value, or records why `field` was refused.
+    pub fn check<T>(&mut self, field: &str, result: Result<T, ValueError>) -> Option<T> {
+        result.map_err(|e| self.add(field, e.0)).ok()
+    }
+
+    /// A nested scope for a sub-message field (`field` may carry an index, `slides[2]`).
+    pub fn child(&mut self, field: &str) -> Scope<'_> {
+        let prefix = self.path(field);
+        Scope {
+            violations: self.violations,
+            prefix,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_nest_with_dots() {
+        let mut v = Violations::new();
+        let mut top = v.scope("items[2].send_viber");
+        top.add("phone", "bad");
+        top.child("carousel")
+            .child("slides[1]")
+            .add("url2", "missing");
+        let Err(Error::InvalidArgument(list)) = v.finish::<()>(None) else {
+            panic!("expected violations")
+        };
+        let fields: Vec<_> = list.iter().map(|v| v.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "items[2].send_viber.phone",
+                "items[2].send_viber.carousel.slides[1].url2"
+            ]
+        );
+    }
+}

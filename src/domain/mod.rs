@@ -1,0 +1,22 @@
+//! msgw's own model of the gateway's operations: validated values, operations,
+//! their outputs and errors. Depends on neither the proto types nor the
+//! gateway's JSON shapes.
+
+mod error;
+mod ops;
+mod outputs;
+mod status;
+mod values;
+
+pub use error::{Error, FieldViolation, Scope, UnavailableCause, Violations};
+pub use ops::{
+    CAROUSEL_SLIDES, Gender, Operation, PipelineSend, PipelineStep, RcsFallback, RcsSend,
+    Recipient, Slide, SmsFallback, SmsSend, TelegramOtp, TemplateSelector, ViberContent, ViberKind,
+    ViberSend, ViberStage, Voice, VoiceSend,
+};
+pub use outputs::{
+    Balance, HlrReport, Media, Network, Output, Reply, SendReceipt, Sender, SmsTemplate,
+    StatusReport, ViberTemplate, VoiceOtpCall,
+};
+pub use status::{Channel, ReportedStatus, Status};
+pub use values::{ClientId, HttpUrl, Lifetime, OtpCode, Phone, Text, ValueError};

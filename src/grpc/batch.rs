@@ -1,0 +1,154 @@
+//! Batch: many operations in one gateway envelope, one result each.
+
+use tonic::{Code, Status};
+
+use super::convert::{FromOutput, IntoOperation};
+use super::status::to_rpc_status;
+use crate::domain::{Error, Operation, Output, Violations};
+use crate::proto::{
+    BatchItem, BatchResult, batch_item::Operation as Item, batch_result::Result as Res,
+};
+
+/// Most items in one batch: keeps one envelope (and one failure) bounded.
+pub const MAX_ITEMS: usize = 100;
+
+/// How to answer an item: the response type of its RPC.
+#[derive(Clone, Copy)]
+pub enum Kind {
+    SendSms,
+    SendViber,
+    SendRcs,
+    SendTelegramOtp,
+    SendVoice,
+    SendVoiceOtp,
+    SendPipeline,
+    GetMessageStatus,
+    GetBalance,
+    ListSenders,
+    LookupHlr,
+    CreateSmsTemplate,
+    ListSmsTemplates,
+    DeleteSmsTemplates,
+    CreateViberTemplate,
+    ListViberTemplates,
+    DeleteViberTemplates,
+}
+
+/// Parses every item; any violation fails the whole batch before anything is sent.
+pub fn parse(items: Vec<BatchItem>) -> Result<Vec<(Kind, Operation)>, Error> {
+    let mut violations = Violations::new();
+    if items.is_empty() {
+        violations
+            .scope("")
+            .add("items", "required: at least one item");
+    }
+    if items.len() > MAX_ITEMS {
+        violations.scope("").add(
+            "items",
+            format!("at most {MAX_ITEMS} items, has {}", items.len()),
+        );
+    }
+    let mut parsed = Vec::with_capacity(items.len());
+    for (i, item) in items.into_iter().enumerate() {
+        let Some(item) = item.operation else {
+            violations
+                .scope(format!("items[{i}]"))
+                .add("operation", "required: one operation");
+            continue;
+        };
+        let (kind, field, op) = parse_item(item, &mut violations, i);
+        match op {
+            Some(op) => parsed.push((kind, op)),
+            None if violations.is_empty() => {
+                violations
+                    .scope(format!("items[{i}]"))
+                    .add(field, "invalid");
+            }
+            None => {}
+        }
+    }
+    violations.finish(Some(parsed))
+}
+
+fn parse_item(item: Item, v: &mut Violations, i: usize) -> (Kind, &'static str, Option<Operation>) {
+    fn one<R: IntoOperation>(
+        v: &mut Violations,
+        i: usize,
+        field: &'static str,
+        r: R,
+    ) -> Option<Operation> {
+        r.into_operation(&mut v.scope(format!("items[{i}].{field}")))
+    }
+    macro_rules! items {
+        ($($variant:ident => $field:literal),* $(,)?) => {
+            match item {
+                $(Item::$variant(r) => (Kind::$variant, $field, one(v, i, $field, r)),)*
+            }
+        };
+    }
+    items!(
+        SendSms => "send_sms",
+        SendViber => "send_viber",
+        SendRcs => "send_rcs",
+        SendTelegramOtp => "send_telegram_otp",
+        SendVoice => "send_voice",
+        SendVoiceOtp => "send_voice_otp",
+        SendPipeline => "send_pipeline",
+        GetMessageStatus => "get_message_status",
+        GetBalance => "get_balance",
+        ListSenders => "list_senders",
+        LookupHlr => "lookup_hlr",
+        CreateSmsTemplate => "create_sms_template",
+        ListSmsTemplates => "list_sms_templates",
+        DeleteSmsTemplates => "delete_sms_templates",
+        CreateViberTemplate => "create_viber_template",
+        ListViberTemplates => "list_viber_templates",
+        DeleteViberTemplates => "delete_viber_templates",
+    )
+}
+
+/// The batch result of one item: its status, and its response when OK.
+pub fn result(kind: Kind, outcome: Result<Output, Error>) -> BatchResult {
+    let converted = outcome.and_then(|output| {
+        macro_rules! responses {
+            ($($variant:ident),* $(,)?) => {
+                match kind {
+                    $(Kind::$variant => FromOutput::from_output(output).map(Res::$variant),)*
+                }
+            };
+        }
+        responses!(
+            SendSms,
+            SendViber,
+            SendRcs,
+            SendTelegramOtp,
+            SendVoice,
+            SendVoiceOtp,
+            SendPipeline,
+            GetMessageStatus,
+            GetBalance,
+            ListSenders,
+            LookupHlr,
+            CreateSmsTemplate,
+            ListSmsTemplates,
+            DeleteSmsTemplates,
+            CreateViberTemplate,
+            ListViberTemplates,
+            DeleteViberTemplates,
+        )
+    });
+    match converted {
+        Ok(result) => BatchResult {
+            status: Some(tonic_types::pb::Status {
+                code: Code::Ok as i32,
+                message: String::new(),
+                details: Vec::new(),
+            }),
+            result: Some(result),
+        },
+        Err(e) => BatchResult {
+            status: Some(to_rpc_status(&Status::from(e))),
+            result: None,
+        },
+    }
+}

@@ -1,0 +1,7 @@
+//! Conversions between proto messages and domain types, both ways.
+
+mod requests;
+mod responses;
+
+pub use requests::IntoOperation;
+pub use responses::{FromOutput, channel, json_value, reply, status, timestamp};

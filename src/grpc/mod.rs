@@ -1,0 +1,16 @@
+//! The gRPC border: thin adapters between proto messages and domain operations.
+//! Proto types are used only here.
+
+mod account;
+mod batch;
+pub mod convert;
+mod handler;
+mod messaging;
+mod status;
+mod templates;
+
+pub use account::Account;
+pub use batch::MAX_ITEMS as MAX_BATCH_ITEMS;
+pub use messaging::Messaging;
+pub use status::{ERROR_DOMAIN, to_rpc_status};
+pub use templates::Templates;

@@ -1,0 +1,101 @@
+//! The one mapping of the domain error to gRPC statuses (architecture.md, Errors).
+
+use std::collections::HashMap;
+
+use prost::Message;
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, FieldViolation, StatusExt};
+
+use crate::domain::{Error, UnavailableCause};
+
+/// `ErrorInfo.domain` of every msgw error.
+pub const ERROR_DOMAIN: &str = "msgw";
+
+impl From<Error> for Status {
+    fn from(e: Error) -> Self {
+        let message = e.to_string();
+        match e {
+            Error::InvalidArgument(violations) => Status::with_error_details(
+                Code::InvalidArgument,
+                message,
+                ErrorDetails::with_bad_request(
+                    violations
+                        .into_iter()
+                        .map(|v| FieldViolation::new(v.field, v.description))
+                        .collect::<Vec<_>>(),
+                ),
+            ),
+            Error::AccessDenied => {
+                with_info(Code::Unauthenticated, message, "UPSTREAM_ACCESS_DENIED", [])
+            }
+            Error::Rejected(text) => with_info(
+                Code::FailedPrecondition,
+                message,
+                "UPSTREAM_REJECTED",
+                [("upstream_error", text)],
+            ),
+            Error::Unavailable {
+                cause,
+                outcome_unknown,
+                ..
+            } => {
+                let cause = match cause {
+                    UnavailableCause::Unreachable => "unreachable".to_owned(),
+                    UnavailableCause::Timeout => "timeout".to_owned(),
+                    UnavailableCause::HttpStatus(code) => format!("http_{code}"),
+                    UnavailableCause::BadResponse => "bad_response".to_owned(),
+                };
+                let reason = if outcome_unknown {
+                    "OUTCOME_UNKNOWN"
+                } else {
+                    "UPSTREAM_UNAVAILABLE"
+                };
+                with_info(Code::Unavailable, message, reason, [("cause", cause)])
+            }
+            Error::DeadlineExceeded { outcome_unknown } => {
+                let reason = if outcome_unknown {
+                    "OUTCOME_UNKNOWN"
+                } else {
+                    "UPSTREAM_DEADLINE"
+                };
+                with_info(
+                    Code::DeadlineExceeded,
+                    message,
+                    reason,
+                    [("cause", "deadline".to_owned())],
+                )
+            }
+            Error::Internal(_) => Status::internal(message),
+        }
+    }
+}
+
+fn with_info<const N: usize>(
+    code: Code,
+    message: String,
+    reason: &str,
+    metadata: [(&str, String); N],
+) -> Status {
+    let metadata: HashMap<String, String> = metadata
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+    Status::with_error_details(
+        code,
+        message,
+        ErrorDetails::with_error_info(reason, ERROR_DOMAIN, metadata),
+    )
+}
+
+/// A status as the `google.rpc.Status` message of a batch result, details included.
+pub fn to_rpc_status(status: &Status) -> tonic_types::pb::Status {
+    // tonic keeps the details of a rich status as an encoded google.rpc.Status.
+    tonic_types::pb::Status::decode(status.details())
+        .ok()
+        .filter(|s| s.code == status.code() as i32)
+        .unwrap_or_else(|| tonic_types::pb::Status {
+            code: status.code() as i32,
+            message: status.message().to_owned(),
+            details: Vec::new(),
+        })
+}

@@ -1,0 +1,11 @@
+//! msgw: a typed gRPC facade for a multi-channel messaging gateway whose only
+//! interface is one JSON-over-HTTP endpoint.
+
+pub mod app;
+pub mod config;
+pub mod dispatch;
+pub mod domain;
+pub mod grpc;
+pub mod proto;
+pub mod telemetry;
+pub mod upstream;

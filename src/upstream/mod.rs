@@ -58,6 +58,8 @@ pub enum UpstreamError {
 
 /// The result of one operation inside an accepted envelope.
 #[derive(Debug)]
+// Outcomes live only between parsing and dispatch; boxing would cost an allocation per item.
+#[allow(clippy::large_enum_variant)]
 pub enum ItemOutcome {
     /// Accepted, with its parsed output.
     Done(Output),

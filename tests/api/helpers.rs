@@ -1,0 +1,293 @@
+//! Test harness: a fake gateway on loopback that records every request, and the
+//! real msgw started on port 0 against it.
+
+use std::{
+    net::SocketAddr,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use axum::{
+    Router, body::Bytes, extract::State, http::HeaderMap, response::IntoResponse, routing::post,
+};
+use msgw::{
+    app::Application,
+    config::{Config, Upstream},
+    proto::{
+        account_service_client::AccountServiceClient,
+        messaging_service_client::MessagingServiceClient,
+        template_service_client::TemplateServiceClient,
+    },
+};
+use serde_json::{Value, json};
+use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
+use tonic::transport::Channel;
+
+/// The API key the tests configure.
+pub const API_KEY: &str = "test-key-5f0c";
+
+/// One request as the fake gateway received it.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub path: String,
+    pub content_type: Option<String>,
+    pub body: Value,
+}
+
+/// What the fake gateway answers.
+pub enum Reply {
+    /// HTTP 200 with this JSON.
+    Json(Value),
+    /// This HTTP status and raw body.
+    Http(u16, &'static str),
+    /// Wait, then answer.
+    After(Duration, Box<Reply>),
+}
+
+type Responder = Arc<dyn Fn(&Value) -> Reply + Send + Sync>;
+
+#[derive(Clone)]
+struct GatewayState {
+    requests: Arc<Mutex<Vec<Recorded>>>,
+    responder: Arc<Mutex<Responder>>,
+}
+
+/// A gateway stand-in on 127.0.0.1:0.
+pub struct FakeGateway {
+    pub url: String,
+    state: GatewayState,
+}
+
+impl FakeGateway {
+    pub async fn start() -> Self {
+        let state = GatewayState {
+            requests: Arc::default(),
+            responder: Arc::new(Mutex::new(Arc::new(default_reply))),
+        };
+        let app = Router::new()
+            .route("/api/json.php", post(handle))
+            .fallback(|| async { (axum::http::StatusCode::NOT_FOUND, "no such path") })
+            .with_state(state.clone());
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Self {
+            url: format!("http://{addr}"),
+            state,
+        }
+    }
+
+    /// Answers every request with `f(request body)`.
+    pub fn respond_with(&self, f: impl Fn(&Value) -> Reply + Send + Sync + 'static) {
+        *self.state.responder.lock().unwrap() = Arc::new(f);
+    }
+
+    /// Answers every request with this JSON.
+    pub fn respond_json(&self, v: Value) {
+        self.respond_with(move |_| Reply::Json(v.clone()));
+    }
+
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.state.requests.lock().unwrap().clone()
+    }
+
+    /// The only operation object msgw sent, after checking the envelope around it.
+    pub fn only_item(&self) -> Value {
+        let requests = self.requests();
+        assert_eq!(
+            requests.len(),
+            1,
+            "expected one upstream request, got {requests:#?}"
+        );
+        let r = &requests[0];
+        assert_eq!(r.path, "/api/json.php");
+        assert_eq!(r.content_type.as_deref(), Some("application/json"));
+        assert_eq!(r.body["auth"], json!(API_KEY));
+        let data = r.body["data"].as_array().expect("data is an array");
+        assert_eq!(data.len(), 1, "expected one operation: {data:#?}");
+        data[0].clone()
+    }
+}
+
+async fn handle(
+    State(state): State<GatewayState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> axum::response::Response {
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    state.requests.lock().unwrap().push(Recorded {
+        path: "/api/json.php".into(),
+        content_type: headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
+        body: body.clone(),
+    });
+    let responder = state.responder.lock().unwrap().clone();
+    let mut reply = responder(&body);
+    loop {
+        match reply {
+            Reply::Json(v) => return axum::Json(v).into_response(),
+            Reply::Http(code, text) => {
+                return (axum::http::StatusCode::from_u16(code).unwrap(), text).into_response();
+            }
+            Reply::After(d, next) => {
+                tokio::time::sleep(d).await;
+                reply = *next;
+            }
+        }
+    }
+}
+
+/// A plausible success for every operation of the request, in order.
+pub fn default_reply(body: &Value) -> Reply {
+    let items = body["data"].as_array().cloned().unwrap_or_default();
+    let results: Vec<Value> = items
+        .iter()
+        .map(|item| {
+            let payload = match item["type"].as_str().unwrap_or_default() {
+                "balance" => json!({"amount": 31.1683, "currency": "UAH"}),
+                "sender" => json!([{"name": "msgw", "status": "Verified by operator"}]),
+                "status" => {
+                    json!({"id": item["id"], "msg_id": 99, "type": "sms", "status": "DELIVERED"})
+                }
+                "hlr" => json!({"phone": item["phone"], "status": "DELIVERED"}),
+                "call/otp" => json!({"code": "0471", "price": 0.2}),
+                "template/create" => json!({"id": 1, "template": item["template"]}),
+                "template/viber/create" => json!({"id": 1, "status": "moderation"}),
+                "template/list" | "template/viber/list" => json!([]),
+                "template/delete" | "template/viber/delete" => json!({"deleted": 1}),
+                _ => json!({"id": item["id"], "msg_id": 123456789, "data": 1, "parts": 1}),
+            };
+            json!({"success": true, "data": payload})
+        })
+        .collect();
+    Reply::Json(json!({"success": true, "data": results}))
+}
+
+/// msgw, running against a fake gateway.
+pub struct TestApp {
+    pub addr: SocketAddr,
+    pub gateway: FakeGateway,
+    channel: Channel,
+    shutdown: Option<oneshot::Sender<()>>,
+    server: Option<JoinHandle<anyhow::Result<()>>>,
+}
+
+impl TestApp {
+    pub fn messaging(&self) -> MessagingServiceClient<Channel> {
+        MessagingServiceClient::new(self.channel.clone())
+    }
+
+    pub fn account(&self) -> AccountServiceClient<Channel> {
+        AccountServiceClient::new(self.channel.clone())
+    }
+
+    pub fn templates(&self) -> TemplateServiceClient<Channel> {
+        TemplateServiceClient::new(self.channel.clone())
+    }
+
+    /// Sends the shutdown signal and waits until the server has stopped.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        match self.server.take() {
+            Some(h) => h.await?,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(h) = &self.server {
+            h.abort();
+        }
+    }
+}
+
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with_timeout(Duration::from_secs(5)).await
+}
+
+pub async fn spawn_app_with_timeout(upstream_timeout: Duration) -> TestApp {
+    spawn_app_with(upstream_timeout, None).await
+}
+
+/// msgw with this upstream timeout, pointed at `upstream_url` instead of the fake gateway if given.
+pub async fn spawn_app_with(upstream_timeout: Duration, upstream_url: Option<String>) -> TestApp {
+    let gateway = FakeGateway::start().await;
+    let url = upstream_url.unwrap_or_else(|| gateway.url.clone());
+    let config = Config {
+        grpc_addr: "127.0.0.1:0".parse().unwrap(),
+        upstream: Upstream::Gateway {
+            url: url.parse().unwrap(),
+            api_key: API_KEY.to_owned().into(),
+        },
+        upstream_timeout,
+        upstream_connections: 4,
+    };
+    let app = Application::build(config).await.expect("app builds");
+    let addr = app.grpc_addr().unwrap();
+    let (tx, rx) = oneshot::channel::<()>();
+    let server = tokio::spawn(app.run(async {
+        let _ = rx.await;
+    }));
+    let channel = connect(addr).await;
+    TestApp {
+        addr,
+        gateway,
+        channel,
+        shutdown: Some(tx),
+        server: Some(server),
+    }
+}
+
+/// Connects and waits until the health service answers SERVING.
+pub async fn connect(addr: SocketAddr) -> Channel {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .expect("connect to msgw");
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
+    for _ in 0..200 {
+        let ok = health
+            .check(tonic_health::pb::HealthCheckRequest {
+                service: String::new(),
+            })
+            .await
+            .map(|r| {
+                r.into_inner().status
+                    == tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+            })
+            .unwrap_or(false);
+        if ok {
+            return channel;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("msgw did not become SERVING");
+}
+
+/// The field paths of a status's BadRequest, in order.
+pub fn violations(status: &tonic::Status) -> Vec<String> {
+    use tonic_types::StatusExt;
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    status
+        .get_details_bad_request()
+        .expect("BadRequest details")
+        .field_violations
+        .into_iter()
+        .map(|v| v.field)
+        .collect()
+}
+
+/// The ErrorInfo reason and metadata of a status.
+pub fn error_info(status: &tonic::Status) -> (String, std::collections::HashMap<String, String>) {
+    use tonic_types::StatusExt;
+    let info = status.get_details_error_info().expect("ErrorInfo details");
+    assert_eq!(info.domain, "msgw");
+    (info.reason, info.metadata)
+}

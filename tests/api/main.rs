@@ -1,0 +1,9 @@
+//! msgw end to end over real gRPC and HTTP on loopback.
+
+mod errors;
+mod fixtures;
+mod helpers;
+mod lifecycle;
+mod tools;
+mod translation;
+mod validation;

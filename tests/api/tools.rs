@@ -1,0 +1,87 @@
+//! Third-party clients against the real server: grpcurl 1.8.6 (reflection v1alpha only).
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+use tokio::process::Command;
+
+use crate::helpers::{TestApp, spawn_app};
+
+fn grpcurl() -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".tools/venv/bin/grpcurl");
+    assert!(
+        path.exists(),
+        "grpcurl is not installed: run .ci/install-tools (the README's test command does)"
+    );
+    path
+}
+
+/// `grpcurl -plaintext <flags> <msgw address> <command>`.
+async fn run(app: &TestApp, flags: &[&str], command: &[&str]) -> String {
+    let args = [flags, command].concat();
+    let out = Command::new(grpcurl())
+        .arg("-plaintext")
+        .args(flags)
+        .arg(app.addr.to_string())
+        .args(command)
+        .output()
+        .await
+        .expect("grpcurl runs");
+    assert!(
+        out.status.success(),
+        "grpcurl {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn grpcurl_lists_all_four_services() {
+    let app = spawn_app().await;
+    let out = run(&app, &[], &["list"]).await;
+    for service in [
+        "msgw.v1.MessagingService",
+        "msgw.v1.AccountService",
+        "msgw.v1.TemplateService",
+        "msgw.v1.EventService",
+        "grpc.health.v1.Health",
+    ] {
+        assert!(
+            out.lines().any(|l| l == service),
+            "{service} missing from:\n{out}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn grpcurl_describes_services_with_doc_comments() {
+    let app = spawn_app().await;
+    let out = run(&app, &[], &["describe", "msgw.v1.MessagingService"]).await;
+    assert!(
+        out.contains(
+            "rpc SendViber ( .msgw.v1.SendViberRequest ) returns ( .msgw.v1.SendViberResponse )"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("Sends an SMS"),
+        "doc comments are served: {out}"
+    );
+    let out = run(&app, &[], &["describe", "msgw.v1.SendSmsRequest"]).await;
+    assert!(out.contains("3600 to 259200"), "{out}");
+    let out = run(&app, &[], &["describe", "msgw.v1.AccountService"]).await;
+    assert!(out.contains("rpc GetBalance"), "{out}");
+}
+
+#[tokio::test]
+async fn grpcurl_calls_get_balance() {
+    let app = spawn_app().await;
+    let out = run(&app, &["-d", "{}"], &["msgw.v1.AccountService/GetBalance"]).await;
+    let v: Value = serde_json::from_str(&out).expect("grpcurl prints JSON");
+    assert_eq!(v["amount"], 31.1683);
+    assert_eq!(v["currency"], "UAH");
+    assert_eq!(
+        app.gateway.only_item(),
+        serde_json::json!({"type": "balance"})
+    );
+}

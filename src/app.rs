@@ -8,7 +8,11 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::Server;
 use tonic_health::ServingStatus;
 
+use secrecy::SecretString;
+use tokio::{sync::oneshot, task::JoinHandle};
+
 use crate::config::{Config, Upstream};
+use crate::sandbox::{self, Sandbox, SandboxConfig};
 use crate::dispatch::Dispatcher;
 use crate::grpc::{Account, Messaging, Templates};
 use crate::proto::{
@@ -22,15 +26,23 @@ use crate::upstream::{Gateway, GatewayConfig};
 pub struct Application {
     grpc: TcpListener,
     dispatcher: Dispatcher,
+    sandbox: Option<RunningSandbox>,
+}
+
+/// The in-process sandbox gateway and the handle that stops it.
+struct RunningSandbox {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<std::io::Result<()>>,
 }
 
 impl Application {
     /// Binds the gRPC port and connects the layers; nothing is served yet.
     pub async fn build(config: Config) -> anyhow::Result<Self> {
-        let (base_url, api_key) = match config.upstream {
-            Upstream::Gateway { url, api_key } => (url, api_key),
-            Upstream::Sandbox => {
-                anyhow::bail!("no gateway configured: set MSGW_UPSTREAM_URL and MSGW_API_KEY")
+        let (base_url, api_key, sandbox) = match config.upstream {
+            Upstream::Gateway { url, api_key } => (url, api_key, None),
+            Upstream::Sandbox(sandbox_config) => {
+                let (url, running) = start_sandbox(sandbox_config.clone()).await?;
+                (url, SecretString::from(sandbox_config.api_key), Some(running))
             }
         };
         let gateway = Gateway::new(GatewayConfig {
@@ -47,6 +59,7 @@ impl Application {
         Ok(Self {
             grpc,
             dispatcher: Dispatcher::new(gateway),
+            sandbox,
         })
     }
 
@@ -112,9 +125,32 @@ impl Application {
             .serve_with_incoming_shutdown(TcpListenerStream::new(self.grpc), draining)
             .await
             .context("gRPC server")?;
+        if let Some(sandbox) = self.sandbox {
+            let _ = sandbox.stop.send(());
+            sandbox.task.await.context("sandbox task")?.context("sandbox gateway")?;
+        }
         tracing::info!("stopped");
         Ok(())
     }
+}
+
+/// Starts the sandbox gateway on a free loopback port and returns its base URL.
+async fn start_sandbox(config: SandboxConfig) -> anyhow::Result<(url::Url, RunningSandbox)> {
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .context("cannot bind the sandbox gateway")?;
+    let addr = listener.local_addr()?;
+    let base_url = url::Url::parse(&format!("http://{addr}"))?;
+    tracing::warn!(
+        sandbox_url = %base_url,
+        sandbox_api_key = %config.api_key,
+        "no MSGW_UPSTREAM_URL set: msgw runs against its built-in SANDBOX gateway; nothing is really sent"
+    );
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(sandbox::serve(listener, Sandbox::new(config), async {
+        let _ = stopped.await;
+    }));
+    Ok((base_url, RunningSandbox { stop, task }))
 }
 
 /// The services msgw serves, as health check names.

@@ -6,6 +6,8 @@ use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use secrecy::SecretString;
 
+use crate::sandbox::{DEFAULT_API_KEY, SandboxConfig};
+
 /// msgw: a typed gRPC facade for a multi-channel messaging gateway.
 #[derive(Debug, Parser)]
 #[command(name = "msgw", version, about)]
@@ -20,6 +22,68 @@ pub struct Cli {
 pub enum Command {
     /// Serve the gRPC API (against the built-in sandbox when no gateway URL is set).
     Serve(ServeArgs),
+    /// Serve only the sandbox gateway (`POST /api/json.php`), for pointing other code at it.
+    Sandbox(SandboxArgs),
+}
+
+/// Speeds of the sandbox's simulated delivery.
+#[derive(Debug, Clone, Args)]
+pub struct SandboxTuning {
+    /// Sandbox: delay between two status changes of a message (e.g. `1s`, `20ms`).
+    #[arg(long, env = "MSGW_SANDBOX_STEP_DELAY", default_value = "1s", value_parser = humantime::parse_duration)]
+    pub sandbox_step_delay: Duration,
+    /// Sandbox: attempts to deliver one webhook.
+    #[arg(long, env = "MSGW_SANDBOX_WEBHOOK_ATTEMPTS", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub sandbox_webhook_attempts: u32,
+    /// Sandbox: delay before the first webhook retry; doubles on each retry.
+    #[arg(long, env = "MSGW_SANDBOX_WEBHOOK_BACKOFF", default_value = "500ms", value_parser = humantime::parse_duration)]
+    pub sandbox_webhook_backoff: Duration,
+}
+
+impl SandboxTuning {
+    /// A sandbox configuration with these speeds and `api_key`.
+    pub fn config(&self, api_key: String) -> SandboxConfig {
+        SandboxConfig {
+            api_key,
+            step_delay: self.sandbox_step_delay,
+            webhook_attempts: self.sandbox_webhook_attempts,
+            webhook_backoff: self.sandbox_webhook_backoff,
+            ..SandboxConfig::default()
+        }
+    }
+}
+
+/// Flags of `msgw sandbox`.
+#[derive(Debug, Clone, Args)]
+pub struct SandboxArgs {
+    /// Listen address of the sandbox gateway.
+    #[arg(long, env = "MSGW_SANDBOX_ADDR", default_value = "0.0.0.0:8090")]
+    pub addr: SocketAddr,
+    /// API key the sandbox accepts as `auth`.
+    #[arg(long, env = "MSGW_SANDBOX_API_KEY", default_value = DEFAULT_API_KEY)]
+    pub api_key: String,
+    /// Account-level notification URL that receives pipeline statuses.
+    #[arg(long, env = "MSGW_SANDBOX_ACCOUNT_WEBHOOK_URL")]
+    pub account_webhook_url: Option<url::Url>,
+    /// Delivery speeds.
+    #[command(flatten)]
+    pub tuning: SandboxTuning,
+    /// Logging.
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+impl SandboxArgs {
+    /// The sandbox configuration these flags describe.
+    pub fn config(&self) -> anyhow::Result<SandboxConfig> {
+        if self.api_key.trim().is_empty() {
+            bail!("--api-key must not be empty");
+        }
+        Ok(SandboxConfig {
+            account_webhook_url: self.account_webhook_url.as_ref().map(url::Url::to_string),
+            ..self.tuning.config(self.api_key.clone())
+        })
+    }
 }
 
 /// Log output format.
@@ -68,6 +132,9 @@ pub struct ServeArgs {
     /// Idle keep-alive connections to the gateway kept open.
     #[arg(long, env = "MSGW_UPSTREAM_CONNECTIONS", default_value_t = 32)]
     pub upstream_connections: usize,
+    /// Delivery speeds of the built-in sandbox (used only without --upstream-url).
+    #[command(flatten)]
+    pub sandbox: SandboxTuning,
     /// Logging.
     #[command(flatten)]
     pub log: LogArgs,
@@ -84,7 +151,7 @@ pub enum Upstream {
         api_key: SecretString,
     },
     /// The in-process sandbox.
-    Sandbox,
+    Sandbox(SandboxConfig),
 }
 
 /// Validated configuration of `msgw serve`.
@@ -126,7 +193,12 @@ impl ServeArgs {
                     api_key: SecretString::from(key.trim().to_owned()),
                 }
             }
-            None => Upstream::Sandbox,
+            // An API key without a gateway becomes the sandbox's key, so a deployment's
+            // secret wiring can be tried before the gateway account exists.
+            None => Upstream::Sandbox(
+                self.sandbox
+                    .config(key.unwrap_or_else(|| DEFAULT_API_KEY.to_owned())),
+            ),
         };
         Ok(Config {
             grpc_addr: self.grpc_addr,

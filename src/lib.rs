@@ -7,5 +7,6 @@ pub mod dispatch;
 pub mod domain;
 pub mod grpc;
 pub mod proto;
+pub mod sandbox;
 pub mod telemetry;
 pub mod upstream;

@@ -1,0 +1,219 @@
+//! Simulated delivery: a background task walks each message through its
+//! status timeline and fires the webhook once it reaches a final state.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::Inner;
+use super::channel::Channel;
+use super::magic::Magic;
+use super::status::{self, ACCEPTED, DELIVERED, EXPIRED, READ, REJECTED, REPLIED, ROUTING};
+use super::webhook;
+
+/// Where the final status of a message is posted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// Nowhere (no `hook` given, or an operation without one).
+    None,
+    /// The send's own `hook`.
+    Hook(String),
+    /// The account's notification address, read when the status is final.
+    Account,
+}
+
+/// An accepted message whose delivery is simulated.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    pub id: u64,
+    pub msg_id: u64,
+    pub channels: Vec<Channel>,
+    pub magic: Magic,
+    pub dtmf: bool,
+    pub target: Target,
+}
+
+/// One status transition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Step {
+    pub channel: Channel,
+    pub status: &'static str,
+}
+
+/// Seconds a delivered voice call lasts.
+const VOICE_CALL_SECONDS: u64 = 12;
+
+/// Slow-delivery magic multiplies the step delay by this.
+const SLOW_FACTOR: u32 = 10;
+
+/// Starts the delivery task of `delivery`, which stops with the sandbox.
+pub(super) fn spawn(inner: Arc<Inner>, delivery: Delivery) {
+    let mut stopped = inner.stopped.subscribe();
+    if *stopped.borrow() {
+        return;
+    }
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        tracing::warn!(id = delivery.id, "sandbox delivery needs a tokio runtime");
+        return;
+    };
+    runtime.spawn(async move {
+        tokio::select! {
+            _ = stopped.wait_for(|stopped| *stopped) => {}
+            () = run(&inner, delivery) => {}
+        }
+    });
+}
+
+/// The transitions after ACCEPTED. A failed channel hands over to the next
+/// one, which starts again at ACCEPTED; the last step is the final state.
+pub fn timeline(channels: &[Channel], magic: Magic) -> Vec<Step> {
+    let mut steps = Vec::new();
+    for (index, &channel) in channels.iter().enumerate() {
+        if index > 0 {
+            steps.push(Step {
+                channel,
+                status: ACCEPTED,
+            });
+        }
+        steps.push(Step {
+            channel,
+            status: ROUTING,
+        });
+        let failure = match magic {
+            Magic::Undeliverable => Some(status::UNDELIVERABLE),
+            Magic::Expired => Some(EXPIRED),
+            Magic::Rejected => Some(REJECTED),
+            Magic::Fallback if index == 0 => Some(status::UNDELIVERABLE),
+            _ => None,
+        };
+        if let Some(status) = failure {
+            steps.push(Step { channel, status });
+            continue;
+        }
+        steps.push(Step {
+            channel,
+            status: DELIVERED,
+        });
+        if channel == Channel::Viber {
+            steps.push(Step {
+                channel,
+                status: READ,
+            });
+            if magic == Magic::TwoWay {
+                steps.push(Step {
+                    channel,
+                    status: REPLIED,
+                });
+            }
+        }
+        break;
+    }
+    steps
+}
+
+async fn run(inner: &Inner, delivery: Delivery) {
+    let mut delay = inner.config.step_delay;
+    if delivery.magic == Magic::Slow {
+        delay = delay.saturating_mul(SLOW_FACTOR);
+    }
+    let mut last = None;
+    for step in timeline(&delivery.channels, delivery.magic) {
+        tokio::time::sleep(delay).await;
+        let replies = (step.status == REPLIED).then(two_way_replies);
+        let mut state = inner.state();
+        let Some(record) = state.advance(
+            delivery.id,
+            delivery.msg_id,
+            step.channel,
+            step.status,
+            replies,
+        ) else {
+            tracing::debug!(id = delivery.id, "sandbox message replaced by a newer send");
+            return;
+        };
+        // Read with the status so the address in force when the message became
+        // final is the one used, whatever changes it afterwards.
+        let account_url = state.account_webhook_url.clone();
+        drop(state);
+        tracing::debug!(id = delivery.id, status = step.status, "sandbox status");
+        last = Some((record, account_url));
+    }
+    let Some((record, account_url)) = last else {
+        return;
+    };
+    if delivery.magic == Magic::NoWebhook {
+        return;
+    }
+    let url = match &delivery.target {
+        Target::None => return,
+        Target::Hook(url) => url.clone(),
+        Target::Account => match account_url {
+            Some(url) => url,
+            None => return,
+        },
+    };
+    let mut body = json!({
+        "success": status::is_success(record.status),
+        "id": delivery.id.to_string(),
+        "msg_id": delivery.msg_id.to_string(),
+        "type": record.channel.name(),
+        "status": record.status,
+        "updated": record.updated,
+    });
+    if let Some(reason) = status::failure_reason(record.status) {
+        body["error"] = json!(reason);
+    }
+    if record.channel == Channel::Voice && status::is_success(record.status) {
+        body["duration"] = json!(VOICE_CALL_SECONDS);
+        if delivery.dtmf && delivery.magic == Magic::TwoWay {
+            body["reply"] = json!("1");
+        }
+    }
+    if let Some(replies) = record.replies {
+        body["replies"] = replies;
+    }
+    webhook::post(inner, &url, &body).await;
+}
+
+/// The replies of a two-way Viber conversation: one text, one media.
+fn two_way_replies() -> Value {
+    let now = status::now_rfc3339();
+    json!([
+        {"datetime": now, "message": "Thanks, received"},
+        {"datetime": now, "media": {
+            "url": "https://example.org/vibermedia/invoice.pdf",
+            "filename": "invoice.pdf",
+            "filesize": 67983
+        }},
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(steps: &[Step]) -> Vec<(&'static str, &'static str)> {
+        steps.iter().map(|s| (s.channel.name(), s.status)).collect()
+    }
+
+    #[test]
+    fn viber_with_sms_fallback_switches_channel() {
+        let steps = timeline(&[Channel::Viber, Channel::Sms], Magic::Fallback);
+        assert_eq!(
+            names(&steps),
+            [
+                ("viber", "ROUTING"),
+                ("viber", "UNDELIVERABLE"),
+                ("sms", "ACCEPTED"),
+                ("sms", "ROUTING"),
+                ("sms", "DELIVERED"),
+            ]
+        );
+    }
+
+    #[test]
+    fn two_way_viber_ends_replied() {
+        let steps = timeline(&[Channel::Viber], Magic::TwoWay);
+        assert_eq!(steps.last().map(|s| s.status), Some(REPLIED));
+    }
+}

@@ -1,0 +1,80 @@
+//! The HTTP face: `POST /api/json.php`, the envelope, Content-Type and auth.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, header};
+use axum::routing::post;
+use serde_json::{Value, json};
+
+use super::Inner;
+use super::error::EnvelopeError;
+use super::ops;
+
+/// Largest request body accepted.
+const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// Router with the gateway's single endpoint.
+pub(super) fn router(inner: Arc<Inner>) -> Router {
+    Router::new()
+        .route("/api/json.php", post(handle))
+        .with_state(inner)
+}
+
+/// Always HTTP 200: the gateway reports every failure inside the envelope (spec §7.1).
+async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Body) -> Json<Value> {
+    let reply = match envelope(&inner, &headers, body).await {
+        Ok(items) => {
+            tracing::debug!(operations = items.len(), "sandbox request");
+            let results: Vec<Value> = items.iter().map(|item| ops::run(&inner, item)).collect();
+            json!({"success": true, "data": results})
+        }
+        Err(err) => {
+            tracing::debug!(error = %err, "sandbox refused request");
+            json!({"success": false, "error": err.to_string()})
+        }
+    };
+    Json(reply)
+}
+
+/// Checks everything above the operations and returns them.
+async fn envelope(
+    inner: &Inner,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Vec<Value>, EnvelopeError> {
+    if !is_json_content_type(headers) {
+        return Err(EnvelopeError::ContentType);
+    }
+    let bytes = axum::body::to_bytes(body, MAX_BODY_BYTES)
+        .await
+        .map_err(|_| EnvelopeError::TooLarge)?;
+    let value: Value = serde_json::from_slice(&bytes).map_err(|_| EnvelopeError::NotJson)?;
+    let Value::Object(mut envelope) = value else {
+        return Err(EnvelopeError::NotObject);
+    };
+    // Auth comes before the shape of `data` so an unauthenticated caller learns nothing more.
+    match envelope.get("auth") {
+        None | Some(Value::Null) => return Err(EnvelopeError::MissingAuth),
+        Some(Value::String(key)) if *key == inner.config.api_key => {}
+        Some(Value::String(_)) => return Err(EnvelopeError::AccessDenied),
+        Some(_) => return Err(EnvelopeError::AuthNotString),
+    }
+    match envelope.remove("data") {
+        None | Some(Value::Null) => Err(EnvelopeError::MissingData),
+        Some(Value::Array(items)) if !items.is_empty() => Ok(items),
+        Some(_) => Err(EnvelopeError::DataNotArray),
+    }
+}
+
+/// `application/json`, parameters such as `; charset=utf-8` allowed.
+fn is_json_content_type(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|mime| mime.trim().eq_ignore_ascii_case("application/json"))
+}

@@ -1,0 +1,44 @@
+//! Magic phone numbers that force an outcome, so callers can test failures.
+
+/// Outcome forced by a phone number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Magic {
+    /// Any other number: the normal success timeline.
+    None,
+    /// 380000000001: the send is refused at once.
+    Blocked,
+    /// 380000000002: final UNDELIVERABLE.
+    Undeliverable,
+    /// 380000000003: final EXPIRED.
+    Expired,
+    /// 380000000004: `Error in Sender-name` whatever the signature.
+    SenderName,
+    /// 380000000005: delivered, but no webhook is ever sent.
+    NoWebhook,
+    /// 380000000006: every step takes ten times the step delay.
+    Slow,
+    /// 380000000007: the first channel fails, the next one delivers.
+    Fallback,
+    /// 380000000008: final REJECTED.
+    Rejected,
+    /// 380000000009: Viber replies (REPLIED) / voice DTMF reply "1".
+    TwoWay,
+}
+
+impl Magic {
+    /// The outcome forced by `phone`.
+    pub fn of(phone: u64) -> Self {
+        match phone {
+            380_000_000_001 => Magic::Blocked,
+            380_000_000_002 => Magic::Undeliverable,
+            380_000_000_003 => Magic::Expired,
+            380_000_000_004 => Magic::SenderName,
+            380_000_000_005 => Magic::NoWebhook,
+            380_000_000_006 => Magic::Slow,
+            380_000_000_007 => Magic::Fallback,
+            380_000_000_008 => Magic::Rejected,
+            380_000_000_009 => Magic::TwoWay,
+            _ => Magic::None,
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! In-process emulator of the gateway's JSON endpoint (`POST /api/json.php`).
+//!
+//! It is msgw's default upstream and the upstream of its tests. It follows the
+//! gateway spec on its own terms and shares no code with msgw's request
+//! builder, so that a mistake there shows up as an error here.
+
+mod account;
+mod billing;
+mod channel;
+mod config;
+mod delivery;
+mod error;
+mod fields;
+mod hlr;
+mod http;
+mod magic;
+mod ops;
+mod pipeline;
+mod sends;
+mod state;
+mod status;
+mod templates;
+mod viber;
+mod webhook;
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+pub use config::{DEFAULT_API_KEY, SandboxConfig};
+
+use state::State;
+
+/// Timeout of one webhook POST attempt.
+const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A running sandbox account; clones share the same state.
+#[derive(Clone)]
+pub struct Sandbox {
+    inner: Arc<Inner>,
+}
+
+/// Shared by the HTTP handler and the background delivery tasks.
+struct Inner {
+    config: SandboxConfig,
+    state: Mutex<State>,
+    /// `None` only if the TLS backend failed to initialise; webhooks are then skipped.
+    http: Option<reqwest::Client>,
+    /// Flips to `true` when `serve` shuts down, stopping every delivery task.
+    stopped: watch::Sender<bool>,
+}
+
+impl Inner {
+    /// The account state; a panic elsewhere while holding the lock must not
+    /// take the emulator down with it, so a poisoned lock is recovered.
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Whether `name` is a registered sender name (case-sensitive, like an alpha-name).
+    fn is_sender(&self, name: &str) -> bool {
+        self.config.senders.iter().any(|s| s == name)
+    }
+}
+
+impl Sandbox {
+    /// Creates a sandbox account from `config`.
+    pub fn new(config: SandboxConfig) -> Self {
+        let http = reqwest::Client::builder()
+            .timeout(WEBHOOK_TIMEOUT)
+            .build()
+            .map_err(|err| tracing::error!(%err, "sandbox cannot build its webhook client"))
+            .ok();
+        let state = State::new(
+            billing::to_units(config.balance),
+            config.account_webhook_url.clone(),
+        );
+        let (stopped, _) = watch::channel(false);
+        Self {
+            inner: Arc::new(Inner {
+                config,
+                state: Mutex::new(state),
+                http,
+                stopped,
+            }),
+        }
+    }
+
+    /// Router serving `POST /api/json.php`.
+    ///
+    /// Delivery tasks of sends made through it stop when `serve` shuts down,
+    /// or with the tokio runtime when the router is mounted elsewhere.
+    pub fn router(&self) -> axum::Router {
+        http::router(self.inner.clone())
+    }
+
+    /// The API key this sandbox accepts.
+    pub fn api_key(&self) -> &str {
+        &self.inner.config.api_key
+    }
+
+    /// Sets the account-level notification address that receives pipeline statuses.
+    pub fn set_account_webhook_url(&self, url: Option<String>) {
+        self.inner.state().account_webhook_url = url;
+    }
+
+    /// Current balance (read-only inspection, e.g. for tests).
+    pub fn balance(&self) -> f64 {
+        billing::to_amount(self.inner.state().balance())
+    }
+
+    /// Stops every delivery task, now and for later sends.
+    fn stop(&self) {
+        self.inner.stopped.send_replace(true);
+    }
+}
+
+/// Serves the emulator on `listener` until `shutdown` resolves; background delivery tasks stop too.
+///
+/// The sandbox stays stopped afterwards: later sends are still answered but
+/// their statuses no longer move.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    sandbox: Sandbox,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, "sandbox gateway listening on /api/json.php");
+    }
+    let stopper = sandbox.clone();
+    let result = axum::serve(listener, sandbox.router())
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            stopper.stop();
+        })
+        .await;
+    sandbox.stop();
+    result
+}

@@ -1,0 +1,155 @@
+//! In-memory account state: balance, message records and templates.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use serde_json::{Value, json};
+
+use super::billing::Units;
+use super::channel::Channel;
+use super::error::OpError;
+use super::status;
+
+/// First gateway message id handed out; large, like real gateway ids.
+const FIRST_MSG_ID: u64 = 100_000_001;
+
+/// First template id handed out.
+const FIRST_TEMPLATE_ID: u64 = 1_001;
+
+/// What the `status` operation reports for one client message id.
+#[derive(Debug, Clone)]
+pub struct MessageRecord {
+    pub msg_id: u64,
+    pub channel: Channel,
+    pub status: &'static str,
+    pub updated: String,
+    /// Two-way Viber replies, once the message reached REPLIED.
+    pub replies: Option<Value>,
+}
+
+/// A stored SMS template.
+#[derive(Debug, Clone)]
+pub struct SmsTemplate {
+    pub id: u64,
+    pub name: String,
+    pub template: String,
+    pub chars: usize,
+    pub parts: u32,
+    pub created: String,
+}
+
+/// A stored Viber template; its moderation status derives from its age.
+#[derive(Debug, Clone)]
+pub struct ViberTemplate {
+    pub id: u64,
+    pub template: String,
+    pub signature: String,
+    pub created: Instant,
+}
+
+/// Mutable state of one sandbox account.
+#[derive(Debug)]
+pub struct State {
+    balance: Units,
+    messages: HashMap<u64, MessageRecord>,
+    pub sms_templates: Vec<SmsTemplate>,
+    pub viber_templates: Vec<ViberTemplate>,
+    next_msg_id: u64,
+    next_template_id: u64,
+    pub account_webhook_url: Option<String>,
+}
+
+impl State {
+    /// Fresh state with `balance` units and no messages or templates.
+    pub fn new(balance: Units, account_webhook_url: Option<String>) -> Self {
+        Self {
+            balance,
+            messages: HashMap::new(),
+            sms_templates: Vec::new(),
+            viber_templates: Vec::new(),
+            next_msg_id: FIRST_MSG_ID,
+            next_template_id: FIRST_TEMPLATE_ID,
+            account_webhook_url,
+        }
+    }
+
+    /// Current balance in units.
+    pub fn balance(&self) -> Units {
+        self.balance
+    }
+
+    /// Takes `price` off the balance, or refuses when it would go negative.
+    pub fn charge(&mut self, price: Units) -> Result<(), OpError> {
+        if price > self.balance {
+            return Err(OpError::InsufficientBalance);
+        }
+        self.balance -= price;
+        Ok(())
+    }
+
+    /// Creates (or replaces, for a reused client id) the record of a new send.
+    pub fn start_message(&mut self, id: u64, channel: Channel) -> u64 {
+        let msg_id = self.next_msg_id;
+        self.next_msg_id += 1;
+        self.messages.insert(
+            id,
+            MessageRecord {
+                msg_id,
+                channel,
+                status: status::ACCEPTED,
+                updated: status::now_rfc3339(),
+                replies: None,
+            },
+        );
+        msg_id
+    }
+
+    /// Moves the record of `id` to a new status, unless it was replaced by a
+    /// later send with the same client id; returns the updated record.
+    pub fn advance(
+        &mut self,
+        id: u64,
+        msg_id: u64,
+        channel: Channel,
+        status: &'static str,
+        replies: Option<Value>,
+    ) -> Option<MessageRecord> {
+        let record = self.messages.get_mut(&id).filter(|r| r.msg_id == msg_id)?;
+        record.channel = channel;
+        record.status = status;
+        record.updated = status::now_rfc3339();
+        if replies.is_some() {
+            record.replies = replies;
+        }
+        Some(record.clone())
+    }
+
+    /// The record of client id `id`.
+    pub fn message(&self, id: u64) -> Option<&MessageRecord> {
+        self.messages.get(&id)
+    }
+
+    /// A fresh template id (SMS and Viber templates share the sequence).
+    pub fn next_template_id(&mut self) -> u64 {
+        let id = self.next_template_id;
+        self.next_template_id += 1;
+        id
+    }
+}
+
+impl MessageRecord {
+    /// Payload of the `status` operation for client id `id`.
+    pub fn to_json(&self, id: u64) -> Value {
+        let mut out = json!({
+            "id": id,
+            "msg_id": self.msg_id,
+            "type": self.channel.name(),
+            "status": self.status,
+            "updated": self.updated,
+        });
+        if let Some(replies) = &self.replies {
+            out["replies"] = replies.clone();
+        }
+        out
+    }
+}

@@ -1,0 +1,7 @@
+//! The sandbox gateway on its own, spoken to in raw JSON like any gateway client would.
+
+mod account;
+mod api;
+mod common;
+mod delivery;
+mod validation;

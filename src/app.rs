@@ -12,7 +12,6 @@ use secrecy::SecretString;
 use tokio::{sync::oneshot, task::JoinHandle};
 
 use crate::config::{Config, Upstream};
-use crate::sandbox::{self, Sandbox, SandboxConfig};
 use crate::dispatch::Dispatcher;
 use crate::grpc::{Account, Messaging, Templates};
 use crate::proto::{
@@ -20,6 +19,7 @@ use crate::proto::{
     messaging_service_server::MessagingServiceServer,
     template_service_server::TemplateServiceServer,
 };
+use crate::sandbox::{self, Sandbox, SandboxConfig};
 use crate::upstream::{Gateway, GatewayConfig};
 
 /// A built, not yet serving, msgw.
@@ -42,7 +42,11 @@ impl Application {
             Upstream::Gateway { url, api_key } => (url, api_key, None),
             Upstream::Sandbox(sandbox_config) => {
                 let (url, running) = start_sandbox(sandbox_config.clone()).await?;
-                (url, SecretString::from(sandbox_config.api_key), Some(running))
+                (
+                    url,
+                    SecretString::from(sandbox_config.api_key),
+                    Some(running),
+                )
             }
         };
         let gateway = Gateway::new(GatewayConfig {
@@ -127,7 +131,11 @@ impl Application {
             .context("gRPC server")?;
         if let Some(sandbox) = self.sandbox {
             let _ = sandbox.stop.send(());
-            sandbox.task.await.context("sandbox task")?.context("sandbox gateway")?;
+            sandbox
+                .task
+                .await
+                .context("sandbox task")?
+                .context("sandbox gateway")?;
         }
         tracing::info!("stopped");
         Ok(())

@@ -18,7 +18,12 @@ async fn main() -> anyhow::Result<()> {
             let config = args.config()?;
             let listener = tokio::net::TcpListener::bind(args.addr).await?;
             tracing::info!(api_key = %config.api_key, "sandbox gateway only: POST /api/json.php");
-            msgw::sandbox::serve(listener, msgw::sandbox::Sandbox::new(config), shutdown_signal()).await?;
+            msgw::sandbox::serve(
+                listener,
+                msgw::sandbox::Sandbox::new(config),
+                shutdown_signal(),
+            )
+            .await?;
             Ok(())
         }
     }

@@ -10,6 +10,7 @@ use std::{
 use axum::{
     Router, body::Bytes, extract::State, http::HeaderMap, response::IntoResponse, routing::post,
 };
+use msgw::sandbox::SandboxConfig;
 use msgw::{
     app::Application,
     config::{Config, Upstream},
@@ -219,12 +220,33 @@ pub async fn spawn_app_with_timeout(upstream_timeout: Duration) -> TestApp {
 pub async fn spawn_app_with(upstream_timeout: Duration, upstream_url: Option<String>) -> TestApp {
     let gateway = FakeGateway::start().await;
     let url = upstream_url.unwrap_or_else(|| gateway.url.clone());
+    let upstream = Upstream::Gateway {
+        url: url.parse().unwrap(),
+        api_key: API_KEY.to_owned().into(),
+    };
+    start(gateway, upstream, upstream_timeout).await
+}
+
+/// msgw as `msgw serve` runs without a gateway: against its in-process sandbox,
+/// with statuses moving every `step_delay`.
+pub async fn spawn_sandboxed_app(step_delay: Duration) -> TestApp {
+    let sandbox = SandboxConfig {
+        step_delay,
+        webhook_backoff: Duration::from_millis(10),
+        ..SandboxConfig::default()
+    };
+    start(
+        FakeGateway::start().await,
+        Upstream::Sandbox(sandbox),
+        Duration::from_secs(5),
+    )
+    .await
+}
+
+async fn start(gateway: FakeGateway, upstream: Upstream, upstream_timeout: Duration) -> TestApp {
     let config = Config {
         grpc_addr: "127.0.0.1:0".parse().unwrap(),
-        upstream: Upstream::Gateway {
-            url: url.parse().unwrap(),
-            api_key: API_KEY.to_owned().into(),
-        },
+        upstream,
         upstream_timeout,
         upstream_connections: 4,
     };

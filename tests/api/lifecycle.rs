@@ -20,10 +20,18 @@ async fn shutdown_lets_an_in_flight_call_finish() {
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    assert_eq!(app.gateway.requests().len(), 1, "the call reached the gateway");
+    assert_eq!(
+        app.gateway.requests().len(),
+        1,
+        "the call reached the gateway"
+    );
     let addr = app.addr;
     app.stop().await.expect("clean stop");
-    let balance = call.await.unwrap().expect("the in-flight call completes").into_inner();
+    let balance = call
+        .await
+        .unwrap()
+        .expect("the in-flight call completes")
+        .into_inner();
     assert_eq!(balance.currency, "UAH");
     assert!(
         tokio::net::TcpStream::connect(addr).await.is_err(),

@@ -4,6 +4,7 @@ mod errors;
 mod fixtures;
 mod helpers;
 mod lifecycle;
+mod sandboxed;
 mod tools;
 mod translation;
 mod validation;

@@ -1,6 +1,5 @@
 //! Account operations: balance and billing, templates, status, HLR and voice OTP.
 
-
 use std::time::Duration;
 
 use crate::common::*;

@@ -1,6 +1,5 @@
 //! The sandbox's HTTP surface, envelope and non-delivery operations.
 
-
 use std::time::Duration;
 
 use crate::common::*;

@@ -1,6 +1,5 @@
 //! Status timelines, magic numbers and webhooks.
 
-
 use std::time::{Duration, Instant};
 
 use crate::common::*;

@@ -1,6 +1,5 @@
 //! Every validation rule of the spec, one named case each.
 
-
 use crate::common::*;
 use serde_json::{Value, json};
 

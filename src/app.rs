@@ -1,52 +1,76 @@
-//! Startup: binds the listeners (port 0 allowed), wires the layers, serves until shutdown.
+//! Startup: binds the listeners (port 0 allowed), wires the layers, serves until
+//! shutdown, then drains.
 
-use std::{future::Future, net::SocketAddr};
+use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::Context;
-use tokio::net::TcpListener;
+use secrecy::SecretString;
+use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::Server;
-use tonic_health::ServingStatus;
-
-use secrecy::SecretString;
-use tokio::{sync::oneshot, task::JoinHandle};
+use tonic_health::{ServingStatus, server::HealthReporter};
 
 use crate::config::{Config, Upstream};
-use crate::dispatch::Dispatcher;
-use crate::grpc::{Account, Messaging, Templates};
+use crate::dispatch::{Dispatcher, Tracking};
+use crate::events::EventLog;
+use crate::grpc::{Account, Events, Messaging, Templates};
 use crate::proto::{
-    self, account_service_server::AccountServiceServer,
+    self, account_service_server::AccountServiceServer, event_service_server::EventServiceServer,
     messaging_service_server::MessagingServiceServer,
     template_service_server::TemplateServiceServer,
 };
+use crate::reconcile::{ReconcileConfig, Reconciler};
 use crate::sandbox::{self, Sandbox, SandboxConfig};
+use crate::store::{Retention, Store};
 use crate::upstream::{Gateway, GatewayConfig};
+use crate::webhook::{self, HookSigner, HookUrls, WebhookState};
+
+/// Events kept in memory for live subscribers; a subscriber further behind reads the store.
+const FAN_OUT_EVENTS: usize = 4096;
+/// How often the event retention runs.
+const RETENTION_EVERY: Duration = Duration::from_secs(60);
 
 /// A built, not yet serving, msgw.
 pub struct Application {
     grpc: TcpListener,
+    http: TcpListener,
     dispatcher: Dispatcher,
-    sandbox: Option<RunningSandbox>,
+    store: Arc<dyn Store>,
+    events: Arc<EventLog>,
+    webhooks: WebhookState,
+    reconcile: ReconcileConfig,
+    retention: Retention,
+    shutdown_grace: Duration,
+    sandbox: Option<SandboxTask>,
 }
 
 /// The in-process sandbox gateway and the handle that stops it.
-struct RunningSandbox {
-    stop: oneshot::Sender<()>,
+struct SandboxTask {
+    stop: watch::Sender<bool>,
     task: JoinHandle<std::io::Result<()>>,
 }
 
 impl Application {
-    /// Binds the gRPC port and connects the layers; nothing is served yet.
+    /// Binds both ports, opens the store and connects the layers; nothing is served yet.
     pub async fn build(config: Config) -> anyhow::Result<Self> {
+        let http = TcpListener::bind(config.http_addr)
+            .await
+            .with_context(|| format!("cannot bind the HTTP address {}", config.http_addr))?;
+        let public_url = match config.public_url {
+            Some(url) => url,
+            None => own_url(http.local_addr()?)?,
+        };
+        let hooks = HookUrls::new(&public_url, HookSigner::new(&config.webhook_secret));
         let (base_url, api_key, sandbox) = match config.upstream {
             Upstream::Gateway { url, api_key } => (url, api_key, None),
             Upstream::Sandbox(sandbox_config) => {
-                let (url, running) = start_sandbox(sandbox_config.clone()).await?;
-                (
-                    url,
-                    SecretString::from(sandbox_config.api_key),
-                    Some(running),
-                )
+                let sandbox_config = SandboxConfig {
+                    account_webhook_url: Some(hooks.account_url(&config.account_token)),
+                    ..sandbox_config
+                };
+                let api_key = SecretString::from(sandbox_config.api_key.clone());
+                let (url, task) = start_sandbox(sandbox_config).await?;
+                (url, api_key, Some(task))
             }
         };
         let gateway = Gateway::new(GatewayConfig {
@@ -57,12 +81,38 @@ impl Application {
         })
         .map_err(anyhow::Error::msg)?;
         tracing::info!(endpoint = %gateway.endpoint(), "gateway configured");
+        for secret in &config.generated_secrets {
+            tracing::info!("no {secret} configured: generated a random one for this run");
+        }
+
+        let store = crate::store::open(&config.store_url, config.reconcile.first_after)
+            .await
+            .with_context(|| format!("cannot open the store {}", redact(&config.store_url)))?;
+        tracing::info!(store = %redact(&config.store_url), "store open");
+        let events = EventLog::new(store.clone(), FAN_OUT_EVENTS);
+        let dispatcher = Dispatcher::new(gateway).with_tracking(Tracking {
+            hooks: hooks.clone(),
+            store: store.clone(),
+        });
         let grpc = TcpListener::bind(config.grpc_addr)
             .await
             .with_context(|| format!("cannot bind the gRPC address {}", config.grpc_addr))?;
+        tracing::info!(public_url = %public_url, "webhooks: {public_url}v1/webhooks/status/<token> per message; account-level URL for pipeline statuses: {public_url}v1/webhooks/account/<MSGW_ACCOUNT_TOKEN>");
         Ok(Self {
             grpc,
-            dispatcher: Dispatcher::new(gateway),
+            http,
+            dispatcher,
+            webhooks: WebhookState {
+                signer: HookSigner::new(&config.webhook_secret),
+                account_token: config.account_token,
+                events: events.clone(),
+                store: store.clone(),
+            },
+            store,
+            events,
+            reconcile: config.reconcile,
+            retention: config.retention,
+            shutdown_grace: config.shutdown_grace,
             sandbox,
         })
     }
@@ -72,55 +122,71 @@ impl Application {
         Ok(self.grpc.local_addr()?)
     }
 
-    /// Serves until `shutdown` resolves, then reports NOT_SERVING, stops accepting,
-    /// and lets in-flight calls finish.
+    /// The bound HTTP (webhook) address.
+    pub fn http_addr(&self) -> anyhow::Result<SocketAddr> {
+        Ok(self.http.local_addr()?)
+    }
+
+    /// Serves until `shutdown` resolves. Then: NOT_SERVING, open streams end with
+    /// UNAVAILABLE, no new connections, in-flight calls finish within the grace
+    /// period, background work stops, and the store is closed.
     pub async fn run(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        let (health, health_service) = tonic_health::server::health_reporter();
-        let reflection_v1 = tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
-            .build_v1()
-            .context("reflection v1")?;
-        let reflection_v1alpha = tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
-            .build_v1alpha()
-            .context("reflection v1alpha")?;
+        let (stop_tx, stop) = watch::channel(false);
+        tokio::spawn(async move {
+            shutdown.await;
+            stop_tx.send_replace(true);
+        });
 
-        let addr = self.grpc_addr()?;
-        for service in SERVICES {
-            health
-                .set_service_status(service, ServingStatus::Serving)
-                .await;
-        }
-        health.set_service_status("", ServingStatus::Serving).await;
-        tracing::info!(%addr, "gRPC listening");
+        let (health, health_service) = tonic_health::server::health_reporter();
+        set_health(&health, ServingStatus::Serving).await;
+        let grpc_addr = self.grpc_addr()?;
+        let http_addr = self.http_addr()?;
+
+        let http_task = tokio::spawn({
+            let router = webhook::router(self.webhooks);
+            let mut stop = stop.clone();
+            async move {
+                axum::serve(self.http, router)
+                    .with_graceful_shutdown(async move {
+                        let _ = stop.wait_for(|s| *s).await;
+                    })
+                    .await
+            }
+        });
+        let reconcile_task = tokio::spawn(
+            Reconciler::new(
+                self.store.clone(),
+                self.events.clone(),
+                self.dispatcher.clone(),
+                self.reconcile,
+            )
+            .run(stop.clone()),
+        );
+        let retention_task = tokio::spawn(self.events.clone().run_retention(
+            self.retention,
+            RETENTION_EVERY,
+            stop.clone(),
+        ));
+        tracing::info!(%grpc_addr, %http_addr, "msgw serving");
 
         let draining = {
-            let health = health.clone();
+            let (health, events, mut stop) = (health.clone(), self.events.clone(), stop.clone());
             async move {
-                shutdown.await;
-                tracing::info!("shutting down: NOT_SERVING, draining in-flight calls");
-                health
-                    .set_service_status("", ServingStatus::NotServing)
-                    .await;
-                for service in SERVICES {
-                    health
-                        .set_service_status(service, ServingStatus::NotServing)
-                        .await;
-                }
+                let _ = stop.wait_for(|s| *s).await;
+                tracing::info!(
+                    "shutting down: NOT_SERVING, closing streams, draining in-flight calls"
+                );
+                set_health(&health, ServingStatus::NotServing).await;
+                events.close();
             }
         };
-
-        Server::builder()
+        let server = Server::builder()
             .add_service(health_service)
-            .add_service(reflection_v1)
-            .add_service(reflection_v1alpha)
+            .add_service(reflection_v1()?)
+            .add_service(reflection_v1alpha()?)
             .add_service(MessagingServiceServer::new(Messaging::new(
                 self.dispatcher.clone(),
             )))
@@ -128,24 +194,107 @@ impl Application {
                 self.dispatcher.clone(),
             )))
             .add_service(TemplateServiceServer::new(Templates::new(self.dispatcher)))
-            .serve_with_incoming_shutdown(TcpListenerStream::new(self.grpc), draining)
+            .add_service(EventServiceServer::new(Events::new(self.events.clone())))
+            .serve_with_incoming_shutdown(TcpListenerStream::new(self.grpc), draining);
+        let grace = self.shutdown_grace;
+        let grace_over = {
+            let mut stop = stop.clone();
+            async move {
+                let _ = stop.wait_for(|s| *s).await;
+                tokio::time::sleep(grace).await;
+            }
+        };
+        tokio::select! {
+            served = server => served.context("gRPC server")?,
+            () = grace_over => tracing::warn!(?grace, "grace period over: dropping the calls still in flight"),
+        }
+
+        http_task
             .await
-            .context("gRPC server")?;
+            .context("HTTP task")?
+            .context("HTTP server")?;
+        reconcile_task.await.context("reconcile task")?;
+        retention_task.await.context("retention task")?;
         if let Some(sandbox) = self.sandbox {
-            let _ = sandbox.stop.send(());
+            sandbox.stop.send_replace(true);
             sandbox
                 .task
                 .await
                 .context("sandbox task")?
                 .context("sandbox gateway")?;
         }
+        self.store.close().await;
         tracing::info!("stopped");
         Ok(())
     }
 }
 
+async fn set_health(health: &HealthReporter, status: ServingStatus) {
+    health.set_service_status("", status).await;
+    for service in SERVICES {
+        health.set_service_status(service, status).await;
+    }
+}
+
+fn reflection_v1() -> anyhow::Result<
+    tonic_reflection::server::v1::ServerReflectionServer<
+        impl tonic_reflection::server::v1::ServerReflection,
+    >,
+> {
+    reflection_builder().build_v1().context("reflection v1")
+}
+
+fn reflection_v1alpha() -> anyhow::Result<
+    tonic_reflection::server::v1alpha::ServerReflectionServer<
+        impl tonic_reflection::server::v1alpha::ServerReflection,
+    >,
+> {
+    reflection_builder()
+        .build_v1alpha()
+        .context("reflection v1alpha")
+}
+
+fn reflection_builder() -> tonic_reflection::server::Builder<'static> {
+    tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
+}
+
+/// The services msgw serves, as health check names.
+const SERVICES: [&str; 4] = [
+    "msgw.v1.MessagingService",
+    "msgw.v1.AccountService",
+    "msgw.v1.TemplateService",
+    "msgw.v1.EventService",
+];
+
+/// The HTTP listener's own URL; loopback when it listens on all interfaces.
+fn own_url(addr: SocketAddr) -> anyhow::Result<url::Url> {
+    let ip = match addr.ip() {
+        std::net::IpAddr::V4(v4) if v4.is_unspecified() => std::net::Ipv4Addr::LOCALHOST.into(),
+        std::net::IpAddr::V6(v6) if v6.is_unspecified() => std::net::Ipv6Addr::LOCALHOST.into(),
+        ip => ip,
+    };
+    Ok(url::Url::parse(&format!(
+        "http://{}",
+        SocketAddr::new(ip, addr.port())
+    ))?)
+}
+
+/// A store URL for logs: any password in it replaced.
+fn redact(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("***"));
+            u.to_string()
+        }
+        _ => url.to_owned(),
+    }
+}
+
 /// Starts the sandbox gateway on a free loopback port and returns its base URL.
-async fn start_sandbox(config: SandboxConfig) -> anyhow::Result<(url::Url, RunningSandbox)> {
+async fn start_sandbox(config: SandboxConfig) -> anyhow::Result<(url::Url, SandboxTask)> {
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
         .context("cannot bind the sandbox gateway")?;
@@ -156,19 +305,12 @@ async fn start_sandbox(config: SandboxConfig) -> anyhow::Result<(url::Url, Runni
         sandbox_api_key = %config.api_key,
         "no MSGW_UPSTREAM_URL set: msgw runs against its built-in SANDBOX gateway; nothing is really sent"
     );
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(sandbox::serve(listener, Sandbox::new(config), async {
-        let _ = stopped.await;
+    let (stop, mut stopped) = watch::channel(false);
+    let task = tokio::spawn(sandbox::serve(listener, Sandbox::new(config), async move {
+        let _ = stopped.wait_for(|s| *s).await;
     }));
-    Ok((base_url, RunningSandbox { stop, task }))
+    Ok((base_url, SandboxTask { stop, task }))
 }
-
-/// The services msgw serves, as health check names.
-const SERVICES: [&str; 3] = [
-    "msgw.v1.MessagingService",
-    "msgw.v1.AccountService",
-    "msgw.v1.TemplateService",
-];
 
 /// Resolves on SIGTERM or SIGINT.
 pub async fn shutdown_signal() {

@@ -6,7 +6,9 @@ use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use secrecy::SecretString;
 
+use crate::reconcile::ReconcileConfig;
 use crate::sandbox::{DEFAULT_API_KEY, SandboxConfig};
+use crate::store::Retention;
 
 /// msgw: a typed gRPC facade for a multi-channel messaging gateway.
 #[derive(Debug, Parser)]
@@ -19,6 +21,8 @@ pub struct Cli {
 
 /// The subcommands.
 #[derive(Debug, Subcommand)]
+// Parsed once at startup; boxing a variant would only complicate the call sites.
+#[allow(clippy::large_enum_variant)]
 pub enum Command {
     /// Serve the gRPC API (against the built-in sandbox when no gateway URL is set).
     Serve(ServeArgs),
@@ -132,6 +136,57 @@ pub struct ServeArgs {
     /// Idle keep-alive connections to the gateway kept open.
     #[arg(long, env = "MSGW_UPSTREAM_CONNECTIONS", default_value_t = 32)]
     pub upstream_connections: usize,
+    /// HTTP listen address: gateway webhooks (and metrics).
+    #[arg(long, env = "MSGW_HTTP_ADDR", default_value = "0.0.0.0:8080")]
+    pub http_addr: SocketAddr,
+    /// Base URL where the gateway reaches the HTTP listener; hook URLs are built from it.
+    /// Default: the listener's own address (loopback when bound to all interfaces).
+    #[arg(long, env = "MSGW_PUBLIC_URL")]
+    pub public_url: Option<url::Url>,
+    /// HMAC key of the per-message hook tokens (at least 16 characters). Default: random per start.
+    #[arg(
+        long,
+        env = "MSGW_WEBHOOK_SECRET",
+        hide_env_values = true,
+        conflicts_with = "webhook_secret_file"
+    )]
+    pub webhook_secret: Option<String>,
+    /// File holding the webhook HMAC key.
+    #[arg(long, env = "MSGW_WEBHOOK_SECRET_FILE")]
+    pub webhook_secret_file: Option<PathBuf>,
+    /// Token of the account-level webhook URL `/v1/webhooks/account/<token>` (pipeline statuses;
+    /// at least 16 of A-Z a-z 0-9 - _ . ~). Default: random per start.
+    #[arg(
+        long,
+        env = "MSGW_ACCOUNT_TOKEN",
+        hide_env_values = true,
+        conflicts_with = "account_token_file"
+    )]
+    pub account_token: Option<String>,
+    /// File holding the account webhook token.
+    #[arg(long, env = "MSGW_ACCOUNT_TOKEN_FILE")]
+    pub account_token_file: Option<PathBuf>,
+    /// The store: `sqlite://PATH` (created on first start) or `sqlite::memory:`.
+    #[arg(long, env = "MSGW_STORE_URL", default_value = "sqlite://msgw.db")]
+    pub store_url: String,
+    /// Events older than this are dropped from the log (e.g. `7d`, `12h`).
+    #[arg(long, env = "MSGW_EVENT_RETENTION", default_value = "7d", value_parser = humantime::parse_duration)]
+    pub event_retention: Duration,
+    /// At most this many events are kept in the log.
+    #[arg(long, env = "MSGW_EVENT_RETENTION_COUNT", default_value_t = 1_000_000)]
+    pub event_retention_count: u64,
+    /// A sent message with no final status this long after sending is polled with `status`.
+    #[arg(long, env = "MSGW_RECONCILE_AFTER", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub reconcile_after: Duration,
+    /// How often msgw looks for messages due for a poll.
+    #[arg(long, env = "MSGW_RECONCILE_INTERVAL", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub reconcile_interval: Duration,
+    /// Longest wait between two polls of one message (polls back off from --reconcile-after).
+    #[arg(long, env = "MSGW_RECONCILE_MAX_BACKOFF", default_value = "30m", value_parser = humantime::parse_duration)]
+    pub reconcile_max_backoff: Duration,
+    /// After SIGTERM, how long in-flight calls may take before msgw exits anyway.
+    #[arg(long, env = "MSGW_SHUTDOWN_GRACE", default_value = "25s", value_parser = humantime::parse_duration)]
+    pub shutdown_grace: Duration,
     /// Delivery speeds of the built-in sandbox (used only without --upstream-url).
     #[command(flatten)]
     pub sandbox: SandboxTuning,
@@ -159,6 +214,24 @@ pub enum Upstream {
 pub struct Config {
     /// gRPC listen address (port 0: any free port).
     pub grpc_addr: SocketAddr,
+    /// HTTP listen address (port 0: any free port).
+    pub http_addr: SocketAddr,
+    /// Base URL of the HTTP listener as the gateway sees it; `None`: the listener's own address.
+    pub public_url: Option<url::Url>,
+    /// HMAC key of hook tokens.
+    pub webhook_secret: SecretString,
+    /// Token of the account-level webhook.
+    pub account_token: SecretString,
+    /// Secrets that were not configured and were generated for this run.
+    pub generated_secrets: Vec<&'static str>,
+    /// The store URL.
+    pub store_url: String,
+    /// Event log bounds.
+    pub retention: Retention,
+    /// Status polling of messages without a final status.
+    pub reconcile: ReconcileConfig,
+    /// Drain time after a shutdown signal.
+    pub shutdown_grace: Duration,
     /// The gateway.
     pub upstream: Upstream,
     /// Upper bound of one upstream request.
@@ -200,13 +273,105 @@ impl ServeArgs {
                     .config(key.unwrap_or_else(|| DEFAULT_API_KEY.to_owned())),
             ),
         };
+        if let Some(url) = &self.public_url
+            && (!matches!(url.scheme(), "http" | "https") || url.host_str().is_none())
+        {
+            bail!("--public-url must be an absolute http(s) URL, got {url}");
+        }
+        for (name, d) in [
+            ("--reconcile-after", self.reconcile_after),
+            ("--reconcile-interval", self.reconcile_interval),
+            ("--reconcile-max-backoff", self.reconcile_max_backoff),
+            ("--event-retention", self.event_retention),
+        ] {
+            if d.is_zero() {
+                bail!("{name} must be greater than zero");
+            }
+        }
+        if self.event_retention_count == 0 {
+            bail!("--event-retention-count must be at least 1");
+        }
+        let (webhook_secret, webhook_secret_generated) = secret_or_random(
+            "webhook secret (MSGW_WEBHOOK_SECRET)",
+            self.webhook_secret,
+            self.webhook_secret_file.as_deref(),
+            |s| s.len() >= 16,
+            "at least 16 characters",
+        )?;
+        let (account_token, account_token_generated) = secret_or_random(
+            "account webhook token (MSGW_ACCOUNT_TOKEN)",
+            self.account_token,
+            self.account_token_file.as_deref(),
+            |s| {
+                s.len() >= 16
+                    && s.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"-_.~".contains(&b))
+            },
+            "at least 16 of A-Z a-z 0-9 - _ . ~",
+        )?;
         Ok(Config {
             grpc_addr: self.grpc_addr,
+            http_addr: self.http_addr,
+            public_url: self.public_url,
+            webhook_secret,
+            account_token,
+            generated_secrets: [
+                (
+                    "webhook secret (MSGW_WEBHOOK_SECRET)",
+                    webhook_secret_generated,
+                ),
+                (
+                    "account webhook token (MSGW_ACCOUNT_TOKEN)",
+                    account_token_generated,
+                ),
+            ]
+            .into_iter()
+            .filter_map(|(name, generated)| generated.then_some(name))
+            .collect(),
+            store_url: self.store_url,
+            retention: Retention {
+                max_age: self.event_retention,
+                max_events: self.event_retention_count,
+            },
+            reconcile: ReconcileConfig {
+                interval: self.reconcile_interval,
+                first_after: self.reconcile_after,
+                max_backoff: self.reconcile_max_backoff,
+            },
+            shutdown_grace: self.shutdown_grace,
             upstream,
             upstream_timeout: self.upstream_timeout,
             upstream_connections: self.upstream_connections,
         })
     }
+}
+
+/// A secret from its flag or file, checked; a random one when neither is set
+/// (the flag says so, for the startup log).
+fn secret_or_random(
+    what: &str,
+    value: Option<String>,
+    file: Option<&std::path::Path>,
+    valid: impl Fn(&str) -> bool,
+    rule: &str,
+) -> anyhow::Result<(SecretString, bool)> {
+    let given = match (value, file) {
+        (Some(v), _) => Some(v.trim().to_owned()),
+        (None, Some(path)) => Some(read_secret(path).with_context(|| what.to_owned())?),
+        (None, None) => None,
+    };
+    match given {
+        Some(v) if valid(&v) => Ok((SecretString::from(v), false)),
+        Some(_) => bail!("the {what} must be {rule}"),
+        None => Ok((SecretString::from(random_token()), true)),
+    }
+}
+
+/// 32 random bytes, base64url: URL-safe and strong enough for an HMAC key.
+pub fn random_token() -> String {
+    use base64::Engine;
+    let bytes: [u8; 32] = rand::random();
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
 
 /// Reads a secret from a file, trimming the newline editors and `kubectl create secret` leave.

@@ -2,21 +2,48 @@
 //! answers become domain results and errors. Later work (coalescing concurrent
 //! RPCs into one envelope, idempotency by client id) belongs here.
 
+use std::sync::Arc;
+
+use chrono::Utc;
 use tokio::time::Instant;
 
 use crate::domain::{Error, Operation, Output, UnavailableCause};
+use crate::store::{SentMessage, Store};
 use crate::upstream::{Gateway, ItemOutcome, UpstreamError};
+use crate::webhook::HookUrls;
+
+/// Delivery tracking: hook URLs injected into sends, and sent messages recorded
+/// for reconcile.
+#[derive(Debug, Clone)]
+pub struct Tracking {
+    /// Builds each message's hook URL.
+    pub hooks: HookUrls,
+    /// Where sent messages are recorded.
+    pub store: Arc<dyn Store>,
+}
 
 /// Runs operations against the gateway.
 #[derive(Debug, Clone)]
 pub struct Dispatcher {
     gateway: Gateway,
+    tracking: Option<Tracking>,
 }
 
 impl Dispatcher {
-    /// A dispatcher over `gateway`.
+    /// A dispatcher over `gateway`, without delivery tracking.
     pub fn new(gateway: Gateway) -> Self {
-        Self { gateway }
+        Self {
+            gateway,
+            tracking: None,
+        }
+    }
+
+    /// The same dispatcher, injecting hooks into sends and recording them.
+    pub fn with_tracking(self, tracking: Tracking) -> Self {
+        Self {
+            tracking: Some(tracking),
+            ..self
+        }
     }
 
     /// Runs one operation.
@@ -34,14 +61,20 @@ impl Dispatcher {
         ops: Vec<Operation>,
         deadline: Option<Instant>,
     ) -> Result<Vec<Result<Output, Error>>, Error> {
-        let hooks = vec![None; ops.len()];
+        let hooks: Vec<Option<String>> = ops
+            .iter()
+            .map(|op| {
+                let tracking = self.tracking.as_ref().filter(|_| op.takes_hook())?;
+                Some(tracking.hooks.status_url(op.client_id()?.get()))
+            })
+            .collect();
         let changes_state = ops.iter().any(Operation::changes_state);
         let outcomes = self
             .gateway
             .call(&ops, &hooks, deadline)
             .await
             .map_err(|e| upstream_error(e, changes_state))?;
-        Ok(ops
+        let results: Vec<Result<Output, Error>> = ops
             .iter()
             .zip(outcomes)
             .map(|(op, outcome)| match outcome {
@@ -54,7 +87,32 @@ impl Dispatcher {
                     detail: e.to_string(),
                 }),
             })
-            .collect())
+            .collect();
+        if let Some(tracking) = &self.tracking {
+            record_sent(tracking, &ops, &results).await;
+        }
+        Ok(results)
+    }
+}
+
+/// Remembers accepted sends so reconcile can poll them. A store failure is logged,
+/// not returned: the message is sent, and its webhook still arrives.
+async fn record_sent(tracking: &Tracking, ops: &[Operation], results: &[Result<Output, Error>]) {
+    for (op, result) in ops.iter().zip(results) {
+        let (Some((id, channel, lifetime)), Ok(Output::Sent(receipt))) = (op.delivery(), result)
+        else {
+            continue;
+        };
+        let message = SentMessage {
+            client_id: id.get(),
+            msg_id: receipt.msg_id.clone(),
+            channel: channel.as_str().to_owned(),
+            sent_at: Utc::now(),
+            lifetime,
+        };
+        if let Err(e) = tracking.store.record_sent(&message).await {
+            tracing::error!(client_id = id.get(), error = %e, "cannot record the sent message; only its webhook will report it");
+        }
     }
 }
 

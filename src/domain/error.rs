@@ -22,6 +22,10 @@ pub enum UnavailableCause {
     HttpStatus(u16),
     /// The gateway's answer was not the JSON envelope of the spec.
     BadResponse,
+    /// msgw's own store failed.
+    Store,
+    /// msgw is shutting down.
+    ShuttingDown,
 }
 
 /// Everything that can go wrong with an operation.
@@ -51,6 +55,14 @@ pub enum Error {
     DeadlineExceeded {
         /// Whether the operation may have been carried out anyway.
         outcome_unknown: bool,
+    },
+    /// A stream cursor outside the retained event log.
+    #[error("{detail}")]
+    CursorOutOfRange {
+        /// The oldest cursor a stream can resume after.
+        oldest_available: u64,
+        /// What is wrong with the cursor.
+        detail: String,
     },
     /// A bug in msgw.
     #[error("internal error: {0}")]

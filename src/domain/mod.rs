@@ -3,12 +3,14 @@
 //! gateway's JSON shapes.
 
 mod error;
+mod events;
 mod ops;
 mod outputs;
 mod status;
 mod values;
 
 pub use error::{Error, FieldViolation, Scope, UnavailableCause, Violations};
+pub use events::{DeliveryReport, EventSource, NewEvent, StatusEvent};
 pub use ops::{
     CAROUSEL_SLIDES, Gender, Operation, PipelineSend, PipelineStep, RcsFallback, RcsSend,
     Recipient, Slide, SmsFallback, SmsSend, TelegramOtp, TemplateSelector, ViberContent, ViberKind,

@@ -327,6 +327,43 @@ impl Operation {
         }
     }
 
+    /// For a message the gateway reports on later: its client id, first channel, and
+    /// how long the gateway may keep trying (the gateway's default when not set).
+    pub fn delivery(&self) -> Option<(ClientId, super::Channel, std::time::Duration)> {
+        use super::Channel;
+        let secs = |l: Option<Lifetime>, default: u32| {
+            std::time::Duration::from_secs(u64::from(l.map_or(default, Lifetime::seconds)))
+        };
+        match self {
+            Self::SendSms(op) => Some((op.to.id, Channel::Sms, secs(op.lifetime, 172_800))),
+            Self::SendViber(op) => Some((op.to.id, Channel::Viber, secs(op.lifetime, 86_400))),
+            Self::SendRcs(op) => Some((op.to.id, Channel::Rcs, secs(op.lifetime, 172_800))),
+            Self::SendTelegramOtp(op) => {
+                Some((op.to.id, Channel::Telegram, secs(op.lifetime, 172_800)))
+            }
+            // The spec gives voice calls no lifetime; a call is over within the hour.
+            Self::SendVoice(op) => Some((op.to.id, Channel::Voice, secs(None, 3_600))),
+            Self::SendPipeline(op) => {
+                let first = op.steps.first().map(PipelineStep::channel)?;
+                Some((op.to.id, first, secs(None, 172_800)))
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether the gateway posts this operation's final status to its `hook`
+    /// (a pipeline reports to the account-level address instead).
+    pub fn takes_hook(&self) -> bool {
+        matches!(
+            self,
+            Self::SendSms(_)
+                | Self::SendViber(_)
+                | Self::SendRcs(_)
+                | Self::SendTelegramOtp(_)
+                | Self::SendVoice(_)
+        )
+    }
+
     /// Whether running it twice could do something twice (send, charge, create, delete):
     /// such an operation's outcome is unknown when its request may have reached the gateway.
     pub fn changes_state(&self) -> bool {

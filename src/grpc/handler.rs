@@ -133,6 +133,7 @@ fn outcome(e: &Error) -> &'static str {
         } => "outcome_unknown",
         Error::Unavailable { .. } => "unavailable",
         Error::DeadlineExceeded { .. } => "deadline_exceeded",
+        Error::CursorOutOfRange { .. } => "out_of_range",
         Error::Internal(_) => "internal",
     }
 }

@@ -44,11 +44,14 @@ impl From<Error> for Status {
                     UnavailableCause::Timeout => "timeout".to_owned(),
                     UnavailableCause::HttpStatus(code) => format!("http_{code}"),
                     UnavailableCause::BadResponse => "bad_response".to_owned(),
+                    UnavailableCause::Store => "store".to_owned(),
+                    UnavailableCause::ShuttingDown => "shutting_down".to_owned(),
                 };
-                let reason = if outcome_unknown {
-                    "OUTCOME_UNKNOWN"
-                } else {
-                    "UPSTREAM_UNAVAILABLE"
+                let reason = match (outcome_unknown, cause.as_str()) {
+                    (true, _) => "OUTCOME_UNKNOWN",
+                    (false, "store") => "STORE_UNAVAILABLE",
+                    (false, "shutting_down") => "SHUTTING_DOWN",
+                    (false, _) => "UPSTREAM_UNAVAILABLE",
                 };
                 with_info(Code::Unavailable, message, reason, [("cause", cause)])
             }
@@ -65,6 +68,14 @@ impl From<Error> for Status {
                     [("cause", "deadline".to_owned())],
                 )
             }
+            Error::CursorOutOfRange {
+                oldest_available, ..
+            } => with_info(
+                Code::OutOfRange,
+                message,
+                "CURSOR_OUT_OF_RANGE",
+                [("oldest_available_cursor", oldest_available.to_string())],
+            ),
             Error::Internal(_) => Status::internal(message),
         }
     }

@@ -3,6 +3,7 @@
 
 mod request;
 mod response;
+mod webhook;
 
 use std::time::Duration;
 
@@ -13,6 +14,7 @@ use crate::domain::{Operation, Output};
 
 pub use request::type_name;
 pub use response::PayloadError;
+pub use webhook::{WebhookError, parse_webhook};
 
 /// Where and how to reach the gateway.
 #[derive(Debug, Clone)]

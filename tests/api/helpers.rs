@@ -10,15 +10,17 @@ use std::{
 use axum::{
     Router, body::Bytes, extract::State, http::HeaderMap, response::IntoResponse, routing::post,
 };
-use msgw::sandbox::SandboxConfig;
 use msgw::{
     app::Application,
     config::{Config, Upstream},
     proto::{
-        account_service_client::AccountServiceClient,
+        account_service_client::AccountServiceClient, event_service_client::EventServiceClient,
         messaging_service_client::MessagingServiceClient,
         template_service_client::TemplateServiceClient,
     },
+};
+use msgw::{
+    reconcile::ReconcileConfig, sandbox::SandboxConfig, store::Retention, webhook::HookSigner,
 };
 use serde_json::{Value, json};
 use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
@@ -166,10 +168,18 @@ pub fn default_reply(body: &Value) -> Reply {
     Reply::Json(json!({"success": true, "data": results}))
 }
 
-/// msgw, running against a fake gateway.
+/// The webhook HMAC key the tests configure.
+pub const WEBHOOK_SECRET: &str = "test-webhook-secret-0123456789";
+/// The account webhook token the tests configure.
+pub const ACCOUNT_TOKEN: &str = "test-account-token-0123456789";
+
+/// msgw, running against a fake gateway or its sandbox.
 pub struct TestApp {
     pub addr: SocketAddr,
+    pub http_addr: SocketAddr,
     pub gateway: FakeGateway,
+    /// The SQLite file; the directory lives as long as the app (or a restart of it).
+    pub store: Arc<tempfile::TempDir>,
     channel: Channel,
     shutdown: Option<oneshot::Sender<()>>,
     server: Option<JoinHandle<anyhow::Result<()>>>,
@@ -186,6 +196,38 @@ impl TestApp {
 
     pub fn templates(&self) -> TemplateServiceClient<Channel> {
         TemplateServiceClient::new(self.channel.clone())
+    }
+
+    pub fn events(&self) -> EventServiceClient<Channel> {
+        EventServiceClient::new(self.channel.clone())
+    }
+
+    pub fn store_url(&self) -> String {
+        store_url(&self.store)
+    }
+
+    /// POSTs a webhook body to msgw's HTTP listener; returns the HTTP status.
+    pub async fn post_webhook(&self, path: &str, body: impl Into<reqwest::Body>) -> u16 {
+        reqwest::Client::new()
+            .post(format!("http://{}{path}", self.http_addr))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .expect("webhook POST")
+            .status()
+            .as_u16()
+    }
+
+    /// The per-message hook path msgw gives the gateway for `client_id`.
+    pub fn hook_path(&self, client_id: u64) -> String {
+        let signer = HookSigner::new(&WEBHOOK_SECRET.to_owned().into());
+        format!("/v1/webhooks/status/{}", signer.token(client_id))
+    }
+
+    /// The full hook URL msgw injects into a send of `client_id`.
+    pub fn hook_url(&self, client_id: u64) -> String {
+        format!("http://{}{}", self.http_addr, self.hook_path(client_id))
     }
 
     /// Sends the shutdown signal and waits until the server has stopped.
@@ -208,50 +250,110 @@ impl Drop for TestApp {
     }
 }
 
-pub async fn spawn_app() -> TestApp {
-    spawn_app_with_timeout(Duration::from_secs(5)).await
+fn store_url(dir: &tempfile::TempDir) -> String {
+    format!("sqlite://{}", dir.path().join("msgw.db").display())
 }
 
-pub async fn spawn_app_with_timeout(upstream_timeout: Duration) -> TestApp {
-    spawn_app_with(upstream_timeout, None).await
+/// How a test wants msgw.
+pub struct Options {
+    pub upstream_timeout: Duration,
+    /// Another gateway URL instead of the fake gateway.
+    pub upstream_url: Option<String>,
+    /// Run against the sandbox with this step delay instead of the fake gateway.
+    pub sandbox_step: Option<Duration>,
+    /// First status poll after sending.
+    pub reconcile_after: Duration,
+    /// Reuse this store directory (a restart).
+    pub store: Option<Arc<tempfile::TempDir>>,
+    pub retention: Retention,
+    pub shutdown_grace: Duration,
 }
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            upstream_timeout: Duration::from_secs(5),
+            upstream_url: None,
+            sandbox_step: None,
+            // Tests that do not expect polling must not see any.
+            reconcile_after: Duration::from_secs(3600),
+            store: None,
+            retention: Retention {
+                max_age: Duration::from_secs(86_400),
+                max_events: 1_000_000,
+            },
+            shutdown_grace: Duration::from_secs(5),
+        }
+    }
+}
+
+pub async fn spawn_app() -> TestApp {
+    spawn(Options::default()).await
+}
+
 
 /// msgw with this upstream timeout, pointed at `upstream_url` instead of the fake gateway if given.
 pub async fn spawn_app_with(upstream_timeout: Duration, upstream_url: Option<String>) -> TestApp {
-    let gateway = FakeGateway::start().await;
-    let url = upstream_url.unwrap_or_else(|| gateway.url.clone());
-    let upstream = Upstream::Gateway {
-        url: url.parse().unwrap(),
-        api_key: API_KEY.to_owned().into(),
-    };
-    start(gateway, upstream, upstream_timeout).await
+    spawn(Options {
+        upstream_timeout,
+        upstream_url,
+        ..Options::default()
+    })
+    .await
 }
 
 /// msgw as `msgw serve` runs without a gateway: against its in-process sandbox,
 /// with statuses moving every `step_delay`.
 pub async fn spawn_sandboxed_app(step_delay: Duration) -> TestApp {
-    let sandbox = SandboxConfig {
-        step_delay,
-        webhook_backoff: Duration::from_millis(10),
-        ..SandboxConfig::default()
-    };
-    start(
-        FakeGateway::start().await,
-        Upstream::Sandbox(sandbox),
-        Duration::from_secs(5),
-    )
+    spawn(Options {
+        sandbox_step: Some(step_delay),
+        ..Options::default()
+    })
     .await
 }
 
-async fn start(gateway: FakeGateway, upstream: Upstream, upstream_timeout: Duration) -> TestApp {
+pub async fn spawn(options: Options) -> TestApp {
+    let gateway = FakeGateway::start().await;
+    let upstream = match options.sandbox_step {
+        Some(step_delay) => Upstream::Sandbox(SandboxConfig {
+            step_delay,
+            webhook_backoff: Duration::from_millis(10),
+            ..SandboxConfig::default()
+        }),
+        None => Upstream::Gateway {
+            url: options
+                .upstream_url
+                .unwrap_or_else(|| gateway.url.clone())
+                .parse()
+                .unwrap(),
+            api_key: API_KEY.to_owned().into(),
+        },
+    };
+    let store = options
+        .store
+        .unwrap_or_else(|| Arc::new(tempfile::tempdir().expect("temp dir")));
     let config = Config {
         grpc_addr: "127.0.0.1:0".parse().unwrap(),
+        http_addr: "127.0.0.1:0".parse().unwrap(),
+        public_url: None,
+        webhook_secret: WEBHOOK_SECRET.to_owned().into(),
+        account_token: ACCOUNT_TOKEN.to_owned().into(),
+        generated_secrets: Vec::new(),
+        store_url: store_url(&store),
+        retention: options.retention,
+        reconcile: ReconcileConfig {
+            interval: Duration::from_millis(20),
+            first_after: options.reconcile_after,
+            max_backoff: options.reconcile_after * 4,
+        },
+        shutdown_grace: options.shutdown_grace,
         upstream,
-        upstream_timeout,
+        upstream_timeout: options.upstream_timeout,
         upstream_connections: 4,
     };
     let app = Application::build(config).await.expect("app builds");
     let addr = app.grpc_addr().unwrap();
+    let http_addr = app.http_addr().unwrap();
     let (tx, rx) = oneshot::channel::<()>();
     let server = tokio::spawn(app.run(async {
         let _ = rx.await;
@@ -259,13 +361,14 @@ async fn start(gateway: FakeGateway, upstream: Upstream, upstream_timeout: Durat
     let channel = connect(addr).await;
     TestApp {
         addr,
+        http_addr,
         gateway,
+        store,
         channel,
         shutdown: Some(tx),
         server: Some(server),
     }
 }
-
 /// Connects and waits until the health service answers SERVING.
 pub async fn connect(addr: SocketAddr) -> Channel {
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))

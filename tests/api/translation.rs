@@ -12,8 +12,29 @@ fn viber_text() -> send_viber_request::Content {
     })
 }
 
+/// The operation msgw sent, after checking its injected hook and taking it out:
+/// every send the gateway reports to a hook carries msgw's own, nothing else does.
 async fn only_item(app: &TestApp) -> Value {
-    app.gateway.only_item()
+    let mut item = app.gateway.only_item();
+    let kind = item["type"].as_str().unwrap().to_owned();
+    let hook = item.as_object_mut().unwrap().remove("hook");
+    let hooked = [
+        "sms",
+        "viber",
+        "viber+sms",
+        "rcs",
+        "rcs+sms",
+        "rcs+viber+sms",
+        "telegram",
+        "voice",
+    ];
+    if hooked.contains(&kind.as_str()) {
+        let id = item["id"].as_u64().unwrap();
+        assert_eq!(hook, Some(json!(app.hook_url(id))), "{kind} carries its hook");
+    } else {
+        assert_eq!(hook, None, "{kind} carries no hook");
+    }
+    item
 }
 
 #[tokio::test]

@@ -1,0 +1,117 @@
+//! Delivery reports (from webhooks or status polling) and the events they become.
+
+use chrono::{DateTime, Utc};
+
+use super::{Channel, Reply, ReportedStatus};
+
+/// What the gateway said about one message's delivery.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeliveryReport {
+    /// The client message id; 0 when neither the report nor msgw's records know it.
+    pub client_id: u64,
+    /// The gateway's message id.
+    pub msg_id: Option<String>,
+    /// The channel's name verbatim.
+    pub channel_raw: Option<String>,
+    /// The status, if reported.
+    pub status: Option<ReportedStatus>,
+    /// Delivered or read.
+    pub success: bool,
+    /// Reason of a failure.
+    pub error: Option<String>,
+    /// When the status changed at the gateway.
+    pub updated: Option<DateTime<Utc>>,
+    /// Digit pressed by the callee (DTMF).
+    pub reply: Option<String>,
+    /// Call duration in seconds.
+    pub duration_secs: Option<f64>,
+    /// Identifier of an asynchronous request.
+    pub request_id: Option<String>,
+    /// Replies of the recipient.
+    pub replies: Vec<Reply>,
+}
+
+impl DeliveryReport {
+    /// The channel, if msgw knows its name.
+    pub fn channel(&self) -> Option<Channel> {
+        self.channel_raw.as_deref().and_then(Channel::from_name)
+    }
+}
+
+/// Where msgw learned a status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventSource {
+    /// A gateway webhook.
+    Webhook,
+    /// Polling the `status` operation.
+    Poll,
+}
+
+impl EventSource {
+    /// Stable name, as stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Webhook => "webhook",
+            Self::Poll => "poll",
+        }
+    }
+
+    /// The source of a stored name.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "webhook" => Some(Self::Webhook),
+            "poll" => Some(Self::Poll),
+            _ => None,
+        }
+    }
+}
+
+/// A delivery report as msgw received it, before it has a cursor.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEvent {
+    /// The report.
+    pub report: DeliveryReport,
+    /// When msgw received it.
+    pub received_at: DateTime<Utc>,
+    /// How msgw received it.
+    pub source: EventSource,
+}
+
+impl NewEvent {
+    /// Whether the message will not change any more. The gateway sends webhooks only
+    /// for final states, so a webhook with an unknown or missing status counts as final.
+    pub fn is_final(&self) -> bool {
+        match self.report.status.as_ref().and_then(|s| s.known) {
+            Some(status) => status.is_final(),
+            None => self.source == EventSource::Webhook,
+        }
+    }
+
+    /// What makes two reports the same event: the message, its channel and its status.
+    /// A repeated webhook, or a poll that sees what a webhook already said, is a duplicate.
+    pub fn dedup_key(&self) -> String {
+        let r = &self.report;
+        let message = if r.client_id != 0 {
+            r.client_id.to_string()
+        } else {
+            format!("m:{}", r.msg_id.as_deref().unwrap_or_default())
+        };
+        format!(
+            "{message}|{}|{}",
+            r.channel_raw.as_deref().unwrap_or_default(),
+            r.status
+                .as_ref()
+                .map(|s| s.raw.as_str())
+                .unwrap_or_default()
+        )
+    }
+}
+
+/// An event of the log: a report with its cursor.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatusEvent {
+    /// Position in the log, monotonic.
+    pub cursor: u64,
+    /// The event.
+    pub event: NewEvent,
+}

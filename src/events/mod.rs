@@ -1,0 +1,250 @@
+//! The event log's live side: appends in cursor order, fans events out to
+//! subscribers, and lets each subscriber replay from the store, so a slow or
+//! reconnecting subscriber neither blocks others nor misses anything.
+
+use std::{collections::HashSet, sync::Arc, time::Duration};
+
+use chrono::Utc;
+use tokio::sync::{Mutex, broadcast, mpsc, watch};
+
+use crate::domain::{Channel, Error, NewEvent, StatusEvent, UnavailableCause};
+use crate::store::{Retention, Store, StoreError};
+
+/// Where a subscription starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// With the next event appended.
+    Live,
+    /// Just after this cursor.
+    After(u64),
+    /// At the oldest retained event.
+    Oldest,
+}
+
+/// Which events a subscriber wants; empty sets mean all.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    /// Client ids.
+    pub ids: HashSet<u64>,
+    /// Gateway message ids.
+    pub msg_ids: HashSet<String>,
+    /// Channels.
+    pub channels: HashSet<Channel>,
+    /// Only final statuses.
+    pub final_only: bool,
+}
+
+impl Filter {
+    /// Whether `e` passes the filter.
+    pub fn matches(&self, e: &StatusEvent) -> bool {
+        let r = &e.event.report;
+        (self.ids.is_empty() || self.ids.contains(&r.client_id))
+            && (self.msg_ids.is_empty()
+                || r.msg_id.as_ref().is_some_and(|m| self.msg_ids.contains(m)))
+            && (self.channels.is_empty() || r.channel().is_some_and(|c| self.channels.contains(&c)))
+            && (!self.final_only || e.event.is_final())
+    }
+}
+
+/// Events fetched from the store per query while replaying.
+const REPLAY_PAGE: u32 = 512;
+/// Events a subscription buffers towards its client before it falls back to the store.
+const SUBSCRIBER_BUFFER: usize = 256;
+
+/// The event log: the store plus the in-memory fan-out.
+pub struct EventLog {
+    store: Arc<dyn Store>,
+    live: broadcast::Sender<Arc<StatusEvent>>,
+    // Appends are serialized so events reach the fan-out in cursor order.
+    writer: Mutex<()>,
+    closing: watch::Sender<bool>,
+}
+
+fn store_error(e: StoreError) -> Error {
+    tracing::error!(error = %e, "event store failed");
+    Error::Unavailable {
+        cause: UnavailableCause::Store,
+        outcome_unknown: false,
+        detail: "msgw's event store is unavailable".into(),
+    }
+}
+
+fn shutting_down() -> Error {
+    Error::Unavailable {
+        cause: UnavailableCause::ShuttingDown,
+        outcome_unknown: false,
+        detail: "msgw is shutting down: reconnect and resume after the last cursor you processed"
+            .into(),
+    }
+}
+
+impl EventLog {
+    /// An event log over `store`; `fan_out` events are kept in memory for live subscribers.
+    pub fn new(store: Arc<dyn Store>, fan_out: usize) -> Arc<Self> {
+        let (live, _) = broadcast::channel(fan_out.max(16));
+        let (closing, _) = watch::channel(false);
+        Arc::new(Self {
+            store,
+            live,
+            writer: Mutex::new(()),
+            closing,
+        })
+    }
+
+    /// Durably appends an event and publishes it; `None` for a duplicate.
+    pub async fn append(&self, event: NewEvent) -> Result<Option<StatusEvent>, StoreError> {
+        let _order = self.writer.lock().await;
+        let stored = self.store.append(&event).await?;
+        if let Some(e) = &stored {
+            // No receiver is fine: subscribers replay from the store.
+            let _ = self.live.send(Arc::new(e.clone()));
+        }
+        Ok(stored)
+    }
+
+    /// Open subscriptions.
+    pub fn subscribers(&self) -> usize {
+        self.live.receiver_count()
+    }
+
+    /// Ends every subscription with UNAVAILABLE (shutdown), and refuses new ones.
+    pub fn close(&self) {
+        self.closing.send_replace(true);
+    }
+
+    /// Starts a subscription; events (or the error that ends it) arrive on the receiver.
+    pub async fn subscribe(
+        self: &Arc<Self>,
+        start: Start,
+        filter: Filter,
+    ) -> Result<mpsc::Receiver<Result<StatusEvent, Error>>, Error> {
+        if *self.closing.borrow() {
+            return Err(shutting_down());
+        }
+        // Subscribe before reading the store: whatever is appended from now on is
+        // either in the replay or in the channel, so nothing falls in between.
+        let live = self.live.subscribe();
+        let after = self.start_cursor(start).await?;
+        let (tx, rx) = mpsc::channel(SUBSCRIBER_BUFFER);
+        let log = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut closing = log.closing.subscribe();
+            let ended = tokio::select! {
+                r = log.pump(after, &filter, live, &tx) => r,
+                _ = closing.wait_for(|c| *c) => Err(shutting_down()),
+            };
+            if let Err(e) = ended {
+                // The client may be gone already; nothing more to do then.
+                let _ = tx.send(Err(e)).await;
+            }
+        });
+        Ok(rx)
+    }
+
+    async fn start_cursor(&self, start: Start) -> Result<u64, Error> {
+        let latest = self.store.latest_cursor().await.map_err(store_error)?;
+        match start {
+            Start::Live => Ok(latest),
+            Start::Oldest => Ok(self
+                .store
+                .oldest_cursor()
+                .await
+                .map_err(store_error)?
+                .map_or(latest, |c| c - 1)),
+            Start::After(cursor) => {
+                if cursor > latest {
+                    return Err(Error::CursorOutOfRange {
+                        oldest_available: latest,
+                        detail: format!("cursor {cursor} is ahead of the newest event ({latest})"),
+                    });
+                }
+                let oldest = self.store.oldest_cursor().await.map_err(store_error)?;
+                // Resuming after `cursor` needs every event from cursor + 1 on.
+                let first_kept = oldest.unwrap_or(latest + 1);
+                if cursor + 1 < first_kept {
+                    return Err(Error::CursorOutOfRange {
+                        oldest_available: first_kept - 1,
+                        detail: format!(
+                            "events after cursor {cursor} are past the retention; the oldest cursor to resume after is {}",
+                            first_kept - 1
+                        ),
+                    });
+                }
+                Ok(cursor)
+            }
+        }
+    }
+
+    /// Sends events after `last` to `tx` forever: from the store until caught up,
+    /// then live; back to the store whenever the live channel lost events.
+    async fn pump(
+        &self,
+        mut last: u64,
+        filter: &Filter,
+        mut live: broadcast::Receiver<Arc<StatusEvent>>,
+        tx: &mpsc::Sender<Result<StatusEvent, Error>>,
+    ) -> Result<(), Error> {
+        loop {
+            loop {
+                let page = self
+                    .store
+                    .events_after(last, REPLAY_PAGE)
+                    .await
+                    .map_err(store_error)?;
+                for e in &page {
+                    last = e.cursor;
+                    if filter.matches(e) && tx.send(Ok(e.clone())).await.is_err() {
+                        return Ok(());
+                    }
+                }
+                if page.len() < REPLAY_PAGE as usize {
+                    break;
+                }
+            }
+            loop {
+                match live.recv().await {
+                    Ok(e) if e.cursor <= last => continue,
+                    // Not the next one: something was missed; the store has it.
+                    Ok(e) if e.cursor != last + 1 => break,
+                    Ok(e) => {
+                        last = e.cursor;
+                        if filter.matches(&e) && tx.send(Ok((*e).clone())).await.is_err() {
+                            return Ok(());
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Lagged(missed)) => {
+                        tracing::debug!(
+                            missed,
+                            last,
+                            "subscriber fell behind; replaying from the store"
+                        );
+                        break;
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return Err(shutting_down()),
+                }
+            }
+        }
+    }
+
+    /// Applies the retention every `every` until `stop` turns true.
+    pub async fn run_retention(
+        self: Arc<Self>,
+        retention: Retention,
+        every: Duration,
+        mut stop: watch::Receiver<bool>,
+    ) {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+            match self.store.prune(retention, Utc::now()).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(dropped = n, "event retention applied"),
+                Err(e) => tracing::error!(error = %e, "event retention failed"),
+            }
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! Finds the final status of messages whose webhook never came: a message with no
+//! final status some time after sending is polled with the `status` operation,
+//! with backoff, until it is final or its lifetime is over. What a poll learns
+//! becomes an event with source `poll`.
+
+use std::{sync::Arc, time::Duration};
+
+use chrono::{DateTime, Utc};
+use tokio::sync::watch;
+
+use crate::dispatch::Dispatcher;
+use crate::domain::{
+    ClientId, DeliveryReport, Error, EventSource, NewEvent, Operation, Output, StatusReport,
+};
+use crate::events::EventLog;
+use crate::store::{PendingMessage, Store};
+
+/// When and how often to poll.
+#[derive(Debug, Clone, Copy)]
+pub struct ReconcileConfig {
+    /// How often to look for messages due for a poll.
+    pub interval: Duration,
+    /// Delay of the first poll after sending (the store schedules it); later polls back off from it.
+    pub first_after: Duration,
+    /// Longest delay between two polls of one message.
+    pub max_backoff: Duration,
+}
+
+/// Status queries sent to the gateway in one envelope.
+const POLL_BATCH: u32 = 50;
+
+/// Polls messages that have no final status.
+pub struct Reconciler {
+    store: Arc<dyn Store>,
+    events: Arc<EventLog>,
+    dispatcher: Dispatcher,
+    config: ReconcileConfig,
+}
+
+impl Reconciler {
+    /// A reconciler over these parts.
+    pub fn new(
+        store: Arc<dyn Store>,
+        events: Arc<EventLog>,
+        dispatcher: Dispatcher,
+        config: ReconcileConfig,
+    ) -> Self {
+        Self {
+            store,
+            events,
+            dispatcher,
+            config,
+        }
+    }
+
+    /// Polls due messages every interval until `stop` turns true.
+    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+        let mut tick = tokio::time::interval(self.config.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+            // Drain everything due before waiting again.
+            loop {
+                match self.poll_due().await {
+                    Ok(n) if n == POLL_BATCH as usize => continue,
+                    Ok(_) => break,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "reconcile: poll round failed");
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Polls one batch of due messages; returns how many were due.
+    pub async fn poll_due(&self) -> Result<usize, Error> {
+        let now = Utc::now();
+        let due = self
+            .store
+            .due_for_poll(now, POLL_BATCH)
+            .await
+            .map_err(store_error)?;
+        if due.is_empty() {
+            return Ok(0);
+        }
+        let ops = due
+            .iter()
+            .map(|m| ClientId::new(m.client_id).map(Operation::GetMessageStatus))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| Error::Internal(format!("tracked message with client id 0: {e}")))?;
+        let results = match self.dispatcher.execute_all(ops, None).await {
+            Ok(results) => results,
+            Err(e) => {
+                for m in &due {
+                    self.reschedule(m, now).await;
+                }
+                return Err(e);
+            }
+        };
+        for (message, result) in due.iter().zip(results) {
+            match result {
+                Ok(Output::Status(report)) => {
+                    let event = NewEvent {
+                        report: delivery_report(report),
+                        received_at: Utc::now(),
+                        source: EventSource::Poll,
+                    };
+                    let is_final = event.is_final();
+                    if let Err(e) = self.events.append(event).await {
+                        tracing::error!(client_id = message.client_id, error = %e, "reconcile: cannot store polled status");
+                    }
+                    if !is_final {
+                        self.reschedule(message, now).await;
+                    }
+                }
+                Ok(other) => {
+                    tracing::error!(
+                        client_id = message.client_id,
+                        ?other,
+                        "reconcile: unexpected answer to a status query"
+                    );
+                    self.reschedule(message, now).await;
+                }
+                Err(e) => {
+                    tracing::debug!(client_id = message.client_id, error = %e, "reconcile: status query refused");
+                    self.reschedule(message, now).await;
+                }
+            }
+        }
+        Ok(due.len())
+    }
+
+    async fn reschedule(&self, m: &PendingMessage, now: DateTime<Utc>) {
+        let next = next_poll(m, now, self.config);
+        if next.is_none() {
+            tracing::info!(
+                client_id = m.client_id,
+                polls = m.polls + 1,
+                "reconcile: lifetime over without a final status; polling stops"
+            );
+        }
+        if let Err(e) = self.store.schedule_poll(m.client_id, next).await {
+            tracing::error!(client_id = m.client_id, error = %e, "reconcile: cannot schedule the next poll");
+        }
+    }
+}
+
+/// The next poll: the first delay doubled per poll made, capped, and never after the
+/// message's lifetime (plus one first delay for the gateway's last word).
+fn next_poll(
+    m: &PendingMessage,
+    now: DateTime<Utc>,
+    config: ReconcileConfig,
+) -> Option<DateTime<Utc>> {
+    let factor = 2u32.saturating_pow(m.polls.min(20));
+    let delay = config
+        .first_after
+        .saturating_mul(factor)
+        .min(config.max_backoff);
+    let next = now + chrono::Duration::from_std(delay).ok()?;
+    let end = m.sent_at + chrono::Duration::from_std(m.lifetime + config.first_after).ok()?;
+    (next <= end).then_some(next)
+}
+
+fn delivery_report(r: StatusReport) -> DeliveryReport {
+    let success = r
+        .status
+        .as_ref()
+        .and_then(|s| s.known)
+        .is_some_and(|s| s.is_success());
+    DeliveryReport {
+        client_id: r.id,
+        msg_id: r.msg_id,
+        channel_raw: r.channel_raw,
+        status: r.status,
+        success,
+        error: None,
+        updated: r.updated,
+        reply: None,
+        duration_secs: None,
+        request_id: None,
+        replies: r.replies,
+    }
+}
+
+fn store_error(e: crate::store::StoreError) -> Error {
+    Error::Unavailable {
+        cause: crate::domain::UnavailableCause::Store,
+        outcome_unknown: false,
+        detail: e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn polls_back_off_and_stop_after_the_lifetime() {
+        let sent = Utc::now();
+        let config = ReconcileConfig {
+            interval: Duration::from_secs(1),
+            first_after: Duration::from_secs(60),
+            max_backoff: Duration::from_secs(600),
+        };
+        let m = |polls| PendingMessage {
+            client_id: 1,
+            sent_at: sent,
+            lifetime: Duration::from_secs(3600),
+            polls,
+        };
+        let at = |polls, now| next_poll(&m(polls), now, config).map(|t| (t - now).num_seconds());
+        assert_eq!(at(0, sent), Some(60));
+        assert_eq!(at(1, sent), Some(120));
+        assert_eq!(at(3, sent), Some(480));
+        assert_eq!(at(10, sent), Some(600), "capped");
+        let late = sent + chrono::Duration::seconds(3600);
+        assert_eq!(at(10, late), None, "past lifetime + first delay");
+    }
+}

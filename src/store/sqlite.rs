@@ -1,0 +1,340 @@
+//! The embedded store: one SQLite file in WAL mode, created and migrated on first start.
+
+use std::{str::FromStr, time::Duration};
+
+use chrono::{DateTime, TimeZone, Utc};
+use serde::{Deserialize, Serialize};
+use sqlx::{
+    Row,
+    sqlite::{
+        SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
+        SqliteSynchronous,
+    },
+};
+
+use super::{PendingMessage, Retention, SentMessage, Store, StoreError};
+use crate::domain::{
+    DeliveryReport, EventSource, Media, NewEvent, Reply, ReportedStatus, StatusEvent,
+};
+
+/// SQLite implementation of [`Store`].
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+    first_poll_after: Duration,
+}
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("src/store/migrations/sqlite");
+
+impl SqliteStore {
+    /// Opens (creating if missing) the database `url` names and migrates it.
+    /// Sent messages are first polled `first_poll_after` after sending.
+    pub async fn open(url: &str, first_poll_after: Duration) -> Result<Self, StoreError> {
+        let options = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            // NORMAL in WAL mode: a commit survives a crash of msgw; only a power loss
+            // can take back the last transactions.
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(5));
+        let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+        let pool = SqlitePoolOptions::new()
+            // An in-memory database exists once per connection: keep exactly one.
+            .max_connections(if in_memory { 1 } else { 4 })
+            .min_connections(1)
+            .connect_with(options)
+            .await?;
+        MIGRATOR.run(&pool).await?;
+        Ok(Self {
+            pool,
+            first_poll_after,
+        })
+    }
+}
+
+fn ms(t: DateTime<Utc>) -> i64 {
+    t.timestamp_millis()
+}
+
+fn from_ms(v: i64) -> Result<DateTime<Utc>, StoreError> {
+    Utc.timestamp_millis_opt(v)
+        .single()
+        .ok_or_else(|| StoreError::Corrupt(format!("timestamp {v}")))
+}
+
+fn seconds(d: Duration) -> i64 {
+    i64::try_from(d.as_secs()).unwrap_or(i64::MAX)
+}
+
+/// Client ids are u64 on the wire and INTEGER (i64) in SQLite: stored bit for bit.
+fn id_to_db(id: u64) -> i64 {
+    id as i64
+}
+
+fn id_from_db(v: i64) -> u64 {
+    v as u64
+}
+
+#[derive(Serialize, Deserialize)]
+struct ReplyRow {
+    datetime: Option<DateTime<Utc>>,
+    message: Option<String>,
+    media: Option<MediaRow>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct MediaRow {
+    url: String,
+    filename: String,
+    filesize: u64,
+}
+
+fn replies_to_json(replies: &[Reply]) -> String {
+    let rows: Vec<ReplyRow> = replies
+        .iter()
+        .map(|r| ReplyRow {
+            datetime: r.datetime,
+            message: r.message.clone(),
+            media: r.media.as_ref().map(|m| MediaRow {
+                url: m.url.clone(),
+                filename: m.filename.clone(),
+                filesize: m.filesize,
+            }),
+        })
+        .collect();
+    serde_json::to_string(&rows).unwrap_or_else(|_| "[]".into())
+}
+
+fn replies_from_json(text: &str) -> Result<Vec<Reply>, StoreError> {
+    let rows: Vec<ReplyRow> =
+        serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("replies: {e}")))?;
+    Ok(rows
+        .into_iter()
+        .map(|r| Reply {
+            datetime: r.datetime,
+            message: r.message,
+            media: r.media.map(|m| Media {
+                url: m.url,
+                filename: m.filename,
+                filesize: m.filesize,
+            }),
+        })
+        .collect())
+}
+
+fn event_from_row(row: &SqliteRow) -> Result<StatusEvent, StoreError> {
+    let source: String = row.try_get("source")?;
+    let updated: Option<String> = row.try_get("updated")?;
+    let status: Option<String> = row.try_get("status")?;
+    let replies: String = row.try_get("replies")?;
+    let cursor: i64 = row.try_get("cursor")?;
+    Ok(StatusEvent {
+        cursor: u64::try_from(cursor)
+            .map_err(|_| StoreError::Corrupt(format!("cursor {cursor}")))?,
+        event: NewEvent {
+            report: DeliveryReport {
+                client_id: id_from_db(row.try_get("client_id")?),
+                msg_id: row.try_get("msg_id")?,
+                channel_raw: row.try_get("channel")?,
+                status: status.map(ReportedStatus::new),
+                success: row.try_get("success")?,
+                error: row.try_get("error")?,
+                updated: updated
+                    .map(|u| {
+                        DateTime::parse_from_rfc3339(&u)
+                            .map(|t| t.with_timezone(&Utc))
+                            .map_err(|e| StoreError::Corrupt(format!("updated {u:?}: {e}")))
+                    })
+                    .transpose()?,
+                reply: row.try_get("reply")?,
+                duration_secs: row.try_get("duration_s")?,
+                request_id: row.try_get("request_id")?,
+                replies: replies_from_json(&replies)?,
+            },
+            received_at: from_ms(row.try_get("received_at_ms")?)?,
+            source: EventSource::from_name(&source)
+                .ok_or_else(|| StoreError::Corrupt(format!("source {source:?}")))?,
+        },
+    })
+}
+
+#[tonic::async_trait]
+impl Store for SqliteStore {
+    async fn record_sent(&self, m: &SentMessage) -> Result<(), StoreError> {
+        let first_poll = m.sent_at
+            + chrono::Duration::from_std(self.first_poll_after).unwrap_or(chrono::Duration::MAX);
+        sqlx::query(
+            "INSERT INTO messages (client_id, msg_id, channel, sent_at_ms, lifetime_s, last_status, is_final, next_poll_ms, polls)
+             VALUES (?, ?, ?, ?, ?, NULL, 0, ?, 0)
+             ON CONFLICT (client_id) DO UPDATE SET
+               msg_id = excluded.msg_id, channel = excluded.channel, sent_at_ms = excluded.sent_at_ms,
+               lifetime_s = excluded.lifetime_s, last_status = NULL, is_final = 0,
+               next_poll_ms = excluded.next_poll_ms, polls = 0",
+        )
+        .bind(id_to_db(m.client_id))
+        .bind(&m.msg_id)
+        .bind(&m.channel)
+        .bind(ms(m.sent_at))
+        .bind(seconds(m.lifetime))
+        .bind(ms(first_poll))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn client_id_of(&self, msg_id: &str) -> Result<Option<u64>, StoreError> {
+        let row: Option<(i64,)> =
+            sqlx::query_as("SELECT client_id FROM messages WHERE msg_id = ? LIMIT 1")
+                .bind(msg_id)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(row.map(|(id,)| id_from_db(id)))
+    }
+
+    async fn append(&self, event: &NewEvent) -> Result<Option<StatusEvent>, StoreError> {
+        let r = &event.report;
+        let mut tx = self.pool.begin().await?;
+        let inserted: Option<(i64,)> = sqlx::query_as(
+            "INSERT INTO events (dedup_key, client_id, msg_id, channel, status, success, error, updated, reply,
+                                 duration_s, request_id, replies, received_at_ms, source)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+             ON CONFLICT (dedup_key) DO NOTHING
+             RETURNING cursor",
+        )
+        .bind(event.dedup_key())
+        .bind(id_to_db(r.client_id))
+        .bind(&r.msg_id)
+        .bind(&r.channel_raw)
+        .bind(r.status.as_ref().map(|s| s.raw.as_str()))
+        .bind(r.success)
+        .bind(&r.error)
+        .bind(r.updated.map(|u| u.to_rfc3339()))
+        .bind(&r.reply)
+        .bind(r.duration_secs)
+        .bind(&r.request_id)
+        .bind(replies_to_json(&r.replies))
+        .bind(ms(event.received_at))
+        .bind(event.source.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some((cursor,)) = inserted else {
+            tx.rollback().await?;
+            return Ok(None);
+        };
+        if r.client_id != 0 {
+            let is_final = event.is_final();
+            sqlx::query(
+                "UPDATE messages SET last_status = ?, is_final = MAX(is_final, ?),
+                        next_poll_ms = CASE WHEN ? THEN NULL ELSE next_poll_ms END
+                 WHERE client_id = ?",
+            )
+            .bind(r.status.as_ref().map(|s| s.raw.as_str()))
+            .bind(is_final)
+            .bind(is_final)
+            .bind(id_to_db(r.client_id))
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(Some(StatusEvent {
+            cursor: u64::try_from(cursor)
+                .map_err(|_| StoreError::Corrupt(format!("cursor {cursor}")))?,
+            event: event.clone(),
+        }))
+    }
+
+    async fn events_after(&self, cursor: u64, limit: u32) -> Result<Vec<StatusEvent>, StoreError> {
+        let rows = sqlx::query("SELECT * FROM events WHERE cursor > ? ORDER BY cursor LIMIT ?")
+            .bind(i64::try_from(cursor).unwrap_or(i64::MAX))
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(event_from_row).collect()
+    }
+
+    async fn oldest_cursor(&self) -> Result<Option<u64>, StoreError> {
+        let (min,): (Option<i64>,) = sqlx::query_as("SELECT MIN(cursor) FROM events")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(min.and_then(|c| u64::try_from(c).ok()))
+    }
+
+    async fn latest_cursor(&self) -> Result<u64, StoreError> {
+        // sqlite_sequence remembers the highest cursor even after its event was pruned.
+        let seq: Option<(i64,)> =
+            sqlx::query_as("SELECT seq FROM sqlite_sequence WHERE name = 'events'")
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(seq.and_then(|(s,)| u64::try_from(s).ok()).unwrap_or(0))
+    }
+
+    async fn prune(&self, retention: Retention, now: DateTime<Utc>) -> Result<u64, StoreError> {
+        let horizon = ms(now) - i64::try_from(retention.max_age.as_millis()).unwrap_or(i64::MAX);
+        let by_age = sqlx::query("DELETE FROM events WHERE received_at_ms < ?")
+            .bind(horizon)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        let keep = i64::try_from(retention.max_events).unwrap_or(i64::MAX);
+        let by_count = sqlx::query(
+            "DELETE FROM events WHERE cursor <= (SELECT COALESCE(MAX(cursor), 0) FROM events) - ?",
+        )
+        .bind(keep)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        // A message is tracked until it is final or its lifetime is over, then kept as
+        // long as its events for msg_id lookups.
+        sqlx::query(
+            "DELETE FROM messages WHERE sent_at_ms + lifetime_s * 1000 < ? AND sent_at_ms < ?",
+        )
+        .bind(ms(now))
+        .bind(horizon)
+        .execute(&self.pool)
+        .await?;
+        Ok(by_age + by_count)
+    }
+
+    async fn due_for_poll(
+        &self,
+        now: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<PendingMessage>, StoreError> {
+        let rows: Vec<(i64, i64, i64, i64)> = sqlx::query_as(
+            "SELECT client_id, sent_at_ms, lifetime_s, polls FROM messages
+             WHERE is_final = 0 AND next_poll_ms IS NOT NULL AND next_poll_ms <= ?
+             ORDER BY next_poll_ms LIMIT ?",
+        )
+        .bind(ms(now))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|(id, sent, lifetime, polls)| {
+                Ok(PendingMessage {
+                    client_id: id_from_db(id),
+                    sent_at: from_ms(sent)?,
+                    lifetime: Duration::from_secs(u64::try_from(lifetime).unwrap_or(0)),
+                    polls: u32::try_from(polls).unwrap_or(u32::MAX),
+                })
+            })
+            .collect()
+    }
+
+    async fn schedule_poll(
+        &self,
+        client_id: u64,
+        next: Option<DateTime<Utc>>,
+    ) -> Result<(), StoreError> {
+        sqlx::query("UPDATE messages SET next_poll_ms = ?, polls = polls + 1 WHERE client_id = ?")
+            .bind(next.map(ms))
+            .bind(id_to_db(client_id))
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn close(&self) {
+        self.pool.close().await;
+    }
+}

@@ -1,0 +1,109 @@
+//! The gateway's delivery webhook body (spec section 6), parsed tolerantly like
+//! every other gateway answer.
+
+use serde::Deserialize;
+
+use super::response::{ReplyPayload, flex, timestamp};
+use crate::domain::{DeliveryReport, Reply, ReportedStatus};
+
+#[derive(Deserialize)]
+struct WebhookBody {
+    #[serde(deserialize_with = "flex::bool")]
+    success: bool,
+    #[serde(default, deserialize_with = "flex::opt_u64")]
+    id: Option<u64>,
+    #[serde(default, deserialize_with = "flex::opt_string")]
+    msg_id: Option<String>,
+    #[serde(default, rename = "type", deserialize_with = "flex::opt_string")]
+    kind: Option<String>,
+    #[serde(default, deserialize_with = "flex::opt_string")]
+    status: Option<String>,
+    #[serde(default, deserialize_with = "flex::opt_string")]
+    error: Option<String>,
+    #[serde(default, deserialize_with = "flex::opt_string")]
+    updated: Option<String>,
+    #[serde(default, deserialize_with = "flex::opt_string")]
+    reply: Option<String>,
+    #[serde(default, deserialize_with = "flex::opt_f64")]
+    duration: Option<f64>,
+    #[serde(default, deserialize_with = "flex::opt_string")]
+    request_id: Option<String>,
+    #[serde(default, deserialize_with = "flex::list")]
+    replies: Vec<ReplyPayload>,
+}
+
+/// A webhook body that is not the gateway's status report.
+#[derive(Debug, thiserror::Error)]
+#[error("not a status webhook: {0}")]
+pub struct WebhookError(String);
+
+/// Parses a webhook body. The client id is 0 when the body does not carry one.
+pub fn parse_webhook(body: &[u8]) -> Result<DeliveryReport, WebhookError> {
+    let value: serde_json::Value =
+        serde_json::from_slice(body).map_err(|e| WebhookError(format!("invalid JSON: {e}")))?;
+    if !value.is_object() {
+        return Err(WebhookError("expected a JSON object".into()));
+    }
+    let b = WebhookBody::deserialize(&value).map_err(|e| WebhookError(e.to_string()))?;
+    if b.duration.is_some_and(|d| !d.is_finite() || d < 0.0) {
+        return Err(WebhookError(
+            "duration must be a non-negative number".into(),
+        ));
+    }
+    Ok(DeliveryReport {
+        client_id: b.id.unwrap_or(0),
+        msg_id: b.msg_id.filter(|m| !m.is_empty()),
+        channel_raw: b.kind,
+        status: b.status.map(ReportedStatus::new),
+        success: b.success,
+        error: b.error.filter(|e| !e.is_empty()),
+        updated: b.updated.as_deref().and_then(timestamp),
+        reply: b.reply,
+        duration_secs: b.duration,
+        request_id: b.request_id,
+        replies: b.replies.into_iter().map(Reply::from).collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::Status;
+
+    #[test]
+    fn parses_every_documented_field() {
+        let r = parse_webhook(
+            br#"{"success":true,"id":"100500","msg_id":"123","type":"voice","status":"DELIVERED",
+                 "updated":"2024-01-01T10:00:00+02:00","reply":"1","duration":12,"request_id":"abc",
+                 "replies":[{"datetime":"2024-01-01T10:01:00+02:00","message":"ok"}],"extra":true}"#,
+        )
+        .unwrap();
+        assert_eq!(r.client_id, 100500);
+        assert_eq!(r.msg_id.as_deref(), Some("123"));
+        assert_eq!(r.status.unwrap().known, Some(Status::Delivered));
+        assert_eq!(
+            (r.reply.as_deref(), r.duration_secs),
+            (Some("1"), Some(12.0))
+        );
+        assert_eq!(r.replies.len(), 1);
+        assert!(r.updated.is_some());
+    }
+
+    #[test]
+    fn refuses_what_is_not_a_status_report() {
+        for bad in [
+            &b"not json"[..],
+            b"[]",
+            b"{}",
+            br#"{"success":"maybe"}"#,
+            br#"{"success":true,"id":"abc"}"#,
+            br#"{"success":true,"duration":-1}"#,
+        ] {
+            assert!(
+                parse_webhook(bad).is_err(),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+}

@@ -25,8 +25,6 @@ use crate::store::{Retention, Store};
 use crate::upstream::{Gateway, GatewayConfig};
 use crate::webhook::{self, HookSigner, HookUrls, WebhookState};
 
-/// Events kept in memory for live subscribers; a subscriber further behind reads the store.
-const FAN_OUT_EVENTS: usize = 4096;
 /// How often the event retention runs.
 const RETENTION_EVERY: Duration = Duration::from_secs(60);
 
@@ -89,7 +87,7 @@ impl Application {
             .await
             .with_context(|| format!("cannot open the store {}", redact(&config.store_url)))?;
         tracing::info!(store = %redact(&config.store_url), "store open");
-        let events = EventLog::new(store.clone(), FAN_OUT_EVENTS);
+        let events = EventLog::new(store.clone(), config.event_fan_out);
         let dispatcher = Dispatcher::new(gateway).with_tracking(Tracking {
             hooks: hooks.clone(),
             store: store.clone(),

@@ -175,6 +175,9 @@ pub struct ServeArgs {
     /// At most this many events are kept in the log.
     #[arg(long, env = "MSGW_EVENT_RETENTION_COUNT", default_value_t = 1_000_000)]
     pub event_retention_count: u64,
+    /// Events kept in memory for live subscribers; a subscriber further behind catches up from the store.
+    #[arg(long, env = "MSGW_EVENT_FAN_OUT", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(16..=1_000_000))]
+    pub event_fan_out: u64,
     /// A sent message with no final status this long after sending is polled with `status`.
     #[arg(long, env = "MSGW_RECONCILE_AFTER", default_value = "5m", value_parser = humantime::parse_duration)]
     pub reconcile_after: Duration,
@@ -228,6 +231,8 @@ pub struct Config {
     pub store_url: String,
     /// Event log bounds.
     pub retention: Retention,
+    /// Events kept in memory for live subscribers.
+    pub event_fan_out: usize,
     /// Status polling of messages without a final status.
     pub reconcile: ReconcileConfig,
     /// Drain time after a shutdown signal.
@@ -333,6 +338,7 @@ impl ServeArgs {
                 max_age: self.event_retention,
                 max_events: self.event_retention_count,
             },
+            event_fan_out: usize::try_from(self.event_fan_out).unwrap_or(usize::MAX),
             reconcile: ReconcileConfig {
                 interval: self.reconcile_interval,
                 first_after: self.reconcile_after,

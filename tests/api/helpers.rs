@@ -267,6 +267,8 @@ pub struct Options {
     pub store: Option<Arc<tempfile::TempDir>>,
     pub retention: Retention,
     pub shutdown_grace: Duration,
+    /// Events kept in memory for live subscribers.
+    pub fan_out: usize,
 }
 
 impl Default for Options {
@@ -283,6 +285,7 @@ impl Default for Options {
                 max_events: 1_000_000,
             },
             shutdown_grace: Duration::from_secs(5),
+            fan_out: 4096,
         }
     }
 }
@@ -290,7 +293,6 @@ impl Default for Options {
 pub async fn spawn_app() -> TestApp {
     spawn(Options::default()).await
 }
-
 
 /// msgw with this upstream timeout, pointed at `upstream_url` instead of the fake gateway if given.
 pub async fn spawn_app_with(upstream_timeout: Duration, upstream_url: Option<String>) -> TestApp {
@@ -341,6 +343,7 @@ pub async fn spawn(options: Options) -> TestApp {
         generated_secrets: Vec::new(),
         store_url: store_url(&store),
         retention: options.retention,
+        event_fan_out: options.fan_out,
         reconcile: ReconcileConfig {
             interval: Duration::from_millis(20),
             first_after: options.reconcile_after,

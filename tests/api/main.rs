@@ -1,6 +1,7 @@
 //! msgw end to end over real gRPC and HTTP on loopback.
 
 mod errors;
+mod events;
 mod fixtures;
 mod helpers;
 mod lifecycle;

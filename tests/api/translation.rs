@@ -30,7 +30,11 @@ async fn only_item(app: &TestApp) -> Value {
     ];
     if hooked.contains(&kind.as_str()) {
         let id = item["id"].as_u64().unwrap();
-        assert_eq!(hook, Some(json!(app.hook_url(id))), "{kind} carries its hook");
+        assert_eq!(
+            hook,
+            Some(json!(app.hook_url(id))),
+            "{kind} carries its hook"
+        );
     } else {
         assert_eq!(hook, None, "{kind} carries no hook");
     }

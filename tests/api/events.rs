@@ -1,0 +1,521 @@
+//! Delivery events end to end: webhooks in, the resumable gRPC stream out.
+
+use std::{sync::Arc, time::Duration};
+
+use msgw::proto::*;
+use msgw::store::{Retention, SqliteStore, Store};
+use serde_json::json;
+use tokio_stream::StreamExt;
+use tonic::{Code, Streaming};
+
+use crate::helpers::{ACCOUNT_TOKEN, Options, TestApp, error_info, spawn, spawn_sandboxed_app};
+
+const STEP: Duration = Duration::from_millis(5);
+
+fn sms(id: u64, phone: &str) -> SendSmsRequest {
+    SendSmsRequest {
+        id,
+        phone: phone.into(),
+        message: "Hello".into(),
+        signature: "msgw".into(),
+        ..Default::default()
+    }
+}
+
+async fn subscribe(
+    app: &TestApp,
+    request: StreamStatusEventsRequest,
+) -> Streaming<StreamStatusEventsResponse> {
+    app.events()
+        .stream_status_events(request)
+        .await
+        .expect("stream opens")
+        .into_inner()
+}
+
+/// The next event, failing the test if none comes within a few seconds.
+async fn next(stream: &mut Streaming<StreamStatusEventsResponse>) -> StatusEvent {
+    tokio::time::timeout(Duration::from_secs(10), stream.next())
+        .await
+        .expect("an event within 10 s")
+        .expect("the stream is open")
+        .expect("an event, not an error")
+        .event
+        .expect("event set")
+}
+
+/// Asserts that no event arrives for a while.
+async fn quiet(stream: &mut Streaming<StreamStatusEventsResponse>) {
+    if let Ok(Some(item)) = tokio::time::timeout(Duration::from_millis(300), stream.next()).await {
+        panic!("expected no event, got {item:?}");
+    }
+}
+
+fn webhook(id: u64, status: &str) -> String {
+    json!({"success": status == "DELIVERED", "id": id.to_string(), "msg_id": format!("m{id}"), "type": "sms",
+           "status": status, "updated": "2026-01-02T03:04:05+00:00"})
+    .to_string()
+}
+
+#[tokio::test]
+async fn a_send_ends_in_its_final_status_on_the_stream() {
+    let app = spawn_sandboxed_app(STEP).await;
+    let mut stream = subscribe(
+        &app,
+        StreamStatusEventsRequest {
+            ids: vec![1, 2],
+            ..Default::default()
+        },
+    )
+    .await;
+    let receipt = app
+        .messaging()
+        .send_sms(sms(1, "380971234567"))
+        .await
+        .unwrap()
+        .into_inner()
+        .receipt
+        .unwrap();
+    let e = next(&mut stream).await;
+    assert_eq!((e.id, e.msg_id.as_str()), (1, receipt.msg_id.as_str()));
+    assert_eq!(
+        (e.status(), e.raw_status.as_str()),
+        (MessageStatus::Delivered, "DELIVERED")
+    );
+    assert_eq!(
+        (e.channel(), e.source()),
+        (Channel::Sms, EventSource::Webhook)
+    );
+    assert!(e.success && e.r#final && e.cursor > 0);
+    assert!(e.updated.is_some() && e.receive_time.is_some());
+
+    // A failed message: success false, the gateway's reason, still final.
+    app.messaging()
+        .send_sms(sms(2, "380000000002"))
+        .await
+        .unwrap();
+    let e = next(&mut stream).await;
+    assert_eq!(
+        (e.id, e.status(), e.success),
+        (2, MessageStatus::Undeliverable, false)
+    );
+    assert!(!e.error.is_empty());
+}
+
+#[tokio::test]
+async fn resuming_after_the_last_cursor_gives_exactly_the_missed_events() {
+    let app = spawn(Options::default()).await;
+    let mut stream = subscribe(&app, StreamStatusEventsRequest::default()).await;
+    assert_eq!(
+        app.post_webhook(&app.hook_path(1), webhook(1, "DELIVERED"))
+            .await,
+        200
+    );
+    let first = next(&mut stream).await;
+    drop(stream);
+
+    for id in 2..=4 {
+        assert_eq!(
+            app.post_webhook(&app.hook_path(id), webhook(id, "DELIVERED"))
+                .await,
+            200
+        );
+    }
+    let mut resumed = subscribe(
+        &app,
+        StreamStatusEventsRequest {
+            after_cursor: Some(first.cursor),
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        got.push(next(&mut resumed).await);
+    }
+    assert_eq!(got.iter().map(|e| e.id).collect::<Vec<_>>(), [2, 3, 4]);
+    assert_eq!(
+        got.iter().map(|e| e.cursor).collect::<Vec<_>>(),
+        [first.cursor + 1, first.cursor + 2, first.cursor + 3]
+    );
+    // The hand-over to live: the next event comes once, right after the replay.
+    assert_eq!(
+        app.post_webhook(&app.hook_path(5), webhook(5, "DELIVERED"))
+            .await,
+        200
+    );
+    let live = next(&mut resumed).await;
+    assert_eq!((live.id, live.cursor), (5, first.cursor + 4));
+    quiet(&mut resumed).await;
+}
+
+#[tokio::test]
+async fn events_survive_a_restart_on_the_same_store() {
+    let app = spawn(Options::default()).await;
+    for id in [7, 8] {
+        assert_eq!(
+            app.post_webhook(&app.hook_path(id), webhook(id, "DELIVERED"))
+                .await,
+            200
+        );
+    }
+    let store = app.store.clone();
+    app.stop().await.unwrap();
+
+    let app = spawn(Options {
+        store: Some(store),
+        ..Options::default()
+    })
+    .await;
+    let mut stream = subscribe(
+        &app,
+        StreamStatusEventsRequest {
+            from_oldest: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    let (a, b) = (next(&mut stream).await, next(&mut stream).await);
+    assert_eq!(((a.id, a.cursor), (b.id, b.cursor)), ((7, 1), (8, 2)));
+    // New events continue the same cursor sequence.
+    assert_eq!(
+        app.post_webhook(&app.hook_path(9), webhook(9, "DELIVERED"))
+            .await,
+        200
+    );
+    assert_eq!(next(&mut stream).await.cursor, 3);
+}
+
+#[tokio::test]
+async fn forged_or_missing_tokens_are_refused_without_an_event() {
+    let app = spawn(Options::default()).await;
+    let mut stream = subscribe(&app, StreamStatusEventsRequest::default()).await;
+    // A token of another message, garbage, none, and a wrong account token.
+    assert_eq!(
+        app.post_webhook(&app.hook_path(2), webhook(1, "DELIVERED"))
+            .await,
+        401
+    );
+    assert_eq!(
+        app.post_webhook("/v1/webhooks/status/AAAA", webhook(1, "DELIVERED"))
+            .await,
+        401
+    );
+    assert_eq!(
+        app.post_webhook("/v1/webhooks/status/", webhook(1, "DELIVERED"))
+            .await,
+        401
+    );
+    assert_eq!(
+        app.post_webhook(
+            "/v1/webhooks/account/nope-nope-nope-nope",
+            webhook(1, "DELIVERED")
+        )
+        .await,
+        401
+    );
+    quiet(&mut stream).await;
+}
+
+#[tokio::test]
+async fn malformed_or_oversized_bodies_are_refused_without_an_event() {
+    let app = spawn(Options::default()).await;
+    let mut stream = subscribe(&app, StreamStatusEventsRequest::default()).await;
+    let path = app.hook_path(1);
+    assert_eq!(app.post_webhook(&path, "not json").await, 400);
+    assert_eq!(
+        app.post_webhook(&path, r#"{"id":"1","status":"DELIVERED"}"#)
+            .await,
+        400,
+        "success is required"
+    );
+    assert_eq!(
+        app.post_webhook(&path, r#"{"success":true,"id":"x1"}"#)
+            .await,
+        400
+    );
+    assert_eq!(app.post_webhook(&path, "[1,2]").await, 400);
+    let huge = format!(
+        r#"{{"success":true,"id":"1","error":"{}"}}"#,
+        "x".repeat(100 * 1024)
+    );
+    assert_eq!(app.post_webhook(&path, huge).await, 413);
+    quiet(&mut stream).await;
+}
+
+#[tokio::test]
+async fn the_same_webhook_twice_is_one_event() {
+    let app = spawn(Options::default()).await;
+    let mut stream = subscribe(&app, StreamStatusEventsRequest::default()).await;
+    assert_eq!(
+        app.post_webhook(&app.hook_path(1), webhook(1, "DELIVERED"))
+            .await,
+        200
+    );
+    assert_eq!(
+        app.post_webhook(&app.hook_path(1), webhook(1, "DELIVERED"))
+            .await,
+        200
+    );
+    assert_eq!(next(&mut stream).await.id, 1);
+    quiet(&mut stream).await;
+    let mut all = subscribe(
+        &app,
+        StreamStatusEventsRequest {
+            from_oldest: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(next(&mut all).await.cursor, 1);
+    quiet(&mut all).await;
+}
+
+#[tokio::test]
+async fn a_lost_webhook_still_ends_in_a_final_event_from_polling() {
+    let app = spawn(Options {
+        sandbox_step: Some(STEP),
+        reconcile_after: Duration::from_millis(50),
+        ..Options::default()
+    })
+    .await;
+    let mut stream = subscribe(
+        &app,
+        StreamStatusEventsRequest {
+            ids: vec![5],
+            final_only: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    // The sandbox never sends this number's webhook.
+    app.messaging()
+        .send_sms(sms(5, "380000000005"))
+        .await
+        .unwrap();
+    let e = next(&mut stream).await;
+    assert_eq!(
+        (e.id, e.status(), e.source()),
+        (5, MessageStatus::Delivered, EventSource::Poll)
+    );
+    assert!(e.r#final && e.success);
+}
+
+#[tokio::test]
+async fn pipeline_statuses_arrive_through_the_account_endpoint() {
+    let app = spawn_sandboxed_app(STEP).await;
+    let mut stream = subscribe(
+        &app,
+        StreamStatusEventsRequest {
+            ids: vec![30],
+            ..Default::default()
+        },
+    )
+    .await;
+    app.messaging()
+        .send_pipeline(SendPipelineRequest {
+            id: 30,
+            phone: "380971234567".into(),
+            channels: vec![Channel::Whatsapp as i32],
+            whatsapp: Some(PipelineWhatsapp {
+                message: "Hi".into(),
+                signature: "msgw".into(),
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let e = next(&mut stream).await;
+    assert_eq!(
+        (e.id, e.channel(), e.status()),
+        (30, Channel::Whatsapp, MessageStatus::Delivered)
+    );
+
+    // The account endpoint takes any message's status with the account token only.
+    let body =
+        json!({"success": false, "id": "31", "type": "sms", "status": "REJECTED", "error": "spam"})
+            .to_string();
+    assert_eq!(
+        app.post_webhook(&format!("/v1/webhooks/account/{ACCOUNT_TOKEN}"), body)
+            .await,
+        200
+    );
+}
+
+#[tokio::test]
+async fn filters_select_by_id_msg_id_channel_and_finality() {
+    let app = spawn(Options::default()).await;
+    let mut by_channel = subscribe(
+        &app,
+        StreamStatusEventsRequest {
+            channels: vec![Channel::Viber as i32],
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut by_msg = subscribe(
+        &app,
+        StreamStatusEventsRequest {
+            msg_ids: vec!["m3".into()],
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut finals = subscribe(
+        &app,
+        StreamStatusEventsRequest {
+            final_only: true,
+            ..Default::default()
+        },
+    )
+    .await;
+
+    let viber =
+        json!({"success": true, "id": "1", "msg_id": "m1", "type": "viber", "status": "READ"})
+            .to_string();
+    assert_eq!(app.post_webhook(&app.hook_path(1), viber).await, 200);
+    let routing =
+        json!({"success": false, "id": "2", "msg_id": "m2", "type": "sms", "status": "ROUTING"})
+            .to_string();
+    assert_eq!(app.post_webhook(&app.hook_path(2), routing).await, 200);
+    assert_eq!(
+        app.post_webhook(&app.hook_path(3), webhook(3, "DELIVERED"))
+            .await,
+        200
+    );
+
+    assert_eq!(next(&mut by_channel).await.id, 1);
+    assert_eq!(next(&mut by_msg).await.id, 3);
+    assert_eq!(
+        (next(&mut finals).await.id, next(&mut finals).await.id),
+        (1, 3)
+    );
+    quiet(&mut by_channel).await;
+
+    let bad = app
+        .events()
+        .stream_status_events(StreamStatusEventsRequest {
+            channels: vec![0],
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(bad.code(), Code::InvalidArgument);
+}
+
+#[tokio::test]
+async fn cursors_outside_the_retention_are_out_of_range() {
+    let app = spawn(Options::default()).await;
+    for id in 1..=5 {
+        assert_eq!(
+            app.post_webhook(&app.hook_path(id), webhook(id, "DELIVERED"))
+                .await,
+            200
+        );
+    }
+    let ahead = app
+        .events()
+        .stream_status_events(StreamStatusEventsRequest {
+            after_cursor: Some(99),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(ahead.code(), Code::OutOfRange);
+
+    // Keep the newest two events only.
+    let store = SqliteStore::open(&app.store_url(), Duration::from_secs(60))
+        .await
+        .unwrap();
+    let retention = Retention {
+        max_age: Duration::from_secs(3600),
+        max_events: 2,
+    };
+    assert_eq!(store.prune(retention, chrono::Utc::now()).await.unwrap(), 3);
+    store.close().await;
+
+    let old = app
+        .events()
+        .stream_status_events(StreamStatusEventsRequest {
+            after_cursor: Some(1),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(old.code(), Code::OutOfRange);
+    assert_eq!(error_info(&old).1["oldest_available_cursor"], "3");
+    // Resuming exactly at the boundary works.
+    let mut ok = subscribe(
+        &app,
+        StreamStatusEventsRequest {
+            after_cursor: Some(3),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(next(&mut ok).await.cursor, 4);
+}
+
+#[tokio::test]
+async fn a_slow_subscriber_catches_up_from_the_store_without_blocking_others() {
+    let app = Arc::new(
+        spawn(Options {
+            fan_out: 16,
+            ..Options::default()
+        })
+        .await,
+    );
+    let mut slow = subscribe(&app, StreamStatusEventsRequest::default()).await;
+    let mut fast = subscribe(&app, StreamStatusEventsRequest::default()).await;
+    // Far more events than the in-memory fan-out (16) and the stream buffers hold,
+    // while `slow` reads nothing.
+    let total = 2000u64;
+    let client = reqwest::Client::new();
+    let mut posts = tokio::task::JoinSet::new();
+    for chunk in 0..10u64 {
+        let (client, app) = (client.clone(), app.clone());
+        posts.spawn(async move {
+            for id in (chunk * total / 10 + 1)..=((chunk + 1) * total / 10) {
+                let status = client
+                    .post(format!("http://{}{}", app.http_addr, app.hook_path(id)))
+                    .header("content-type", "application/json")
+                    .body(webhook(id, "DELIVERED"))
+                    .send()
+                    .await
+                    .unwrap()
+                    .status();
+                assert_eq!(status, 200);
+            }
+        });
+    }
+    let mut fast_cursors = Vec::new();
+    while fast_cursors.len() < total as usize {
+        fast_cursors.push(next(&mut fast).await.cursor);
+    }
+    while posts.join_next().await.is_some() {}
+    let mut slow_cursors = Vec::new();
+    while slow_cursors.len() < total as usize {
+        slow_cursors.push(next(&mut slow).await.cursor);
+    }
+    let expected: Vec<u64> = (1..=total).collect();
+    assert_eq!(fast_cursors, expected, "in order, no gap, no duplicate");
+    assert_eq!(slow_cursors, expected, "the slow one got everything too");
+}
+
+#[tokio::test]
+async fn shutdown_ends_open_streams_with_unavailable() {
+    let app = spawn(Options::default()).await;
+    let mut stream = subscribe(&app, StreamStatusEventsRequest::default()).await;
+    let stopped = tokio::spawn(app.stop());
+    let end = tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .expect("the stream ends promptly");
+    match end {
+        Some(Err(status)) => {
+            assert_eq!(status.code(), Code::Unavailable);
+            assert_eq!(error_info(&status).0, "SHUTTING_DOWN");
+        }
+        other => panic!("expected UNAVAILABLE, got {other:?}"),
+    }
+    stopped.await.unwrap().expect("clean stop");
+}

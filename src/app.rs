@@ -6,8 +6,7 @@ use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 use anyhow::Context;
 use secrecy::SecretString;
 use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
-use tokio_stream::wrappers::TcpListenerStream;
-use tonic::transport::Server;
+use tonic::transport::{Server, server::TcpIncoming};
 use tonic_health::{ServingStatus, server::HealthReporter};
 
 use crate::config::{Config, Upstream};
@@ -193,7 +192,12 @@ impl Application {
             )))
             .add_service(TemplateServiceServer::new(Templates::new(self.dispatcher)))
             .add_service(EventServiceServer::new(Events::new(self.events.clone())))
-            .serve_with_incoming_shutdown(TcpListenerStream::new(self.grpc), draining);
+            // An incoming stream skips the builder's socket options: ask for TCP_NODELAY
+            // here, or Nagle holds back every small streamed event.
+            .serve_with_incoming_shutdown(
+                TcpIncoming::from(self.grpc).with_nodelay(Some(true)),
+                draining,
+            );
         let grace = self.shutdown_grace;
         let grace_over = {
             let mut stop = stop.clone();

@@ -5,7 +5,7 @@
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
 use chrono::Utc;
-use tokio::sync::{Mutex, broadcast, mpsc, watch};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use crate::domain::{Channel, Error, NewEvent, StatusEvent, UnavailableCause};
 use crate::store::{Retention, Store, StoreError};
@@ -51,12 +51,18 @@ const REPLAY_PAGE: u32 = 512;
 /// Events a subscription buffers towards its client before it falls back to the store.
 const SUBSCRIBER_BUFFER: usize = 256;
 
+/// Events committed in one transaction at most. Under load, webhooks that arrive
+/// while a commit is running share the next one (group commit).
+const MAX_GROUP: usize = 256;
+
+type AppendReply = oneshot::Sender<Result<Option<StatusEvent>, StoreError>>;
+
 /// The event log: the store plus the in-memory fan-out.
 pub struct EventLog {
     store: Arc<dyn Store>,
     live: broadcast::Sender<Arc<StatusEvent>>,
-    // Appends are serialized so events reach the fan-out in cursor order.
-    writer: Mutex<()>,
+    // One writer task appends and publishes, so events reach the fan-out in cursor order.
+    writer: mpsc::Sender<(NewEvent, AppendReply)>,
     closing: watch::Sender<bool>,
 }
 
@@ -83,23 +89,22 @@ impl EventLog {
     pub fn new(store: Arc<dyn Store>, fan_out: usize) -> Arc<Self> {
         let (live, _) = broadcast::channel(fan_out.max(16));
         let (closing, _) = watch::channel(false);
+        let (writer, queue) = mpsc::channel(MAX_GROUP * 4);
+        tokio::spawn(write_groups(store.clone(), live.clone(), queue));
         Arc::new(Self {
             store,
             live,
-            writer: Mutex::new(()),
+            writer,
             closing,
         })
     }
 
     /// Durably appends an event and publishes it; `None` for a duplicate.
     pub async fn append(&self, event: NewEvent) -> Result<Option<StatusEvent>, StoreError> {
-        let _order = self.writer.lock().await;
-        let stored = self.store.append(&event).await?;
-        if let Some(e) = &stored {
-            // No receiver is fine: subscribers replay from the store.
-            let _ = self.live.send(Arc::new(e.clone()));
-        }
-        Ok(stored)
+        let (reply, stored) = oneshot::channel();
+        let gone = || StoreError::Append("the event writer has stopped".into());
+        self.writer.send((event, reply)).await.map_err(|_| gone())?;
+        stored.await.map_err(|_| gone())?
     }
 
     /// Open subscriptions.
@@ -244,6 +249,37 @@ impl EventLog {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(dropped = n, "event retention applied"),
                 Err(e) => tracing::error!(error = %e, "event retention failed"),
+            }
+        }
+    }
+}
+
+/// The writer task: takes every append waiting, commits them in one transaction,
+/// then publishes and answers them in cursor order.
+async fn write_groups(
+    store: Arc<dyn Store>,
+    live: broadcast::Sender<Arc<StatusEvent>>,
+    mut queue: mpsc::Receiver<(NewEvent, AppendReply)>,
+) {
+    let mut group = Vec::with_capacity(MAX_GROUP);
+    while queue.recv_many(&mut group, MAX_GROUP).await > 0 {
+        let (events, replies): (Vec<NewEvent>, Vec<AppendReply>) = group.drain(..).unzip();
+        match store.append_batch(&events).await {
+            Ok(stored) => {
+                for (stored, reply) in stored.into_iter().zip(replies) {
+                    if let Some(e) = &stored {
+                        // No receiver is fine: subscribers replay from the store.
+                        let _ = live.send(Arc::new(e.clone()));
+                    }
+                    let _ = reply.send(Ok(stored));
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, events = events.len(), "event append failed");
+                let text = e.to_string();
+                for reply in replies {
+                    let _ = reply.send(Err(StoreError::Append(text.clone())));
+                }
             }
         }
     }

@@ -23,6 +23,9 @@ pub enum StoreError {
     /// Stored data msgw cannot read back.
     #[error("store holds unreadable data: {0}")]
     Corrupt(String),
+    /// A group append failed (the same failure is reported to each event of the group).
+    #[error("store append failed: {0}")]
+    Append(String),
     /// A store URL msgw does not support.
     #[error("{0}")]
     Config(String),
@@ -74,9 +77,13 @@ pub trait Store: std::fmt::Debug + Send + Sync + 'static {
     /// The client id of a gateway message id, if msgw sent it.
     async fn client_id_of(&self, msg_id: &str) -> Result<Option<u64>, StoreError>;
 
-    /// Appends an event unless the same event is stored already; `None` for a duplicate.
+    /// Appends events in one transaction, each unless the same event is stored already
+    /// (`None` for a duplicate), and returns them with their cursors in order.
     /// Callers serialize appends, so cursors are handed out in commit order.
-    async fn append(&self, event: &NewEvent) -> Result<Option<StatusEvent>, StoreError>;
+    async fn append_batch(
+        &self,
+        events: &[NewEvent],
+    ) -> Result<Vec<Option<StatusEvent>>, StoreError>;
 
     /// Up to `limit` events with a cursor above `cursor`, in cursor order.
     async fn events_after(&self, cursor: u64, limit: u32) -> Result<Vec<StatusEvent>, StoreError>;

@@ -158,6 +158,60 @@ fn event_from_row(row: &SqliteRow) -> Result<StatusEvent, StoreError> {
     })
 }
 
+/// Rows per INSERT statement (14 bound values each, far below SQLite's variable limit).
+const INSERT_CHUNK: usize = 256;
+
+/// Inserts events with one multi-row statement; duplicates (already stored, or twice in
+/// `events`) come back as `None`. Rows are inserted in order, so cursors ascend with them.
+async fn insert_events(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    events: &[NewEvent],
+) -> Result<Vec<Option<StatusEvent>>, StoreError> {
+    let keys: Vec<String> = events.iter().map(NewEvent::dedup_key).collect();
+    let mut query = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+        "INSERT INTO events (dedup_key, client_id, msg_id, channel, status, success, error, updated, reply,
+                             duration_s, request_id, replies, received_at_ms, source, is_final) ",
+    );
+    query.push_values(events.iter().zip(&keys), |mut row, (event, key)| {
+        let r = &event.report;
+        row.push_bind(key.as_str())
+            .push_bind(id_to_db(r.client_id))
+            .push_bind(r.msg_id.as_deref())
+            .push_bind(r.channel_raw.as_deref())
+            .push_bind(r.status.as_ref().map(|s| s.raw.as_str()))
+            .push_bind(r.success)
+            .push_bind(r.error.as_deref())
+            .push_bind(r.updated.map(|u| u.to_rfc3339()))
+            .push_bind(r.reply.as_deref())
+            .push_bind(r.duration_secs)
+            .push_bind(r.request_id.as_deref())
+            .push_bind(replies_to_json(&r.replies))
+            .push_bind(ms(event.received_at))
+            .push_bind(event.source.as_str())
+            .push_bind(event.is_final());
+    });
+    query.push(" ON CONFLICT (dedup_key) DO NOTHING RETURNING dedup_key, cursor");
+    let rows: Vec<(String, i64)> = query.build_query_as().fetch_all(&mut **tx).await?;
+    let mut cursors: std::collections::HashMap<String, i64> = rows.into_iter().collect();
+    events
+        .iter()
+        .zip(keys)
+        .map(|(event, key)| {
+            // `remove`: a second copy of the same event in this group is a duplicate.
+            cursors
+                .remove(&key)
+                .map(|cursor| {
+                    Ok(StatusEvent {
+                        cursor: u64::try_from(cursor)
+                            .map_err(|_| StoreError::Corrupt(format!("cursor {cursor}")))?,
+                        event: event.clone(),
+                    })
+                })
+                .transpose()
+        })
+        .collect()
+}
+
 #[tonic::async_trait]
 impl Store for SqliteStore {
     async fn record_sent(&self, m: &SentMessage) -> Result<(), StoreError> {
@@ -191,56 +245,17 @@ impl Store for SqliteStore {
         Ok(row.map(|(id,)| id_from_db(id)))
     }
 
-    async fn append(&self, event: &NewEvent) -> Result<Option<StatusEvent>, StoreError> {
-        let r = &event.report;
+    async fn append_batch(
+        &self,
+        events: &[NewEvent],
+    ) -> Result<Vec<Option<StatusEvent>>, StoreError> {
         let mut tx = self.pool.begin().await?;
-        let inserted: Option<(i64,)> = sqlx::query_as(
-            "INSERT INTO events (dedup_key, client_id, msg_id, channel, status, success, error, updated, reply,
-                                 duration_s, request_id, replies, received_at_ms, source)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-             ON CONFLICT (dedup_key) DO NOTHING
-             RETURNING cursor",
-        )
-        .bind(event.dedup_key())
-        .bind(id_to_db(r.client_id))
-        .bind(&r.msg_id)
-        .bind(&r.channel_raw)
-        .bind(r.status.as_ref().map(|s| s.raw.as_str()))
-        .bind(r.success)
-        .bind(&r.error)
-        .bind(r.updated.map(|u| u.to_rfc3339()))
-        .bind(&r.reply)
-        .bind(r.duration_secs)
-        .bind(&r.request_id)
-        .bind(replies_to_json(&r.replies))
-        .bind(ms(event.received_at))
-        .bind(event.source.as_str())
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some((cursor,)) = inserted else {
-            tx.rollback().await?;
-            return Ok(None);
-        };
-        if r.client_id != 0 {
-            let is_final = event.is_final();
-            sqlx::query(
-                "UPDATE messages SET last_status = ?, is_final = MAX(is_final, ?),
-                        next_poll_ms = CASE WHEN ? THEN NULL ELSE next_poll_ms END
-                 WHERE client_id = ?",
-            )
-            .bind(r.status.as_ref().map(|s| s.raw.as_str()))
-            .bind(is_final)
-            .bind(is_final)
-            .bind(id_to_db(r.client_id))
-            .execute(&mut *tx)
-            .await?;
+        let mut stored = Vec::with_capacity(events.len());
+        for chunk in events.chunks(INSERT_CHUNK) {
+            stored.extend(insert_events(&mut tx, chunk).await?);
         }
         tx.commit().await?;
-        Ok(Some(StatusEvent {
-            cursor: u64::try_from(cursor)
-                .map_err(|_| StoreError::Corrupt(format!("cursor {cursor}")))?,
-            event: event.clone(),
-        }))
+        Ok(stored)
     }
 
     async fn events_after(&self, cursor: u64, limit: u32) -> Result<Vec<StatusEvent>, StoreError> {

@@ -29,6 +29,17 @@ CREATE TABLE events (
     request_id     TEXT,
     replies        TEXT    NOT NULL DEFAULT '[]',
     received_at_ms INTEGER NOT NULL,
-    source         TEXT    NOT NULL
+    source         TEXT    NOT NULL,
+    is_final       INTEGER NOT NULL
 );
 CREATE INDEX events_received ON events (received_at_ms);
+
+-- Every stored status updates its message: a final one stops reconcile polling.
+CREATE TRIGGER events_track_message AFTER INSERT ON events WHEN NEW.client_id != 0
+BEGIN
+    UPDATE messages
+       SET last_status = NEW.status,
+           is_final = MAX(is_final, NEW.is_final),
+           next_poll_ms = CASE WHEN NEW.is_final THEN NULL ELSE next_poll_ms END
+     WHERE client_id = NEW.client_id;
+END;

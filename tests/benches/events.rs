@@ -1,0 +1,246 @@
+//! Load benchmark of the delivery-event path: drives webhooks into a real msgw
+//! (HTTP on loopback, SQLite store in a temp dir) at a fixed rate while N gRPC
+//! subscribers stream every event, then prints the ingest rate and the
+//! webhook→stream latency (from the start of the POST to the event's arrival at
+//! a subscriber). Bounded in count and time; stops by itself.
+//!
+//! `cargo bench --bench events -- --rate 2000 --subscribers 100 --seconds 10`
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use clap::Parser;
+use msgw::{
+    app::Application,
+    config::{Config, Upstream},
+    proto::{StreamStatusEventsRequest, event_service_client::EventServiceClient},
+    reconcile::ReconcileConfig,
+    sandbox::SandboxConfig,
+    store::Retention,
+    webhook::HookSigner,
+};
+use tokio::sync::Semaphore;
+use tokio_stream::StreamExt;
+
+#[derive(Parser, Debug)]
+#[command(about = "msgw webhook → event stream benchmark")]
+struct Args {
+    /// Webhooks per second.
+    #[arg(long, default_value_t = 2000)]
+    rate: u64,
+    /// Concurrent stream subscribers.
+    #[arg(long, default_value_t = 100)]
+    subscribers: usize,
+    /// How long to send.
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+    /// gRPC connections the subscribers share.
+    #[arg(long, default_value_t = 10)]
+    connections: usize,
+    /// Webhooks in flight at most.
+    #[arg(long, default_value_t = 256)]
+    concurrency: usize,
+    /// Store URL; default: a SQLite file in a temp dir.
+    #[arg(long)]
+    store: Option<String>,
+    /// Ignored (cargo bench passes it).
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+const SECRET: &str = "bench-webhook-secret-0123456789";
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let total = args.rate * args.seconds;
+    let dir = tempfile::tempdir()?;
+    let config = Config {
+        grpc_addr: "127.0.0.1:0".parse()?,
+        http_addr: "127.0.0.1:0".parse()?,
+        public_url: None,
+        webhook_secret: SECRET.to_owned().into(),
+        account_token: "bench-account-token-0123456789".to_owned().into(),
+        generated_secrets: Vec::new(),
+        store_url: args
+            .store
+            .clone()
+            .unwrap_or_else(|| format!("sqlite://{}", dir.path().join("bench.db").display())),
+        retention: Retention {
+            max_age: Duration::from_secs(3600),
+            max_events: 10_000_000,
+        },
+        event_fan_out: 4096,
+        reconcile: ReconcileConfig {
+            interval: Duration::from_secs(3600),
+            first_after: Duration::from_secs(3600),
+            max_backoff: Duration::from_secs(3600),
+        },
+        shutdown_grace: Duration::from_secs(5),
+        upstream: Upstream::Sandbox(SandboxConfig::default()),
+        upstream_timeout: Duration::from_secs(5),
+        upstream_connections: 4,
+    };
+    let app = Application::build(config).await?;
+    let (grpc, http) = (app.grpc_addr()?, app.http_addr()?);
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(app.run(async {
+        let _ = stop_rx.await;
+    }));
+
+    // When each webhook's POST started, in ns since `origin`, indexed by client id.
+    let origin = Instant::now();
+    let sent_at: Arc<Vec<AtomicU64>> = Arc::new((0..=total).map(|_| AtomicU64::new(0)).collect());
+
+    let mut channels = Vec::new();
+    for _ in 0..args.connections.max(1) {
+        channels.push(
+            tonic::transport::Endpoint::from_shared(format!("http://{grpc}"))?
+                .connect()
+                .await?,
+        );
+    }
+    let mut subscribers = tokio::task::JoinSet::new();
+    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<()>(args.subscribers.max(1));
+    for i in 0..args.subscribers {
+        let mut client = EventServiceClient::new(channels[i % channels.len()].clone());
+        let (sent_at, ready) = (sent_at.clone(), ready_tx.clone());
+        subscribers.spawn(async move {
+            let mut stream = client
+                .stream_status_events(StreamStatusEventsRequest::default())
+                .await
+                .expect("subscribe")
+                .into_inner();
+            let _ = ready.send(()).await;
+            let mut latencies = Vec::with_capacity(total as usize);
+            while latencies.len() < total as usize {
+                let Ok(Some(Ok(item))) =
+                    tokio::time::timeout(Duration::from_secs(30), stream.next()).await
+                else {
+                    break;
+                };
+                let now = origin.elapsed().as_nanos() as u64;
+                if let Some(e) = item.event {
+                    let started = sent_at[e.id as usize].load(Ordering::Relaxed);
+                    latencies.push(Duration::from_nanos(now.saturating_sub(started)));
+                }
+            }
+            latencies
+        });
+    }
+    for _ in 0..args.subscribers {
+        ready_rx.recv().await;
+    }
+
+    let signer = HookSigner::new(&SECRET.to_owned().into());
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(args.concurrency)
+        .build()?;
+    let permits = Arc::new(Semaphore::new(args.concurrency));
+    let acked = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    // How long each POST took until msgw acknowledged it (the commit is inside).
+    let ack_ns: Arc<Vec<AtomicU64>> = Arc::new((0..=total).map(|_| AtomicU64::new(0)).collect());
+    let mut posts = tokio::task::JoinSet::new();
+    let start = Instant::now();
+    let interval = Duration::from_secs_f64(1.0 / args.rate as f64);
+    for id in 1..=total {
+        tokio::time::sleep_until((start + interval.mul_f64((id - 1) as f64)).into()).await;
+        let permit = permits.clone().acquire_owned().await?;
+        let url = format!("http://{http}/v1/webhooks/status/{}", signer.token(id));
+        let body = format!(
+            r#"{{"success":true,"id":"{id}","msg_id":"{}","type":"sms","status":"DELIVERED","updated":"2026-01-01T00:00:00+00:00"}}"#,
+            100_000_000 + id
+        );
+        let (client, sent_at, acked, failed, ack_ns) = (
+            client.clone(),
+            sent_at.clone(),
+            acked.clone(),
+            failed.clone(),
+            ack_ns.clone(),
+        );
+        posts.spawn(async move {
+            let began = origin.elapsed().as_nanos() as u64;
+            sent_at[id as usize].store(began, Ordering::Relaxed);
+            let ok = client
+                .post(url)
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success());
+            if ok { &acked } else { &failed }.fetch_add(1, Ordering::Relaxed);
+            let done = origin.elapsed().as_nanos() as u64;
+            ack_ns[id as usize].store(done.saturating_sub(began), Ordering::Relaxed);
+            drop(permit);
+        });
+    }
+    while posts.join_next().await.is_some() {}
+    let ingest = start.elapsed();
+
+    let mut all = Vec::new();
+    let mut complete = 0;
+    while let Some(r) = subscribers.join_next().await {
+        let latencies = r?;
+        complete += usize::from(latencies.len() == total as usize);
+        all.extend(latencies);
+    }
+    all.sort_unstable();
+    let pct = |p: f64| {
+        all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or_default()
+    };
+
+    println!(
+        "msgw events benchmark (webhooks → SQLite → {} gRPC subscribers, loopback, one process)",
+        args.subscribers
+    );
+    println!(
+        "  target rate        {} webhooks/s for {} s ({total} webhooks)",
+        args.rate, args.seconds
+    );
+    println!(
+        "  ingest             {} acknowledged, {} failed in {:.2} s = {:.0} webhooks/s",
+        acked.load(Ordering::Relaxed),
+        failed.load(Ordering::Relaxed),
+        ingest.as_secs_f64(),
+        acked.load(Ordering::Relaxed) as f64 / ingest.as_secs_f64()
+    );
+    println!(
+        "  deliveries         {} events to subscribers; {complete}/{} subscribers got every event",
+        all.len(),
+        args.subscribers
+    );
+    let mut acks: Vec<u64> = ack_ns
+        .iter()
+        .skip(1)
+        .map(|a| a.load(Ordering::Relaxed))
+        .collect();
+    acks.sort_unstable();
+    let ack_ms = |p: f64| {
+        let i = ((acks.len() as f64 * p) as usize).min(acks.len().saturating_sub(1));
+        acks.get(i).copied().unwrap_or_default() as f64 / 1e6
+    };
+    println!(
+        "  webhook ack        p50 {:.2} ms   p99 {:.2} ms   (POST until 200: parse, verify, commit)",
+        ack_ms(0.50),
+        ack_ms(0.99)
+    );
+    println!(
+        "  webhook→stream     p50 {:.2} ms   p99 {:.2} ms   p99.9 {:.2} ms   max {:.2} ms",
+        pct(0.50).as_secs_f64() * 1e3,
+        pct(0.99).as_secs_f64() * 1e3,
+        pct(0.999).as_secs_f64() * 1e3,
+        all.last().copied().unwrap_or_default().as_secs_f64() * 1e3
+    );
+
+    let _ = stop_tx.send(());
+    server.await??;
+    Ok(())
+}

@@ -36,7 +36,10 @@ impl SqliteStore {
             // NORMAL in WAL mode: a commit survives a crash of msgw; only a power loss
             // can take back the last transactions.
             .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(Duration::from_secs(5));
+            .busy_timeout(Duration::from_secs(5))
+            // Checkpoints run in the background (below), not inside a webhook's commit:
+            // a checkpoint syncs the database file and would stall every waiting append.
+            .pragma("wal_autocheckpoint", "0");
         let in_memory = url.contains(":memory:") || url.contains("mode=memory");
         let pool = SqlitePoolOptions::new()
             // An in-memory database exists once per connection: keep exactly one.
@@ -45,10 +48,38 @@ impl SqliteStore {
             .connect_with(options)
             .await?;
         MIGRATOR.run(&pool).await?;
+        if !in_memory {
+            tokio::spawn(checkpoint_wal(pool.clone()));
+        }
         Ok(Self {
             pool,
             first_poll_after,
         })
+    }
+}
+
+/// How often the write-ahead log is copied back into the database file.
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
+
+/// Copies the WAL into the database file while appends go on (a passive checkpoint
+/// never blocks the writer), until the pool is closed.
+async fn checkpoint_wal(pool: SqlitePool) {
+    let mut tick = tokio::time::interval(CHECKPOINT_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if pool.is_closed() {
+            return;
+        }
+        if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
+            .execute(&pool)
+            .await
+        {
+            if pool.is_closed() {
+                return;
+            }
+            tracing::warn!(error = %e, "store: WAL checkpoint failed");
+        }
     }
 }
 
@@ -350,6 +381,13 @@ impl Store for SqliteStore {
     }
 
     async fn close(&self) {
+        // Leave a compact file behind: everything in the database, an empty WAL.
+        if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+            .execute(&self.pool)
+            .await
+        {
+            tracing::warn!(error = %e, "store: final WAL checkpoint failed");
+        }
         self.pool.close().await;
     }
 }

@@ -38,6 +38,7 @@ pub struct Application {
     reconcile: ReconcileConfig,
     retention: Retention,
     shutdown_grace: Duration,
+    balance_refresh: Duration,
     sandbox: Option<SandboxTask>,
 }
 
@@ -110,6 +111,7 @@ impl Application {
             reconcile: config.reconcile,
             retention: config.retention,
             shutdown_grace: config.shutdown_grace,
+            balance_refresh: config.balance_refresh,
             sandbox,
         })
     }
@@ -162,6 +164,11 @@ impl Application {
             )
             .run(stop.clone()),
         );
+        let balance_task = tokio::spawn(crate::metrics::refresh_balance(
+            self.dispatcher.clone(),
+            self.balance_refresh,
+            stop.clone(),
+        ));
         let retention_task = tokio::spawn(self.events.clone().run_retention(
             self.retention,
             RETENTION_EVERY,
@@ -217,6 +224,7 @@ impl Application {
             .context("HTTP server")?;
         reconcile_task.await.context("reconcile task")?;
         retention_task.await.context("retention task")?;
+        balance_task.await.context("balance task")?;
         if let Some(sandbox) = self.sandbox {
             sandbox.stop.send_replace(true);
             sandbox

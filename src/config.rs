@@ -187,6 +187,12 @@ pub struct ServeArgs {
     /// Longest wait between two polls of one message (polls back off from --reconcile-after).
     #[arg(long, env = "MSGW_RECONCILE_MAX_BACKOFF", default_value = "30m", value_parser = humantime::parse_duration)]
     pub reconcile_max_backoff: Duration,
+    /// How often the balance metric is refreshed (e.g. `5m`); `0` turns it off.
+    #[arg(long, env = "MSGW_BALANCE_REFRESH", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub balance_refresh: Duration,
+    /// Tokio worker threads. Default: the container's CPU limit (cgroup quota), else the machine's CPUs.
+    #[arg(long, env = "MSGW_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub worker_threads: Option<u16>,
     /// After SIGTERM, how long in-flight calls may take before msgw exits anyway.
     #[arg(long, env = "MSGW_SHUTDOWN_GRACE", default_value = "25s", value_parser = humantime::parse_duration)]
     pub shutdown_grace: Duration,
@@ -237,6 +243,8 @@ pub struct Config {
     pub reconcile: ReconcileConfig,
     /// Drain time after a shutdown signal.
     pub shutdown_grace: Duration,
+    /// Balance metric refresh period; zero: off.
+    pub balance_refresh: Duration,
     /// The gateway.
     pub upstream: Upstream,
     /// Upper bound of one upstream request.
@@ -345,6 +353,7 @@ impl ServeArgs {
                 max_backoff: self.reconcile_max_backoff,
             },
             shutdown_grace: self.shutdown_grace,
+            balance_refresh: self.balance_refresh,
             upstream,
             upstream_timeout: self.upstream_timeout,
             upstream_connections: self.upstream_connections,

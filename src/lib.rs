@@ -3,10 +3,12 @@
 
 pub mod app;
 pub mod config;
+pub mod cpus;
 pub mod dispatch;
 pub mod domain;
 pub mod events;
 pub mod grpc;
+pub mod metrics;
 pub mod proto;
 pub mod reconcile;
 pub mod sandbox;

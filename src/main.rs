@@ -3,18 +3,36 @@ use clap::Parser;
 use msgw::app::{Application, shutdown_signal};
 use msgw::config::{Cli, Command};
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    let configured = match &cli.command {
+        Command::Serve(args) => args.worker_threads.map(usize::from),
+        Command::Sandbox(_) => None,
+    };
+    let workers = configured.unwrap_or_else(msgw::cpus::worker_threads);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()?;
+    runtime.block_on(run(cli, workers, configured.is_some()))
+}
+
+async fn run(cli: Cli, workers: usize, configured: bool) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => {
-            msgw::telemetry::init(&args.log)?;
+            let _telemetry = msgw::telemetry::init(&args.log)?;
             let config = args.into_config()?;
             let app = Application::build(config).await?;
+            let source = if configured {
+                "MSGW_WORKER_THREADS"
+            } else {
+                "CPU limit"
+            };
+            tracing::info!(workers, source, "tokio worker threads");
             app.run(shutdown_signal()).await
         }
         Command::Sandbox(args) => {
-            msgw::telemetry::init(&args.log)?;
+            let _telemetry = msgw::telemetry::init(&args.log)?;
             let config = args.config()?;
             let listener = tokio::net::TcpListener::bind(args.addr).await?;
             tracing::info!(api_key = %config.api_key, "sandbox gateway only: POST /api/json.php");

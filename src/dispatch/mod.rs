@@ -8,6 +8,7 @@ use chrono::Utc;
 use tokio::time::Instant;
 
 use crate::domain::{Error, Operation, Output, UnavailableCause};
+use crate::metrics::METRICS;
 use crate::store::{SentMessage, Store};
 use crate::upstream::{Gateway, ItemOutcome, UpstreamError};
 use crate::webhook::HookUrls;
@@ -88,6 +89,14 @@ impl Dispatcher {
                 }),
             })
             .collect();
+        for (op, result) in ops.iter().zip(&results) {
+            if let (Some((_, channel, _)), Ok(Output::Sent(receipt))) = (op.delivery(), result) {
+                METRICS
+                    .billed_parts_total
+                    .with_label_values(&[channel.as_str()])
+                    .inc_by(u64::from(receipt.parts));
+            }
+        }
         if let Some(tracking) = &self.tracking {
             record_sent(tracking, &ops, &results).await;
         }

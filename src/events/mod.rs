@@ -8,6 +8,7 @@ use chrono::Utc;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use crate::domain::{Channel, Error, NewEvent, StatusEvent, UnavailableCause};
+use crate::metrics::METRICS;
 use crate::store::{Retention, Store, StoreError};
 
 /// Where a subscription starts.
@@ -133,6 +134,8 @@ impl EventLog {
         let (tx, rx) = mpsc::channel(SUBSCRIBER_BUFFER);
         let log = Arc::clone(self);
         tokio::spawn(async move {
+            METRICS.open_streams.inc();
+            let _open = scopeguard(|| METRICS.open_streams.dec());
             let mut closing = log.closing.subscribe();
             let ended = tokio::select! {
                 r = log.pump(after, &filter, live, &tx) => r,
@@ -266,7 +269,16 @@ async fn write_groups(
         let (events, replies): (Vec<NewEvent>, Vec<AppendReply>) = group.drain(..).unzip();
         match store.append_batch(&events).await {
             Ok(stored) => {
-                for (stored, reply) in stored.into_iter().zip(replies) {
+                for ((stored, event), reply) in stored.into_iter().zip(&events).zip(replies) {
+                    let result = if stored.is_some() {
+                        "stored"
+                    } else {
+                        "duplicate"
+                    };
+                    METRICS
+                        .events_total
+                        .with_label_values(&[event.source.as_str(), result])
+                        .inc();
                     if let Some(e) = &stored {
                         // No receiver is fine: subscribers replay from the store.
                         let _ = live.send(Arc::new(e.clone()));
@@ -283,4 +295,17 @@ async fn write_groups(
             }
         }
     }
+}
+
+/// Runs `f` when dropped, however the task ends.
+fn scopeguard(f: impl FnOnce()) -> impl Drop {
+    struct Guard<F: FnOnce()>(Option<F>);
+    impl<F: FnOnce()> Drop for Guard<F> {
+        fn drop(&mut self) {
+            if let Some(f) = self.0.take() {
+                f();
+            }
+        }
+    }
+    Guard(Some(f))
 }

@@ -10,6 +10,7 @@ use tracing::{Instrument, field};
 use super::convert::{FromOutput, IntoOperation};
 use crate::dispatch::Dispatcher;
 use crate::domain::{Error, Operation, Violations};
+use crate::metrics::METRICS;
 use crate::upstream;
 
 /// Room left between msgw's own deadline and the caller's, so msgw answers
@@ -80,7 +81,7 @@ where
             }
             Err(e) => Err(e),
         };
-        finish(started, result.as_ref().err());
+        finish(method, started, result.as_ref().err());
         result.map(Response::new).map_err(Status::from)
     }
     .instrument(span)
@@ -97,10 +98,15 @@ pub fn record_operation(op: &Operation) {
 }
 
 /// Records latency and outcome on the current RPC span and logs the end of the call.
-pub fn finish(started: Instant, error: Option<&Error>) {
+pub fn finish(method: &str, started: Instant, error: Option<&Error>) {
     let span = tracing::Span::current();
-    let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
-    span.record("latency_ms", latency_ms);
+    let latency = started.elapsed();
+    span.record("latency_ms", latency.as_secs_f64() * 1000.0);
+    METRICS.rpc(
+        method,
+        error.map_or(tonic::Code::Ok, super::status::code),
+        latency,
+    );
     match error {
         None => {
             span.record("outcome", "ok");

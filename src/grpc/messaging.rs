@@ -109,7 +109,7 @@ impl MessagingService for Messaging {
                 }
                 Err(e) => Err(e),
             };
-            handler::finish(started, result.as_ref().err());
+            handler::finish("Batch", started, result.as_ref().err());
             result
                 .map(|results| Response::new(proto::BatchResponse { results }))
                 .map_err(Status::from)

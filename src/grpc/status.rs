@@ -11,6 +11,19 @@ use crate::domain::{Error, UnavailableCause};
 /// `ErrorInfo.domain` of every msgw error.
 pub const ERROR_DOMAIN: &str = "msgw";
 
+/// The gRPC code of an error (what the status carries, without building it).
+pub fn code(e: &Error) -> Code {
+    match e {
+        Error::InvalidArgument(_) => Code::InvalidArgument,
+        Error::AccessDenied => Code::Unauthenticated,
+        Error::Rejected(_) => Code::FailedPrecondition,
+        Error::Unavailable { .. } => Code::Unavailable,
+        Error::DeadlineExceeded { .. } => Code::DeadlineExceeded,
+        Error::CursorOutOfRange { .. } => Code::OutOfRange,
+        Error::Internal(_) => Code::Internal,
+    }
+}
+
 impl From<Error> for Status {
     fn from(e: Error) -> Self {
         let message = e.to_string();

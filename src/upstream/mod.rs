@@ -11,6 +11,7 @@ use secrecy::{ExposeSecret, SecretString};
 use tokio::time::Instant;
 
 use crate::domain::{Operation, Output};
+use crate::metrics::METRICS;
 
 pub use request::type_name;
 pub use response::PayloadError;
@@ -123,6 +124,29 @@ impl Gateway {
         hooks: &[Option<String>],
         deadline: Option<Instant>,
     ) -> Result<Vec<ItemOutcome>, UpstreamError> {
+        let started = Instant::now();
+        let result = self.exchange(ops, hooks, deadline).await;
+        let operation = match ops {
+            [op] => type_name(op),
+            _ => "batch",
+        };
+        METRICS
+            .upstream_seconds
+            .with_label_values(&[operation])
+            .observe(started.elapsed().as_secs_f64());
+        METRICS
+            .upstream_total
+            .with_label_values(&[operation, outcome(&result)])
+            .inc();
+        result
+    }
+
+    async fn exchange(
+        &self,
+        ops: &[Operation],
+        hooks: &[Option<String>],
+        deadline: Option<Instant>,
+    ) -> Result<Vec<ItemOutcome>, UpstreamError> {
         let envelope = request::Envelope {
             auth: self.api_key.expose_secret(),
             data: ops
@@ -173,6 +197,29 @@ impl Gateway {
             bytes.extend_from_slice(&chunk);
         }
         Ok(bytes)
+    }
+}
+
+/// The outcome label of an upstream request.
+fn outcome(result: &Result<Vec<ItemOutcome>, UpstreamError>) -> &'static str {
+    match result {
+        Ok(items) if items.iter().any(|i| matches!(i, ItemOutcome::Rejected(_))) => "rejected",
+        Ok(items)
+            if items
+                .iter()
+                .any(|i| matches!(i, ItemOutcome::BadPayload(_))) =>
+        {
+            "bad_response"
+        }
+        Ok(_) => "ok",
+        Err(UpstreamError::Unreachable(_)) => "unreachable",
+        Err(UpstreamError::Transport(_)) => "transport",
+        Err(UpstreamError::Timeout(_)) => "timeout",
+        Err(UpstreamError::Deadline) => "deadline",
+        Err(UpstreamError::HttpStatus(_)) => "http_error",
+        Err(UpstreamError::BadEnvelope(_)) => "bad_response",
+        Err(UpstreamError::AccessDenied) => "access_denied",
+        Err(UpstreamError::EnvelopeRejected(_)) => "envelope_rejected",
     }
 }
 

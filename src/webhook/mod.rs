@@ -1,4 +1,4 @@
-//! The HTTP listener for the gateway's delivery webhooks:
+//! The HTTP listener (`/metrics` too) for the gateway's delivery webhooks:
 //! `POST /v1/webhooks/status/{token}` per message and
 //! `POST /v1/webhooks/account/{account_token}` for pipeline statuses.
 //! A webhook is answered 200 only once its event is committed to the store.
@@ -10,7 +10,7 @@ use std::sync::Arc;
 use axum::{
     Router,
     body::Bytes,
-    extract::{DefaultBodyLimit, Path, State},
+    extract::{DefaultBodyLimit, Path, State, rejection::BytesRejection},
     http::StatusCode,
     response::{IntoResponse, Response},
     routing::post,
@@ -20,6 +20,7 @@ use secrecy::SecretString;
 
 use crate::domain::{DeliveryReport, EventSource, NewEvent};
 use crate::events::EventLog;
+use crate::metrics::METRICS;
 use crate::store::Store;
 use crate::upstream::parse_webhook;
 
@@ -48,66 +49,135 @@ pub fn router(state: WebhookState) -> Router {
         .route("/v1/webhooks/account/{token}", post(account_webhook))
         .route("/v1/webhooks/status/", post(missing_token))
         .route("/v1/webhooks/account/", post(missing_token))
+        .route("/metrics", axum::routing::get(crate::metrics::handler))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
 }
 
-async fn missing_token() -> Response {
-    reject(StatusCode::UNAUTHORIZED, "missing token")
+/// Why a webhook was not taken.
+struct Refusal {
+    code: StatusCode,
+    why: String,
 }
 
-fn reject(code: StatusCode, why: &str) -> Response {
-    tracing::warn!(status = code.as_u16(), why, "webhook refused");
-    (code, why.to_owned()).into_response()
+impl Refusal {
+    fn new(code: StatusCode, why: impl Into<String>) -> Self {
+        Self {
+            code,
+            why: why.into(),
+        }
+    }
+
+    fn unauthorized() -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "bad token")
+    }
+
+    fn store_unavailable() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store unavailable, retry later",
+        )
+    }
+}
+
+/// A webhook taken: stored as a new event, or a duplicate of a stored one.
+enum Taken {
+    Stored,
+    Duplicate,
+}
+
+/// The HTTP answer of a webhook, counted in `msgw_webhooks_total`.
+fn answer(endpoint: &str, outcome: Result<Taken, Refusal>) -> Response {
+    let (result, response) = match outcome {
+        Ok(Taken::Stored) => ("stored", (StatusCode::OK, "stored").into_response()),
+        Ok(Taken::Duplicate) => ("duplicate", (StatusCode::OK, "duplicate").into_response()),
+        Err(r) => {
+            tracing::warn!(endpoint, status = r.code.as_u16(), why = %r.why, "webhook refused");
+            let result = match r.code {
+                StatusCode::UNAUTHORIZED => "unauthorized",
+                StatusCode::PAYLOAD_TOO_LARGE => "too_large",
+                StatusCode::SERVICE_UNAVAILABLE => "store_error",
+                _ => "bad_request",
+            };
+            (result, (r.code, r.why).into_response())
+        }
+    };
+    METRICS
+        .webhooks_total
+        .with_label_values(&[endpoint, result])
+        .inc();
+    response
+}
+
+async fn missing_token() -> Response {
+    answer(
+        "status",
+        Err(Refusal::new(StatusCode::UNAUTHORIZED, "missing token")),
+    )
+}
+
+fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, Refusal> {
+    body.map_err(|e| Refusal::new(e.status(), e.body_text()))
 }
 
 async fn status_webhook(
     State(state): State<WebhookState>,
     Path(token): Path<String>,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let mut report = match parse_webhook(&body) {
-        Ok(report) => report,
-        Err(e) => return reject(StatusCode::BAD_REQUEST, &e.to_string()),
-    };
-    if let Err(response) = resolve_client_id(&state, &mut report).await {
-        return response;
+    answer("status", take_status(&state, &token, body).await)
+}
+
+async fn take_status(
+    state: &WebhookState,
+    token: &str,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Taken, Refusal> {
+    let body = body_bytes(body)?;
+    let mut report =
+        parse_webhook(&body).map_err(|e| Refusal::new(StatusCode::BAD_REQUEST, e.to_string()))?;
+    resolve_client_id(state, &mut report).await?;
+    // The token is an HMAC of the client id, so only the message's own hook verifies.
+    if report.client_id == 0 || !state.signer.verify(report.client_id, token) {
+        return Err(Refusal::unauthorized());
     }
-    if report.client_id == 0 || !state.signer.verify(report.client_id, &token) {
-        return reject(StatusCode::UNAUTHORIZED, "bad token");
-    }
-    record(&state, report).await
+    record(state, report).await
 }
 
 async fn account_webhook(
     State(state): State<WebhookState>,
     Path(token): Path<String>,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    if !same_token(&token, &state.account_token) {
-        return reject(StatusCode::UNAUTHORIZED, "bad token");
+    answer("account", take_account(&state, &token, body).await)
+}
+
+async fn take_account(
+    state: &WebhookState,
+    token: &str,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Taken, Refusal> {
+    if !same_token(token, &state.account_token) {
+        return Err(Refusal::unauthorized());
     }
-    let mut report = match parse_webhook(&body) {
-        Ok(report) => report,
-        Err(e) => return reject(StatusCode::BAD_REQUEST, &e.to_string()),
-    };
-    if let Err(response) = resolve_client_id(&state, &mut report).await {
-        return response;
-    }
+    let body = body_bytes(body)?;
+    let mut report =
+        parse_webhook(&body).map_err(|e| Refusal::new(StatusCode::BAD_REQUEST, e.to_string()))?;
+    resolve_client_id(state, &mut report).await?;
     if report.client_id == 0 && report.msg_id.is_none() {
-        return reject(
+        return Err(Refusal::new(
             StatusCode::BAD_REQUEST,
             "neither id nor msg_id: the status names no message",
-        );
+        ));
     }
-    record(&state, report).await
+    record(state, report).await
 }
 
 /// Fills in the client id from msgw's records when the body carries only `msg_id`.
 async fn resolve_client_id(
     state: &WebhookState,
     report: &mut DeliveryReport,
-) -> Result<(), Response> {
+) -> Result<(), Refusal> {
     if report.client_id != 0 {
         return Ok(());
     }
@@ -115,22 +185,18 @@ async fn resolve_client_id(
         return Ok(());
     };
     match state.store.client_id_of(msg_id).await {
-        Ok(Some(id)) => {
-            report.client_id = id;
+        Ok(id) => {
+            report.client_id = id.unwrap_or(0);
             Ok(())
         }
-        Ok(None) => Ok(()),
         Err(e) => {
             tracing::error!(error = %e, "webhook: store lookup failed");
-            Err(reject(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "store unavailable, retry later",
-            ))
+            Err(Refusal::store_unavailable())
         }
     }
 }
 
-async fn record(state: &WebhookState, report: DeliveryReport) -> Response {
+async fn record(state: &WebhookState, report: DeliveryReport) -> Result<Taken, Refusal> {
     let client_id = report.client_id;
     let event = NewEvent {
         report,
@@ -139,20 +205,17 @@ async fn record(state: &WebhookState, report: DeliveryReport) -> Response {
     };
     match state.events.append(event).await {
         Ok(Some(stored)) => {
-            tracing::info!(client_id, cursor = stored.cursor, "webhook stored");
-            (StatusCode::OK, "stored").into_response()
+            tracing::debug!(client_id, cursor = stored.cursor, "webhook stored");
+            Ok(Taken::Stored)
         }
         Ok(None) => {
             tracing::debug!(client_id, "webhook duplicate");
-            (StatusCode::OK, "duplicate").into_response()
+            Ok(Taken::Duplicate)
         }
         Err(e) => {
             // Not acknowledged, so the gateway sends it again.
             tracing::error!(client_id, error = %e, "webhook: store append failed");
-            reject(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "store unavailable, retry later",
-            )
+            Err(Refusal::store_unavailable())
         }
     }
 }

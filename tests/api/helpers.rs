@@ -269,6 +269,8 @@ pub struct Options {
     pub shutdown_grace: Duration,
     /// Events kept in memory for live subscribers.
     pub fan_out: usize,
+    /// Balance metric refresh; zero: off.
+    pub balance_refresh: Duration,
 }
 
 impl Default for Options {
@@ -286,6 +288,7 @@ impl Default for Options {
             },
             shutdown_grace: Duration::from_secs(5),
             fan_out: 4096,
+            balance_refresh: Duration::ZERO,
         }
     }
 }
@@ -350,6 +353,7 @@ pub async fn spawn(options: Options) -> TestApp {
             max_backoff: options.reconcile_after * 4,
         },
         shutdown_grace: options.shutdown_grace,
+        balance_refresh: options.balance_refresh,
         upstream,
         upstream_timeout: options.upstream_timeout,
         upstream_connections: 4,

@@ -5,6 +5,7 @@ mod events;
 mod fixtures;
 mod helpers;
 mod lifecycle;
+mod operations;
 mod sandboxed;
 mod tools;
 mod translation;

@@ -82,6 +82,7 @@ async fn main() -> anyhow::Result<()> {
             max_backoff: Duration::from_secs(3600),
         },
         shutdown_grace: Duration::from_secs(5),
+        balance_refresh: Duration::ZERO,
         upstream: Upstream::Sandbox(SandboxConfig::default()),
         upstream_timeout: Duration::from_secs(5),
         upstream_connections: 4,

@@ -1,0 +1,186 @@
+//! Operations: Prometheus metrics, and the real binary's SIGTERM handling.
+
+use std::{
+    io::{BufRead, BufReader},
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use msgw::proto::*;
+use tokio_stream::StreamExt;
+use tonic::Code;
+
+use crate::helpers::{FakeGateway, Options, Reply, connect, default_reply, spawn};
+
+async fn metrics(app: &crate::helpers::TestApp) -> String {
+    reqwest::get(format!("http://{}/metrics", app.http_addr))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+/// The value of the first sample whose line starts with `series`.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(series))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+#[tokio::test]
+async fn metrics_expose_rpcs_upstream_billing_webhooks_events_streams_and_balance() {
+    let app = spawn(Options {
+        sandbox_step: Some(Duration::from_millis(5)),
+        balance_refresh: Duration::from_millis(50),
+        ..Options::default()
+    })
+    .await;
+    let mut stream = app
+        .events()
+        .stream_status_events(StreamStatusEventsRequest {
+            ids: vec![1],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    app.messaging()
+        .send_sms(SendSmsRequest {
+            id: 1,
+            phone: "380971234567".into(),
+            message: "x".repeat(161),
+            signature: "msgw".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    app.account()
+        .get_balance(GetBalanceRequest {})
+        .await
+        .unwrap();
+    let _ = app
+        .messaging()
+        .send_sms(SendSmsRequest::default())
+        .await
+        .unwrap_err();
+    // The delivery webhook arrives, and a forged one is refused.
+    stream.next().await.unwrap().unwrap();
+    assert_eq!(
+        app.post_webhook("/v1/webhooks/status/forged", r#"{"success":true,"id":"1"}"#)
+            .await,
+        401
+    );
+
+    let text = metrics(&app).await;
+    for series in [
+        r#"msgw_rpc_requests_total{code="OK",method="SendSms"} "#,
+        r#"msgw_rpc_requests_total{code="INVALID_ARGUMENT",method="SendSms"} "#,
+        r#"msgw_rpc_requests_total{code="OK",method="GetBalance"} "#,
+        r#"msgw_rpc_duration_seconds_bucket{method="SendSms",le="+Inf"} "#,
+        r#"msgw_upstream_requests_total{operation="sms",outcome="ok"} "#,
+        r#"msgw_upstream_duration_seconds_count{operation="balance"} "#,
+        r#"msgw_billed_parts_total{channel="sms"} "#,
+        r#"msgw_webhooks_total{endpoint="status",result="stored"} "#,
+        r#"msgw_webhooks_total{endpoint="status",result="unauthorized"} "#,
+        r#"msgw_events_total{result="stored",source="webhook"} "#,
+        "msgw_event_streams_open ",
+        r#"msgw_balance{currency="UAH"} "#,
+    ] {
+        let value =
+            sample(&text, series).unwrap_or_else(|| panic!("{series} missing from:\n{text}"));
+        assert!(value > 0.0, "{series} is {value}");
+    }
+    // 161 GSM-7 characters are two SMS parts.
+    assert!(sample(&text, r#"msgw_billed_parts_total{channel="sms"} "#).unwrap() >= 2.0);
+}
+
+/// A running `msgw serve` process and its gRPC address, read from its JSON log.
+fn start_binary(
+    gateway_url: &str,
+    store: &std::path::Path,
+) -> (std::process::Child, std::net::SocketAddr) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_msgw"))
+        .args([
+            "serve",
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--http-addr",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+        ])
+        .args([
+            "--upstream-url",
+            gateway_url,
+            "--api-key",
+            crate::helpers::API_KEY,
+        ])
+        .arg("--store-url")
+        .arg(format!("sqlite://{}", store.join("msgw.db").display()))
+        .args(["--shutdown-grace", "10s", "--balance-refresh", "0"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("msgw starts");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let addr = loop {
+        let line = lines.next().expect("msgw logs until it serves").unwrap();
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+        if v["fields"]["message"] == "msgw serving" {
+            break v["fields"]["grpc_addr"].as_str().unwrap().parse().unwrap();
+        }
+    };
+    // Keep draining the log so msgw never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    (child, addr)
+}
+
+#[tokio::test]
+async fn sigterm_drains_an_in_flight_call_and_ends_streams_cleanly() {
+    let gateway = FakeGateway::start().await;
+    gateway.respond_with(|b| Reply::After(Duration::from_millis(700), Box::new(default_reply(b))));
+    let store = tempfile::tempdir().unwrap();
+    let (mut child, addr) = start_binary(&gateway.url, store.path());
+    let channel = connect(addr).await;
+
+    let mut stream = msgw::proto::event_service_client::EventServiceClient::new(channel.clone())
+        .stream_status_events(StreamStatusEventsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let mut account = msgw::proto::account_service_client::AccountServiceClient::new(channel);
+    let call = tokio::spawn(async move { account.get_balance(GetBalanceRequest {}).await });
+    while gateway.requests().is_empty() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+
+    let end = tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .expect("stream ends");
+    match end {
+        Some(Err(status)) => assert_eq!(status.code(), Code::Unavailable),
+        other => panic!("expected UNAVAILABLE, got {other:?}"),
+    }
+    let balance = call
+        .await
+        .unwrap()
+        .expect("the in-flight call completes")
+        .into_inner();
+    assert_eq!(balance.currency, "UAH");
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "msgw exits cleanly: {status}");
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "no longer listening"
+    );
+}

@@ -10,7 +10,7 @@ ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
 
 # --- skeleton: only what decides the dependency build ---------------------------------------------
 # Cargo manifests, build.rs and proto/, with every target root (src/main.rs, src/lib.rs, src/bin/*,
-# benches/, tests/, examples/) replaced by an empty stub. Editing Rust sources leaves the skeleton
+# benches/, tests/, tests/benches/, examples/) replaced by an empty stub. Editing Rust sources leaves the skeleton
 # byte-identical, so the dependency layer below stays cached.
 FROM ${RUST_IMAGE} AS skeleton
 WORKDIR /src
@@ -21,7 +21,7 @@ RUN set -eu; \
     for p in build.rs proto .cargo; do if [ -e "$p" ]; then cp -r "$p" /skeleton/; fi; done; \
     { \
       for f in src/lib.rs src/main.rs; do if [ -f "$f" ]; then echo "$f"; fi; done; \
-      for d in src/bin benches tests examples; do \
+      for d in src/bin benches tests tests/benches examples; do \
         if [ -d "$d" ]; then find "$d" -regex "$d/[^/]*\.rs" -o -regex "$d/[^/]*/main\.rs"; fi; \
       done; \
     } | while read -r f; do \

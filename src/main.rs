@@ -20,9 +20,12 @@ fn main() -> anyhow::Result<()> {
 async fn run(cli: Cli, workers: usize, configured: bool) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => {
-            let _telemetry = msgw::telemetry::init(&args.log)?;
+            let telemetry = msgw::telemetry::init(&args.log)?;
             let config = args.into_config()?;
             let app = Application::build(config).await?;
+            if telemetry.exports_traces() {
+                tracing::info!("exporting traces over OTLP (OTEL_EXPORTER_OTLP_ENDPOINT)");
+            }
             let source = if configured {
                 "MSGW_WORKER_THREADS"
             } else {

@@ -12,6 +12,13 @@ pub struct Telemetry {
     tracer: Option<SdkTracerProvider>,
 }
 
+impl Telemetry {
+    /// Whether spans are exported over OTLP.
+    pub fn exports_traces(&self) -> bool {
+        self.tracer.is_some()
+    }
+}
+
 impl Drop for Telemetry {
     fn drop(&mut self) {
         if let Some(provider) = self.tracer.take()
@@ -46,9 +53,6 @@ pub fn init(args: &LogArgs) -> anyhow::Result<Telemetry> {
         .with(traces)
         .try_init()
         .map_err(|e| anyhow::anyhow!("cannot install the log subscriber: {e}"))?;
-    if tracer.is_some() {
-        tracing::info!("exporting traces over OTLP (OTEL_EXPORTER_OTLP_ENDPOINT)");
-    }
     Ok(Telemetry { tracer })
 }
 

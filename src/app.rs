@@ -12,7 +12,7 @@ use tonic_health::{ServingStatus, server::HealthReporter};
 use crate::config::{Config, Upstream};
 use crate::dispatch::{Dispatcher, Tracking};
 use crate::events::EventLog;
-use crate::grpc::{Account, Events, Messaging, Templates};
+use crate::grpc::{Account, Events, Messaging, StampLayer, Templates};
 use crate::proto::{
     self, account_service_server::AccountServiceServer, event_service_server::EventServiceServer,
     messaging_service_server::MessagingServiceServer,
@@ -188,6 +188,7 @@ impl Application {
             }
         };
         let server = Server::builder()
+            .layer(StampLayer)
             .add_service(health_service)
             .add_service(reflection_v1()?)
             .add_service(reflection_v1alpha()?)

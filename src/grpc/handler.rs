@@ -1,8 +1,6 @@
 //! What every unary RPC does alike: parse, run through dispatch, answer, and
 //! trace it. Handlers differ only in their operation.
 
-use std::time::Duration;
-
 use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 use tracing::{Instrument, field};
@@ -13,41 +11,11 @@ use crate::domain::{Error, Operation, Violations};
 use crate::metrics::METRICS;
 use crate::upstream;
 
-/// Room left between msgw's own deadline and the caller's, so msgw answers
-/// DEADLINE_EXCEEDED itself instead of being cut off without a reason.
-const DEADLINE_MARGIN: Duration = Duration::from_millis(20);
-
 /// Parses a request into its operation, collecting every violation.
 pub fn parse<R: IntoOperation>(request: R) -> Result<Operation, Error> {
     let mut violations = Violations::new();
     let op = request.into_operation(&mut violations.scope(""));
     violations.finish(op)
-}
-
-/// The caller's deadline (`grpc-timeout`), slightly earlier so msgw can answer in time.
-pub fn deadline<T>(request: &Request<T>) -> Option<Instant> {
-    let value = request.metadata().get("grpc-timeout")?.to_str().ok()?;
-    let timeout = parse_grpc_timeout(value)?;
-    let margin = DEADLINE_MARGIN.min(timeout / 10);
-    Some(Instant::now() + timeout.saturating_sub(margin))
-}
-
-/// `grpc-timeout` is at most 8 digits and a unit (H, M, S, m, u, n).
-fn parse_grpc_timeout(value: &str) -> Option<Duration> {
-    if value.len() < 2 || value.len() > 9 {
-        return None;
-    }
-    let (digits, unit) = value.split_at(value.len() - 1);
-    let n: u64 = digits.parse().ok()?;
-    Some(match unit {
-        "H" => Duration::from_secs(n.checked_mul(3600)?),
-        "M" => Duration::from_secs(n.checked_mul(60)?),
-        "S" => Duration::from_secs(n),
-        "m" => Duration::from_millis(n),
-        "u" => Duration::from_micros(n),
-        "n" => Duration::from_nanos(n),
-        _ => return None,
-    })
 }
 
 /// Runs one unary RPC of `method`.
@@ -70,7 +38,7 @@ where
     );
     async move {
         let started = Instant::now();
-        let deadline = deadline(&request);
+        let deadline = super::deadline::deadline(&request);
         let result = match parse(request.into_inner()) {
             Ok(op) => {
                 record_operation(&op);
@@ -141,24 +109,5 @@ fn outcome(e: &Error) -> &'static str {
         Error::DeadlineExceeded { .. } => "deadline_exceeded",
         Error::CursorOutOfRange { .. } => "out_of_range",
         Error::Internal(_) => "internal",
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn grpc_timeout_units() {
-        assert_eq!(parse_grpc_timeout("5S"), Some(Duration::from_secs(5)));
-        assert_eq!(parse_grpc_timeout("250m"), Some(Duration::from_millis(250)));
-        assert_eq!(parse_grpc_timeout("2H"), Some(Duration::from_secs(7200)));
-        assert_eq!(
-            parse_grpc_timeout("99999999n"),
-            Some(Duration::from_nanos(99_999_999))
-        );
-        for bad in ["", "S", "5", "5x", "123456789S", "-5S"] {
-            assert_eq!(parse_grpc_timeout(bad), None, "{bad}");
-        }
     }
 }

@@ -92,7 +92,7 @@ impl MessagingService for Messaging {
         );
         async move {
             let started = Instant::now();
-            let deadline = handler::deadline(&request);
+            let deadline = super::deadline::deadline(&request);
             let result = match batch::parse(request.into_inner().items) {
                 Ok(items) => {
                     let (kinds, ops): (Vec<_>, Vec<_>) = items.into_iter().unzip();

@@ -4,6 +4,7 @@
 mod account;
 mod batch;
 pub mod convert;
+mod deadline;
 mod events;
 mod handler;
 mod messaging;
@@ -12,6 +13,7 @@ mod templates;
 
 pub use account::Account;
 pub use batch::MAX_ITEMS as MAX_BATCH_ITEMS;
+pub use deadline::StampLayer;
 pub use events::Events;
 pub use messaging::Messaging;
 pub use status::{ERROR_DOMAIN, to_rpc_status};

@@ -463,7 +463,7 @@ async fn magic_numbers_through_grpc() {
 
 #[tokio::test]
 async fn slow_number_is_still_in_flight_when_a_normal_one_is_done() {
-    let app = spawn_sandboxed_app(Duration::from_millis(20)).await;
+    let app = spawn_sandboxed_app(Duration::from_millis(50)).await;
     let mut m = app.messaging();
     m.send_sms(sms(6, "380000000006")).await.unwrap();
     m.send_sms(sms(60, "380971234567")).await.unwrap();

@@ -8,6 +8,7 @@ use tonic::{Request, Response, Status};
 use super::convert::{channel, reply, status, timestamp};
 use crate::domain::{self, EventSource, StatusEvent, Violations};
 use crate::events::{EventLog, Filter, Start};
+use crate::metrics::METRICS;
 use crate::proto::{self, event_service_server::EventService};
 
 /// The EventService handlers.
@@ -34,9 +35,19 @@ impl EventService for Events {
         &self,
         request: Request<proto::StreamStatusEventsRequest>,
     ) -> Result<Response<Self::StreamStatusEventsStream>, Status> {
-        let (start, filter) = parse(request.into_inner())?;
-        tracing::info!(?start, "event stream opened");
-        let events = self.log.subscribe(start, filter).await?;
+        let started = tokio::time::Instant::now();
+        let opened = match parse(request.into_inner()) {
+            Ok((start, filter)) => self.log.subscribe(start, filter).await,
+            Err(e) => Err(e),
+        };
+        // Counted when the stream opens (or is refused); its length is the client's choice.
+        let code = opened
+            .as_ref()
+            .err()
+            .map_or(tonic::Code::Ok, super::status::code);
+        METRICS.rpc("StreamStatusEvents", code, started.elapsed());
+        let events = opened?;
+        tracing::info!("event stream opened");
         let stream = ReceiverStream::new(events).map(|item| match item {
             Ok(e) => Ok(proto::StreamStatusEventsResponse {
                 event: Some(event(e)),

@@ -9,6 +9,7 @@ pub mod domain;
 pub mod events;
 pub mod grpc;
 pub mod metrics;
+pub mod periodic;
 pub mod proto;
 pub mod reconcile;
 pub mod sandbox;

@@ -195,18 +195,13 @@ pub async fn handler() -> impl axum::response::IntoResponse {
 pub async fn refresh_balance(
     dispatcher: crate::dispatch::Dispatcher,
     every: Duration,
-    mut stop: tokio::sync::watch::Receiver<bool>,
+    stop: tokio::sync::watch::Receiver<bool>,
 ) {
     if every.is_zero() {
         return;
     }
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = stop.wait_for(|s| *s) => return,
-        }
+    let mut ticks = crate::periodic::Periodic::new(every, stop);
+    while ticks.next().await {
         match dispatcher
             .execute(crate::domain::Operation::GetBalance, None)
             .await

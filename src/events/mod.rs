@@ -9,6 +9,7 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use crate::domain::{Channel, Error, NewEvent, StatusEvent, UnavailableCause};
 use crate::metrics::METRICS;
+use crate::periodic::Periodic;
 use crate::store::{Retention, Store, StoreError};
 
 /// Where a subscription starts.
@@ -239,15 +240,10 @@ impl EventLog {
         self: Arc<Self>,
         retention: Retention,
         every: Duration,
-        mut stop: watch::Receiver<bool>,
+        stop: watch::Receiver<bool>,
     ) {
-        let mut tick = tokio::time::interval(every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {}
-                _ = stop.wait_for(|s| *s) => return,
-            }
+        let mut ticks = Periodic::new(every, stop);
+        while ticks.next().await {
             match self.store.prune(retention, Utc::now()).await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(dropped = n, "event retention applied"),

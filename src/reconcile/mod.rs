@@ -13,6 +13,7 @@ use crate::domain::{
     ClientId, DeliveryReport, Error, EventSource, NewEvent, Operation, Output, StatusReport,
 };
 use crate::events::EventLog;
+use crate::periodic::Periodic;
 use crate::store::{PendingMessage, Store};
 
 /// When and how often to poll.
@@ -54,14 +55,9 @@ impl Reconciler {
     }
 
     /// Polls due messages every interval until `stop` turns true.
-    pub async fn run(self, mut stop: watch::Receiver<bool>) {
-        let mut tick = tokio::time::interval(self.config.interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {}
-                _ = stop.wait_for(|s| *s) => return,
-            }
+    pub async fn run(self, stop: watch::Receiver<bool>) {
+        let mut ticks = Periodic::new(self.config.interval, stop);
+        while ticks.next().await {
             // Drain everything due before waiting again.
             loop {
                 match self.poll_due().await {

@@ -58,7 +58,8 @@ impl Application {
             Some(url) => url,
             None => own_url(http.local_addr()?)?,
         };
-        let hooks = HookUrls::new(&public_url, HookSigner::new(&config.webhook_secret));
+        let signer = HookSigner::new(&config.webhook_secret);
+        let hooks = HookUrls::new(&public_url, signer.clone());
         let (base_url, api_key, sandbox) = match config.upstream {
             Upstream::Gateway { url, api_key } => (url, api_key, None),
             Upstream::Sandbox(sandbox_config) => {
@@ -95,13 +96,16 @@ impl Application {
         let grpc = TcpListener::bind(config.grpc_addr)
             .await
             .with_context(|| format!("cannot bind the gRPC address {}", config.grpc_addr))?;
-        tracing::info!(public_url = %public_url, "webhooks: {public_url}v1/webhooks/status/<token> per message; account-level URL for pipeline statuses: {public_url}v1/webhooks/account/<MSGW_ACCOUNT_TOKEN>");
+        tracing::info!(
+            %public_url,
+            "gateway webhooks: per-message hooks under /v1/webhooks/status/, pipeline statuses at /v1/webhooks/account/<MSGW_ACCOUNT_TOKEN>"
+        );
         Ok(Self {
             grpc,
             http,
             dispatcher,
             webhooks: WebhookState {
-                signer: HookSigner::new(&config.webhook_secret),
+                signer,
                 account_token: config.account_token,
                 events: events.clone(),
                 store: store.clone(),

@@ -2,12 +2,12 @@
 //! answers become domain results and errors. Later work (coalescing concurrent
 //! RPCs into one envelope, idempotency by client id) belongs here.
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use chrono::Utc;
 use tokio::time::Instant;
 
-use crate::domain::{Error, Operation, Output, UnavailableCause};
+use crate::domain::{Channel, ClientId, Error, Operation, Output, SendReceipt, UnavailableCause};
 use crate::metrics::METRICS;
 use crate::store::{SentMessage, Store};
 use crate::upstream::{Gateway, ItemOutcome, UpstreamError};
@@ -90,27 +90,27 @@ impl Dispatcher {
             })
             .collect();
         for (op, result) in ops.iter().zip(&results) {
-            if let (Some((_, channel, _)), Ok(Output::Sent(receipt))) = (op.delivery(), result) {
-                METRICS
-                    .billed_parts_total
-                    .with_label_values(&[channel.as_str()])
-                    .inc_by(u64::from(receipt.parts));
+            if let (Some(delivery), Ok(Output::Sent(receipt))) = (op.delivery(), result) {
+                self.accepted(delivery, receipt).await;
             }
-        }
-        if let Some(tracking) = &self.tracking {
-            record_sent(tracking, &ops, &results).await;
         }
         Ok(results)
     }
-}
 
-/// Remembers accepted sends so reconcile can poll them. A store failure is logged,
-/// not returned: the message is sent, and its webhook still arrives.
-async fn record_sent(tracking: &Tracking, ops: &[Operation], results: &[Result<Output, Error>]) {
-    for (op, result) in ops.iter().zip(results) {
-        let (Some((id, channel, lifetime)), Ok(Output::Sent(receipt))) = (op.delivery(), result)
-        else {
-            continue;
+    /// Bills an accepted send in the metrics and remembers it so reconcile can poll it.
+    /// A store failure is logged, not returned: the message is sent, and its webhook
+    /// still arrives.
+    async fn accepted(
+        &self,
+        (id, channel, lifetime): (ClientId, Channel, Duration),
+        receipt: &SendReceipt,
+    ) {
+        METRICS
+            .billed_parts_total
+            .with_label_values(&[channel.as_str()])
+            .inc_by(u64::from(receipt.parts));
+        let Some(tracking) = &self.tracking else {
+            return;
         };
         let message = SentMessage {
             client_id: id.get(),

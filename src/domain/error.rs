@@ -113,11 +113,6 @@ impl Violations {
     pub fn is_empty(&self) -> bool {
         self.list.is_empty()
     }
-
-    /// Moves everything collected into `errors` (for batches).
-    pub fn into_list(self) -> Vec<FieldViolation> {
-        self.list
-    }
 }
 
 /// A field path prefix inside a [`Violations`] collector.

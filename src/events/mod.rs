@@ -109,11 +109,6 @@ impl EventLog {
         stored.await.map_err(|_| gone())?
     }
 
-    /// Open subscriptions.
-    pub fn subscribers(&self) -> usize {
-        self.live.receiver_count()
-    }
-
     /// Ends every subscription with UNAVAILABLE (shutdown), and refuses new ones.
     pub fn close(&self) {
         self.closing.send_replace(true);

@@ -57,7 +57,7 @@ where
 }
 
 /// Puts the operation's client id and gateway type on the current RPC span.
-pub fn record_operation(op: &Operation) {
+fn record_operation(op: &Operation) {
     let span = tracing::Span::current();
     if let Some(id) = op.client_id() {
         span.record("client_id", id.get());

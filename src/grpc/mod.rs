@@ -12,7 +12,6 @@ mod status;
 mod templates;
 
 pub use account::Account;
-pub use batch::MAX_ITEMS as MAX_BATCH_ITEMS;
 pub use deadline::StampLayer;
 pub use events::Events;
 pub use messaging::Messaging;

@@ -175,6 +175,10 @@ pub struct ServeArgs {
     /// At most this many events are kept in the log.
     #[arg(long, env = "MSGW_EVENT_RETENTION_COUNT", default_value_t = 1_000_000)]
     pub event_retention_count: u64,
+    /// How long the outcome of a send is kept to answer retries with the same id
+    /// (longer while reconcile still tracks the message), e.g. `7d`.
+    #[arg(long, env = "MSGW_IDEMPOTENCY_RETENTION", default_value = "7d", value_parser = humantime::parse_duration)]
+    pub idempotency_retention: Duration,
     /// Events kept in memory for live subscribers; a subscriber further behind catches up from the store.
     #[arg(long, env = "MSGW_EVENT_FAN_OUT", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(16..=1_000_000))]
     pub event_fan_out: u64,
@@ -296,6 +300,7 @@ impl ServeArgs {
             ("--reconcile-interval", self.reconcile_interval),
             ("--reconcile-max-backoff", self.reconcile_max_backoff),
             ("--event-retention", self.event_retention),
+            ("--idempotency-retention", self.idempotency_retention),
         ] {
             if d.is_zero() {
                 bail!("{name} must be greater than zero");
@@ -345,6 +350,7 @@ impl ServeArgs {
             retention: Retention {
                 max_age: self.event_retention,
                 max_events: self.event_retention_count,
+                claims_max_age: self.idempotency_retention,
             },
             event_fan_out: usize::try_from(self.event_fan_out).unwrap_or(usize::MAX),
             reconcile: ReconcileConfig {

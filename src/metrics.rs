@@ -205,6 +205,7 @@ pub async fn refresh_balance(
         match dispatcher
             .execute(crate::domain::Operation::GetBalance, None)
             .await
+            .map(|executed| executed.output)
         {
             Ok(crate::domain::Output::Balance(b)) => {
                 METRICS

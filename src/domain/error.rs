@@ -56,6 +56,26 @@ pub enum Error {
         /// Whether the operation may have been carried out anyway.
         outcome_unknown: bool,
     },
+    /// The id is claimed by a different request (same id, other content).
+    #[error("id {id} is already used by a different request; use a new id for a new message")]
+    IdConflict {
+        /// The id.
+        id: u64,
+        /// The gateway's id of the existing message, when known.
+        msg_id: Option<String>,
+    },
+    /// Another call with this id is waiting for the gateway, and the caller's
+    /// deadline came first.
+    #[error("a send with id {id} is in progress; retry with the same id to get its outcome")]
+    SendInProgress {
+        /// The id.
+        id: u64,
+        /// When a retry is likely to find the outcome.
+        retry_after: std::time::Duration,
+    },
+    /// The operation happened, but its answer was lost and cannot be recovered.
+    #[error("{0}")]
+    ResultLost(String),
     /// A stream cursor outside the retained event log.
     #[error("{detail}")]
     CursorOutOfRange {

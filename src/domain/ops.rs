@@ -351,6 +351,22 @@ impl Operation {
         }
     }
 
+    /// The idempotency key: the client id of an operation that makes the gateway act
+    /// (every send and the voice OTP call). Template changes, HLR lookups and queries
+    /// are not keyed.
+    pub fn idempotency_key(&self) -> Option<ClientId> {
+        match self {
+            Self::SendSms(_)
+            | Self::SendViber(_)
+            | Self::SendRcs(_)
+            | Self::SendTelegramOtp(_)
+            | Self::SendVoice(_)
+            | Self::SendVoiceOtp(_)
+            | Self::SendPipeline(_) => self.client_id(),
+            _ => None,
+        }
+    }
+
     /// Whether the gateway posts this operation's final status to its `hook`
     /// (a pipeline reports to the account-level address instead).
     pub fn takes_hook(&self) -> bool {

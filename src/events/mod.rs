@@ -5,12 +5,12 @@
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
 use chrono::Utc;
-use tokio::sync::{broadcast, mpsc, oneshot, watch};
+use tokio::sync::{broadcast, mpsc, watch};
 
 use crate::domain::{Channel, Error, NewEvent, StatusEvent, UnavailableCause};
 use crate::metrics::METRICS;
 use crate::periodic::Periodic;
-use crate::store::{Retention, Store, StoreError};
+use crate::store::{GroupWriter, Retention, Store, StoreError};
 
 /// Where a subscription starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,14 +57,12 @@ const SUBSCRIBER_BUFFER: usize = 256;
 /// while a commit is running share the next one (group commit).
 const MAX_GROUP: usize = 256;
 
-type AppendReply = oneshot::Sender<Result<Option<StatusEvent>, StoreError>>;
-
 /// The event log: the store plus the in-memory fan-out.
 pub struct EventLog {
     store: Arc<dyn Store>,
     live: broadcast::Sender<Arc<StatusEvent>>,
     // One writer task appends and publishes, so events reach the fan-out in cursor order.
-    writer: mpsc::Sender<(NewEvent, AppendReply)>,
+    writer: GroupWriter<NewEvent, Option<StatusEvent>>,
     closing: watch::Sender<bool>,
 }
 
@@ -91,8 +89,10 @@ impl EventLog {
     pub fn new(store: Arc<dyn Store>, fan_out: usize) -> Arc<Self> {
         let (live, _) = broadcast::channel(fan_out.max(16));
         let (closing, _) = watch::channel(false);
-        let (writer, queue) = mpsc::channel(MAX_GROUP * 4);
-        tokio::spawn(write_groups(store.clone(), live.clone(), queue));
+        let writer = GroupWriter::spawn(MAX_GROUP, {
+            let (store, live) = (store.clone(), live.clone());
+            move |events| append_group(store.clone(), live.clone(), events)
+        });
         Arc::new(Self {
             store,
             live,
@@ -103,10 +103,7 @@ impl EventLog {
 
     /// Durably appends an event and publishes it; `None` for a duplicate.
     pub async fn append(&self, event: NewEvent) -> Result<Option<StatusEvent>, StoreError> {
-        let (reply, stored) = oneshot::channel();
-        let gone = || StoreError::Append("the event writer has stopped".into());
-        self.writer.send((event, reply)).await.map_err(|_| gone())?;
-        stored.await.map_err(|_| gone())?
+        self.writer.submit(event).await
     }
 
     /// Ends every subscription with UNAVAILABLE (shutdown), and refuses new ones.
@@ -248,44 +245,29 @@ impl EventLog {
     }
 }
 
-/// The writer task: takes every append waiting, commits them in one transaction,
-/// then publishes and answers them in cursor order.
-async fn write_groups(
+/// Commits one group of appends, then publishes the stored events in cursor order.
+async fn append_group(
     store: Arc<dyn Store>,
     live: broadcast::Sender<Arc<StatusEvent>>,
-    mut queue: mpsc::Receiver<(NewEvent, AppendReply)>,
-) {
-    let mut group = Vec::with_capacity(MAX_GROUP);
-    while queue.recv_many(&mut group, MAX_GROUP).await > 0 {
-        let (events, replies): (Vec<NewEvent>, Vec<AppendReply>) = group.drain(..).unzip();
-        match store.append_batch(&events).await {
-            Ok(stored) => {
-                for ((stored, event), reply) in stored.into_iter().zip(&events).zip(replies) {
-                    let result = if stored.is_some() {
-                        "stored"
-                    } else {
-                        "duplicate"
-                    };
-                    METRICS
-                        .events_total
-                        .with_label_values(&[event.source.as_str(), result])
-                        .inc();
-                    if let Some(e) = &stored {
-                        // No receiver is fine: subscribers replay from the store.
-                        let _ = live.send(Arc::new(e.clone()));
-                    }
-                    let _ = reply.send(Ok(stored));
-                }
-            }
-            Err(e) => {
-                tracing::error!(error = %e, events = events.len(), "event append failed");
-                let text = e.to_string();
-                for reply in replies {
-                    let _ = reply.send(Err(StoreError::Append(text.clone())));
-                }
-            }
+    events: Vec<NewEvent>,
+) -> Result<Vec<Option<StatusEvent>>, StoreError> {
+    let stored = store.append_batch(&events).await?;
+    for (stored, event) in stored.iter().zip(&events) {
+        let result = if stored.is_some() {
+            "stored"
+        } else {
+            "duplicate"
+        };
+        METRICS
+            .events_total
+            .with_label_values(&[event.source.as_str(), result])
+            .inc();
+        if let Some(e) = stored {
+            // No receiver is fine: subscribers replay from the store.
+            let _ = live.send(Arc::new(e.clone()));
         }
     }
+    Ok(stored)
 }
 
 /// Runs `f` when dropped, however the task ends.

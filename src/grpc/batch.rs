@@ -4,7 +4,8 @@ use tonic::{Code, Status};
 
 use super::convert::{FromOutput, IntoOperation};
 use super::status::to_rpc_status;
-use crate::domain::{Error, Operation, Output, Violations};
+use crate::dispatch::Executed;
+use crate::domain::{Error, Operation, Violations};
 use crate::proto::{
     BatchItem, BatchResult, batch_item::Operation as Item, batch_result::Result as Res,
 };
@@ -49,6 +50,7 @@ pub fn parse(items: Vec<BatchItem>) -> Result<Vec<(Kind, Operation)>, Error> {
         );
     }
     let mut parsed = Vec::with_capacity(items.len());
+    let mut keyed = std::collections::HashMap::new();
     for (i, item) in items.into_iter().enumerate() {
         let Some(item) = item.operation else {
             violations
@@ -58,7 +60,19 @@ pub fn parse(items: Vec<BatchItem>) -> Result<Vec<(Kind, Operation)>, Error> {
         };
         let (kind, field, op) = parse_item(item, &mut violations, i);
         match op {
-            Some(op) => parsed.push((kind, op)),
+            Some(op) => {
+                // Each keyed item is idempotent on its own id: one id, one item.
+                if let Some(id) = op.idempotency_key() {
+                    let first = *keyed.entry(id).or_insert(i);
+                    if first != i {
+                        violations.scope(format!("items[{i}].{field}")).add(
+                            "id",
+                            format!("id {id} is already used by items[{first}]; each send in a batch needs its own id"),
+                        );
+                    }
+                }
+                parsed.push((kind, op));
+            }
             None if violations.is_empty() => {
                 violations
                     .scope(format!("items[{i}]"))
@@ -108,8 +122,9 @@ fn parse_item(item: Item, v: &mut Violations, i: usize) -> (Kind, &'static str, 
 }
 
 /// The batch result of one item: its status, and its response when OK.
-pub fn result(kind: Kind, outcome: Result<Output, Error>) -> BatchResult {
-    let converted = outcome.and_then(|output| {
+pub fn result(kind: Kind, outcome: Result<Executed, Error>) -> BatchResult {
+    let replayed = outcome.as_ref().is_ok_and(|e| e.replayed);
+    let converted = outcome.and_then(|Executed { output, .. }| {
         macro_rules! responses {
             ($($variant:ident),* $(,)?) => {
                 match kind {
@@ -145,10 +160,12 @@ pub fn result(kind: Kind, outcome: Result<Output, Error>) -> BatchResult {
                 details: Vec::new(),
             }),
             result: Some(result),
+            replayed,
         },
         Err(e) => BatchResult {
             status: Some(to_rpc_status(&Status::from(e))),
             result: None,
+            replayed: false,
         },
     }
 }

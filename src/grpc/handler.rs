@@ -2,7 +2,7 @@
 //! trace it. Handlers differ only in their operation.
 
 use tokio::time::Instant;
-use tonic::{Request, Response, Status};
+use tonic::{Request, Response, Status, metadata::MetadataValue};
 use tracing::{Instrument, field};
 
 use super::convert::{FromOutput, IntoOperation};
@@ -10,6 +10,9 @@ use crate::dispatch::Dispatcher;
 use crate::domain::{Error, Operation, Violations};
 use crate::metrics::METRICS;
 use crate::upstream;
+
+/// Response metadata of an answer replayed from an earlier call with the same id.
+pub const REPLAYED: &str = "msgw-replayed";
 
 /// Parses a request into its operation, collecting every violation.
 pub fn parse<R: IntoOperation>(request: R) -> Result<Operation, Error> {
@@ -42,15 +45,21 @@ where
         let result = match parse(request.into_inner()) {
             Ok(op) => {
                 record_operation(&op);
-                dispatcher
-                    .execute(op, deadline)
-                    .await
-                    .and_then(Resp::from_output)
+                dispatcher.execute(op, deadline).await.and_then(|executed| {
+                    Ok((Resp::from_output(executed.output)?, executed.replayed))
+                })
             }
             Err(e) => Err(e),
         };
         finish(method, started, result.as_ref().err());
-        result.map(Response::new).map_err(Status::from)
+        let (response, replayed) = result.map_err(Status::from)?;
+        let mut response = Response::new(response);
+        if replayed {
+            response
+                .metadata_mut()
+                .insert(REPLAYED, MetadataValue::from_static("true"));
+        }
+        Ok(response)
     }
     .instrument(span)
     .await
@@ -84,7 +93,10 @@ pub fn finish(method: &str, started: Instant, error: Option<&Error>) {
             let outcome = outcome(e);
             span.record("outcome", outcome);
             match e {
-                Error::InvalidArgument(_) | Error::Rejected(_) => {
+                Error::InvalidArgument(_)
+                | Error::Rejected(_)
+                | Error::IdConflict { .. }
+                | Error::SendInProgress { .. } => {
                     tracing::info!(error = %e, "rpc refused")
                 }
                 _ => tracing::warn!(error = %e, "rpc failed"),
@@ -108,6 +120,9 @@ fn outcome(e: &Error) -> &'static str {
         Error::Unavailable { .. } => "unavailable",
         Error::DeadlineExceeded { .. } => "deadline_exceeded",
         Error::CursorOutOfRange { .. } => "out_of_range",
+        Error::IdConflict { .. } => "id_conflict",
+        Error::SendInProgress { .. } => "send_in_progress",
+        Error::ResultLost(_) => "result_lost",
         Error::Internal(_) => "internal",
     }
 }

@@ -20,6 +20,9 @@ pub fn code(e: &Error) -> Code {
         Error::Unavailable { .. } => Code::Unavailable,
         Error::DeadlineExceeded { .. } => Code::DeadlineExceeded,
         Error::CursorOutOfRange { .. } => Code::OutOfRange,
+        Error::IdConflict { .. } => Code::AlreadyExists,
+        Error::SendInProgress { .. } => Code::Aborted,
+        Error::ResultLost(_) => Code::FailedPrecondition,
         Error::Internal(_) => Code::Internal,
     }
 }
@@ -89,6 +92,23 @@ impl From<Error> for Status {
                 "CURSOR_OUT_OF_RANGE",
                 [("oldest_available_cursor", oldest_available.to_string())],
             ),
+            Error::IdConflict { msg_id, .. } => {
+                let mut metadata = HashMap::new();
+                if let Some(msg_id) = msg_id {
+                    metadata.insert("msg_id".to_owned(), msg_id);
+                }
+                Status::with_error_details(
+                    Code::AlreadyExists,
+                    message,
+                    ErrorDetails::with_error_info("ID_CONFLICT", ERROR_DOMAIN, metadata),
+                )
+            }
+            Error::SendInProgress { retry_after, .. } => {
+                let mut details = ErrorDetails::with_retry_info(Some(retry_after));
+                details.set_error_info("SEND_IN_PROGRESS", ERROR_DOMAIN, HashMap::new());
+                Status::with_error_details(Code::Aborted, message, details)
+            }
+            Error::ResultLost(_) => with_info(Code::FailedPrecondition, message, "RESULT_LOST", []),
             Error::Internal(_) => Status::internal(message),
         }
     }

@@ -10,7 +10,7 @@ use tokio::sync::watch;
 
 use crate::dispatch::Dispatcher;
 use crate::domain::{
-    ClientId, DeliveryReport, Error, EventSource, NewEvent, Operation, Output, StatusReport,
+    DeliveryReport, Error, EventSource, NewEvent, Operation, Output, StatusReport,
 };
 use crate::events::EventLog;
 use crate::periodic::Periodic;
@@ -85,9 +85,8 @@ impl Reconciler {
         }
         let ops = due
             .iter()
-            .map(|m| ClientId::new(m.client_id).map(Operation::GetMessageStatus))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| Error::Internal(format!("tracked message with client id 0: {e}")))?;
+            .map(|m| Operation::GetMessageStatus(m.client_id))
+            .collect();
         let results = match self.dispatcher.execute_all(ops, None).await {
             Ok(results) => results,
             Err(e) => {
@@ -98,7 +97,7 @@ impl Reconciler {
             }
         };
         for (message, result) in due.iter().zip(results) {
-            match result {
+            match result.map(|executed| executed.output) {
                 Ok(Output::Status(report)) => {
                     let event = NewEvent {
                         report: delivery_report(report),
@@ -107,7 +106,7 @@ impl Reconciler {
                     };
                     let is_final = event.is_final();
                     if let Err(e) = self.events.append(event).await {
-                        tracing::error!(client_id = message.client_id, error = %e, "reconcile: cannot store polled status");
+                        tracing::error!(client_id = message.client_id.get(), error = %e, "reconcile: cannot store polled status");
                     }
                     if !is_final {
                         self.reschedule(message, now).await;
@@ -115,14 +114,14 @@ impl Reconciler {
                 }
                 Ok(other) => {
                     tracing::error!(
-                        client_id = message.client_id,
+                        client_id = message.client_id.get(),
                         ?other,
                         "reconcile: unexpected answer to a status query"
                     );
                     self.reschedule(message, now).await;
                 }
                 Err(e) => {
-                    tracing::debug!(client_id = message.client_id, error = %e, "reconcile: status query refused");
+                    tracing::debug!(client_id = message.client_id.get(), error = %e, "reconcile: status query refused");
                     self.reschedule(message, now).await;
                 }
             }
@@ -134,13 +133,13 @@ impl Reconciler {
         let next = next_poll(m, now, self.config);
         if next.is_none() {
             tracing::info!(
-                client_id = m.client_id,
+                client_id = m.client_id.get(),
                 polls = m.polls + 1,
                 "reconcile: lifetime over without a final status; polling stops"
             );
         }
         if let Err(e) = self.store.schedule_poll(m.client_id, next).await {
-            tracing::error!(client_id = m.client_id, error = %e, "reconcile: cannot schedule the next poll");
+            tracing::error!(client_id = m.client_id.get(), error = %e, "reconcile: cannot schedule the next poll");
         }
     }
 }
@@ -194,6 +193,7 @@ fn store_error(e: crate::store::StoreError) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::ClientId;
 
     #[test]
     fn polls_back_off_and_stop_after_the_lifetime() {
@@ -204,7 +204,7 @@ mod tests {
             max_backoff: Duration::from_secs(600),
         };
         let m = |polls| PendingMessage {
-            client_id: 1,
+            client_id: ClientId::new(1).unwrap(),
             sent_at: sent,
             lifetime: Duration::from_secs(3600),
             polls,

@@ -6,12 +6,14 @@ use axum::Json;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, header};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::{Value, json};
 
 use super::Inner;
 use super::error::EnvelopeError;
+use super::magic::Magic;
 use super::ops;
 
 /// Largest request body accepted.
@@ -25,11 +27,19 @@ pub(super) fn router(inner: Arc<Inner>) -> Router {
 }
 
 /// Always HTTP 200: the gateway reports every failure inside the envelope (spec §7.1).
-async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Body) -> Json<Value> {
+/// Except for the magic number whose answer is lost: every operation is carried out,
+/// then the request is answered with HTTP 502.
+async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Body) -> Response {
     let reply = match envelope(&inner, &headers, body).await {
         Ok(items) => {
             tracing::debug!(operations = items.len(), "sandbox request");
             let results: Vec<Value> = items.iter().map(|item| ops::run(&inner, item)).collect();
+            if items.iter().any(answer_lost) {
+                tracing::info!(
+                    "sandbox: answer lost on purpose (magic number 380000000010): HTTP 502"
+                );
+                return (StatusCode::BAD_GATEWAY, "502 Bad Gateway").into_response();
+            }
             json!({"success": true, "data": results})
         }
         Err(err) => {
@@ -37,7 +47,14 @@ async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Body)
             json!({"success": false, "error": err.to_string()})
         }
     };
-    Json(reply)
+    Json(reply).into_response()
+}
+
+/// Whether an operation is for the number whose answer the sandbox loses.
+fn answer_lost(item: &Value) -> bool {
+    item.get("phone")
+        .and_then(Value::as_u64)
+        .is_some_and(|phone| Magic::of(phone) == Magic::LostAnswer)
 }
 
 /// Checks everything above the operations and returns them.

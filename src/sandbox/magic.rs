@@ -23,6 +23,10 @@ pub enum Magic {
     Rejected,
     /// 380000000009: Viber replies (REPLIED) / voice DTMF reply "1".
     TwoWay,
+    /// 380000000010: the operation is carried out (a send is accepted, billed and
+    /// delivered), but the whole request is answered with HTTP 502, as when a proxy
+    /// loses the gateway's answer.
+    LostAnswer,
 }
 
 impl Magic {
@@ -38,6 +42,7 @@ impl Magic {
             380_000_000_007 => Magic::Fallback,
             380_000_000_008 => Magic::Rejected,
             380_000_000_009 => Magic::TwoWay,
+            380_000_000_010 => Magic::LostAnswer,
             _ => Magic::None,
         }
     }

@@ -1,14 +1,22 @@
-//! Durable state: the messages msgw sent (for reconcile) and the event log (for
-//! resumable streams). One trait; SQLite is the embedded implementation.
+//! Durable state: idempotency claims of keyed operations, the messages msgw sent
+//! (for reconcile) and the event log (for resumable streams). One trait; SQLite is
+//! the embedded implementation.
 
+mod claims;
+mod group;
 mod sqlite;
+mod sqlite_claims;
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::domain::{NewEvent, StatusEvent};
+use crate::domain::{Channel, ClientId, NewEvent, StatusEvent};
 
+pub use claims::{
+    AcceptedOutcome, ClaimChange, ClaimRecord, ClaimReply, ClaimState, Fingerprint, Settlement,
+};
+pub use group::GroupWriter;
 pub use sqlite::SqliteStore;
 
 /// A failure of the store.
@@ -35,11 +43,11 @@ pub enum StoreError {
 #[derive(Debug, Clone, PartialEq)]
 pub struct SentMessage {
     /// Client id.
-    pub client_id: u64,
+    pub client_id: ClientId,
     /// Gateway id.
     pub msg_id: String,
-    /// The first channel, as the gateway names it.
-    pub channel: String,
+    /// The first channel.
+    pub channel: Channel,
     /// When msgw sent it.
     pub sent_at: DateTime<Utc>,
     /// How long the gateway keeps trying.
@@ -50,7 +58,7 @@ pub struct SentMessage {
 #[derive(Debug, Clone, PartialEq)]
 pub struct PendingMessage {
     /// Client id.
-    pub client_id: u64,
+    pub client_id: ClientId,
     /// When msgw sent it.
     pub sent_at: DateTime<Utc>,
     /// How long the gateway keeps trying.
@@ -66,13 +74,20 @@ pub struct Retention {
     pub max_age: Duration,
     /// At most this many events are kept.
     pub max_events: u64,
+    /// Idempotency claims older than this are dropped (unless reconcile still tracks
+    /// their message).
+    pub claims_max_age: Duration,
 }
 
 /// msgw's durable state.
 #[tonic::async_trait]
 pub trait Store: std::fmt::Debug + Send + Sync + 'static {
-    /// Remembers a sent message (a resend with the same client id replaces it).
-    async fn record_sent(&self, message: &SentMessage) -> Result<(), StoreError>;
+    /// Applies claim changes in one transaction, in order, one reply each. Settling an
+    /// accepted send also records its message for reconcile, in the same transaction.
+    async fn apply_claims(&self, changes: &[ClaimChange]) -> Result<Vec<ClaimReply>, StoreError>;
+
+    /// The claim of `id`, if any.
+    async fn claim_of(&self, id: ClientId) -> Result<Option<ClaimRecord>, StoreError>;
 
     /// The client id of a gateway message id, if msgw sent it.
     async fn client_id_of(&self, msg_id: &str) -> Result<Option<u64>, StoreError>;
@@ -94,8 +109,8 @@ pub trait Store: std::fmt::Debug + Send + Sync + 'static {
     /// The newest cursor ever handed out (0 before the first event), retained or not.
     async fn latest_cursor(&self) -> Result<u64, StoreError>;
 
-    /// Drops events beyond the retention and messages that no longer need tracking;
-    /// returns how many events were dropped.
+    /// Drops events beyond the retention, messages that no longer need tracking and
+    /// claims past their retention; returns how many events were dropped.
     async fn prune(&self, retention: Retention, now: DateTime<Utc>) -> Result<u64, StoreError>;
 
     /// Up to `limit` non-final messages whose next poll is due at `now`.
@@ -108,7 +123,7 @@ pub trait Store: std::fmt::Debug + Send + Sync + 'static {
     /// Schedules the next poll of a message, or stops polling it (`None`).
     async fn schedule_poll(
         &self,
-        client_id: u64,
+        client_id: ClientId,
         next: Option<DateTime<Utc>>,
     ) -> Result<(), StoreError>;
 

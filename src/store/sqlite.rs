@@ -12,9 +12,12 @@ use sqlx::{
     },
 };
 
-use super::{PendingMessage, Retention, SentMessage, Store, StoreError};
+use super::{
+    ClaimChange, ClaimRecord, ClaimReply, PendingMessage, Retention, SentMessage, Store,
+    StoreError, sqlite_claims,
+};
 use crate::domain::{
-    DeliveryReport, EventSource, Media, NewEvent, Reply, ReportedStatus, StatusEvent,
+    ClientId, DeliveryReport, EventSource, Media, NewEvent, Reply, ReportedStatus, StatusEvent,
 };
 
 /// SQLite implementation of [`Store`].
@@ -189,6 +192,34 @@ fn event_from_row(row: &SqliteRow) -> Result<StatusEvent, StoreError> {
     })
 }
 
+/// Remembers a sent message for reconcile (a resend with the same client id replaces it).
+/// Its first poll is due `first_poll_after` after sending.
+pub(super) async fn record_sent(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    m: &SentMessage,
+    first_poll_after: Duration,
+) -> Result<(), StoreError> {
+    let first_poll =
+        m.sent_at + chrono::Duration::from_std(first_poll_after).unwrap_or(chrono::Duration::MAX);
+    sqlx::query(
+        "INSERT INTO messages (client_id, msg_id, channel, sent_at_ms, lifetime_s, last_status, is_final, next_poll_ms, polls)
+         VALUES (?, ?, ?, ?, ?, NULL, 0, ?, 0)
+         ON CONFLICT (client_id) DO UPDATE SET
+           msg_id = excluded.msg_id, channel = excluded.channel, sent_at_ms = excluded.sent_at_ms,
+           lifetime_s = excluded.lifetime_s, last_status = NULL, is_final = 0,
+           next_poll_ms = excluded.next_poll_ms, polls = 0",
+    )
+    .bind(sqlite_claims::id_to_db(m.client_id))
+    .bind(&m.msg_id)
+    .bind(m.channel.as_str())
+    .bind(ms(m.sent_at))
+    .bind(seconds(m.lifetime))
+    .bind(ms(first_poll))
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
 /// Rows per INSERT statement (14 bound values each, far below SQLite's variable limit).
 const INSERT_CHUNK: usize = 256;
 
@@ -245,26 +276,23 @@ async fn insert_events(
 
 #[tonic::async_trait]
 impl Store for SqliteStore {
-    async fn record_sent(&self, m: &SentMessage) -> Result<(), StoreError> {
-        let first_poll = m.sent_at
-            + chrono::Duration::from_std(self.first_poll_after).unwrap_or(chrono::Duration::MAX);
-        sqlx::query(
-            "INSERT INTO messages (client_id, msg_id, channel, sent_at_ms, lifetime_s, last_status, is_final, next_poll_ms, polls)
-             VALUES (?, ?, ?, ?, ?, NULL, 0, ?, 0)
-             ON CONFLICT (client_id) DO UPDATE SET
-               msg_id = excluded.msg_id, channel = excluded.channel, sent_at_ms = excluded.sent_at_ms,
-               lifetime_s = excluded.lifetime_s, last_status = NULL, is_final = 0,
-               next_poll_ms = excluded.next_poll_ms, polls = 0",
-        )
-        .bind(id_to_db(m.client_id))
-        .bind(&m.msg_id)
-        .bind(&m.channel)
-        .bind(ms(m.sent_at))
-        .bind(seconds(m.lifetime))
-        .bind(ms(first_poll))
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+    async fn apply_claims(&self, changes: &[ClaimChange]) -> Result<Vec<ClaimReply>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let mut replies = Vec::with_capacity(changes.len());
+        for change in changes {
+            replies.push(sqlite_claims::apply(&mut tx, change, self.first_poll_after).await?);
+        }
+        tx.commit().await?;
+        Ok(replies)
+    }
+
+    async fn claim_of(&self, id: ClientId) -> Result<Option<ClaimRecord>, StoreError> {
+        sqlx::query("SELECT * FROM claims WHERE client_id = ?")
+            .bind(sqlite_claims::id_to_db(id))
+            .fetch_optional(&self.pool)
+            .await?
+            .map(|row| sqlite_claims::record_from_row(&row))
+            .transpose()
     }
 
     async fn client_id_of(&self, msg_id: &str) -> Result<Option<u64>, StoreError> {
@@ -338,6 +366,18 @@ impl Store for SqliteStore {
         .bind(horizon)
         .execute(&self.pool)
         .await?;
+        // A claim outlives its retention while reconcile still tracks its message.
+        let claims_horizon =
+            ms(now) - i64::try_from(retention.claims_max_age.as_millis()).unwrap_or(i64::MAX);
+        sqlx::query(
+            "DELETE FROM claims WHERE COALESCE(settled_at_ms, claimed_at_ms) < ?
+               AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.client_id = claims.client_id
+                                AND m.is_final = 0 AND m.sent_at_ms + m.lifetime_s * 1000 >= ?)",
+        )
+        .bind(claims_horizon)
+        .bind(ms(now))
+        .execute(&self.pool)
+        .await?;
         Ok(by_age + by_count)
     }
 
@@ -358,7 +398,9 @@ impl Store for SqliteStore {
         rows.into_iter()
             .map(|(id, sent, lifetime, polls)| {
                 Ok(PendingMessage {
-                    client_id: id_from_db(id),
+                    client_id: ClientId::new(id_from_db(id)).map_err(|_| {
+                        StoreError::Corrupt("tracked message with client id 0".into())
+                    })?,
                     sent_at: from_ms(sent)?,
                     lifetime: Duration::from_secs(u64::try_from(lifetime).unwrap_or(0)),
                     polls: u32::try_from(polls).unwrap_or(u32::MAX),
@@ -369,12 +411,12 @@ impl Store for SqliteStore {
 
     async fn schedule_poll(
         &self,
-        client_id: u64,
+        client_id: ClientId,
         next: Option<DateTime<Utc>>,
     ) -> Result<(), StoreError> {
         sqlx::query("UPDATE messages SET next_poll_ms = ?, polls = polls + 1 WHERE client_id = ?")
             .bind(next.map(ms))
-            .bind(id_to_db(client_id))
+            .bind(sqlite_claims::id_to_db(client_id))
             .execute(&self.pool)
             .await?;
         Ok(())

@@ -115,6 +115,11 @@ impl Gateway {
         &self.endpoint
     }
 
+    /// The upper bound of one request.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// Sends `ops` as one envelope and returns one outcome per operation, in order.
     /// `hooks[i]` is the status callback of `ops[i]` (ignored for operations without one).
     /// The request ends at the configured timeout or at `deadline`, whichever is first.
@@ -198,6 +203,19 @@ impl Gateway {
         }
         Ok(bytes)
     }
+}
+
+/// The operation as the gateway receives it, without its hook: the same request
+/// always gives the same bytes (fields in a fixed order, `+` stripped from phones).
+pub fn canonical(op: &Operation) -> Vec<u8> {
+    // Serializing these DTOs cannot fail: plain strings, numbers and booleans.
+    serde_json::to_vec(&request::Item::new(op, None)).unwrap_or_default()
+}
+
+/// Reads a payload the gateway gave for `op` (kept from an earlier answer) exactly as
+/// when it arrived.
+pub fn parse_output(op: &Operation, payload: serde_json::Value) -> Result<Output, PayloadError> {
+    response::parse_payload(op, payload)
 }
 
 /// The outcome label of an upstream request.

@@ -285,6 +285,7 @@ impl Default for Options {
             retention: Retention {
                 max_age: Duration::from_secs(86_400),
                 max_events: 1_000_000,
+                claims_max_age: Duration::from_secs(7 * 86_400),
             },
             shutdown_grace: Duration::from_secs(5),
             fan_out: 4096,

@@ -4,6 +4,7 @@ mod errors;
 mod events;
 mod fixtures;
 mod helpers;
+mod idempotency;
 mod lifecycle;
 mod operations;
 mod sandboxed;

@@ -545,7 +545,7 @@ async fn batch_sends_one_envelope_and_answers_in_order() {
     let items = vec![
         BatchItem {
             operation: Some(batch_item::Operation::SendSms(SendSmsRequest {
-                id: 1,
+                id: 2,
                 phone: "380971234567".into(),
                 message: "a".into(),
                 signature: "msgw".into(),

@@ -642,6 +642,7 @@ async fn accepts_plus_prefixed_phone_and_boundary_values() {
         .unwrap();
     app.messaging()
         .send_sms(SendSmsRequest {
+            id: 2,
             phone: "123456789012345".into(),
             lifetime: secs(259_200),
             ..sms()
@@ -649,11 +650,17 @@ async fn accepts_plus_prefixed_phone_and_boundary_values() {
         .await
         .unwrap();
     app.messaging()
-        .send_viber(viber(carousel(vec![full_slide(); 5])))
+        .send_viber(SendViberRequest {
+            id: 3,
+            ..viber(carousel(vec![full_slide(); 5]))
+        })
         .await
         .unwrap();
     app.messaging()
-        .send_telegram_otp(telegram("12345678"))
+        .send_telegram_otp(SendTelegramOtpRequest {
+            id: 4,
+            ..telegram("12345678")
+        })
         .await
         .unwrap();
     assert_eq!(app.gateway.requests().len(), 4);

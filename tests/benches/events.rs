@@ -74,6 +74,7 @@ async fn main() -> anyhow::Result<()> {
         retention: Retention {
             max_age: Duration::from_secs(3600),
             max_events: 10_000_000,
+            claims_max_age: Duration::from_secs(7 * 86_400),
         },
         event_fan_out: 4096,
         reconcile: ReconcileConfig {

@@ -1,0 +1,120 @@
+//! Idempotency claims: what the store knows about the client id of a keyed operation.
+//! The store is the only arbiter (a unique key, insert-if-absent, compare-and-set on
+//! the attempt), so the guarantee holds across restarts and replicas.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use super::SentMessage;
+use crate::domain::ClientId;
+
+/// SHA-256 of a request's canonical gateway operation, hook excluded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Fingerprint(pub [u8; 32]);
+
+/// The gateway's answer to an accepted keyed operation, kept to answer retries.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AcceptedOutcome {
+    /// The gateway's message id, when it gave one.
+    pub msg_id: Option<String>,
+    /// Billed parts.
+    pub parts: u32,
+    /// The payload verbatim (the send result, or the status answer when recovered).
+    pub payload: Value,
+    /// Learned from a `status` query after an unknown outcome, not from the send's answer.
+    pub recovered: bool,
+}
+
+/// Where a claim stands.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClaimState {
+    /// A call owns it and waits for the gateway.
+    InFlight {
+        /// When it was claimed (or taken over).
+        since: DateTime<Utc>,
+    },
+    /// The gateway accepted it.
+    Accepted(AcceptedOutcome),
+    /// Nothing was sent (the gateway refused it, or the request never left msgw).
+    Released {
+        /// The gateway's text or the cause.
+        reason: String,
+    },
+    /// The request may have reached the gateway; a `status` query decides.
+    Unknown,
+}
+
+/// A claim as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimRecord {
+    /// The request's fingerprint.
+    pub fingerprint: Fingerprint,
+    /// Generation: 1 when claimed, one more per take-over.
+    pub attempt: u32,
+    /// Its state.
+    pub state: ClaimState,
+}
+
+/// How an owned claim ends.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Settlement {
+    /// Accepted, with the message to track for reconcile (a send), if any.
+    Accepted(AcceptedOutcome, Option<SentMessage>),
+    /// Nothing sent.
+    Released(String),
+    /// Outcome unknown.
+    Unknown,
+}
+
+/// One change of the claims; a group of changes commits in one transaction.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClaimChange {
+    /// Claims `id` unless a claim exists.
+    Claim {
+        /// The id.
+        id: ClientId,
+        /// The request's fingerprint.
+        fingerprint: Fingerprint,
+        /// Now.
+        at: DateTime<Utc>,
+    },
+    /// Takes over an existing claim that is still at `attempt` (released, unknown or
+    /// stale), for a request with `fingerprint`.
+    TakeOver {
+        /// The id.
+        id: ClientId,
+        /// The request's fingerprint.
+        fingerprint: Fingerprint,
+        /// The generation the caller saw.
+        attempt: u32,
+        /// Now.
+        at: DateTime<Utc>,
+    },
+    /// Records the outcome of a claim the caller owns at `attempt`.
+    Settle {
+        /// The id.
+        id: ClientId,
+        /// The generation the caller owns.
+        attempt: u32,
+        /// The outcome.
+        settlement: Settlement,
+        /// Now.
+        at: DateTime<Utc>,
+    },
+}
+
+/// The store's answer to one [`ClaimChange`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClaimReply {
+    /// The caller owns the claim at this generation and must send.
+    Claimed {
+        /// The generation owned.
+        attempt: u32,
+    },
+    /// Someone else's claim exists (or moved on since the caller looked).
+    Existing(ClaimRecord),
+    /// The outcome is recorded.
+    Settled,
+    /// The claim moved on (taken over) before the outcome was recorded.
+    Superseded,
+}

@@ -1,0 +1,77 @@
+//! Group commit: one task takes every request waiting, applies them in one store
+//! transaction, and answers each. Under load, requests that arrive while a commit
+//! runs share the next one, so the store sees one transaction per group instead of
+//! one per request; an idle writer commits a lone request at once.
+
+use std::future::Future;
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::StoreError;
+
+type Reply<R> = oneshot::Sender<Result<R, StoreError>>;
+
+/// The handle of a group-commit writer task.
+#[derive(Debug)]
+pub struct GroupWriter<C, R> {
+    queue: mpsc::Sender<(C, Reply<R>)>,
+}
+
+impl<C, R> Clone for GroupWriter<C, R> {
+    fn clone(&self) -> Self {
+        Self {
+            queue: self.queue.clone(),
+        }
+    }
+}
+
+impl<C: Send + 'static, R: Send + 'static> GroupWriter<C, R> {
+    /// Starts the writer: `apply` commits a group (at most `max_group` requests) and
+    /// returns one result per request, in order. Groups are applied one at a time.
+    pub fn spawn<F, Fut>(max_group: usize, mut apply: F) -> Self
+    where
+        F: FnMut(Vec<C>) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<Vec<R>, StoreError>> + Send,
+    {
+        let (queue, mut requests) = mpsc::channel::<(C, Reply<R>)>(max_group * 4);
+        tokio::spawn(async move {
+            let mut group = Vec::with_capacity(max_group);
+            while requests.recv_many(&mut group, max_group).await > 0 {
+                let (items, replies): (Vec<C>, Vec<Reply<R>>) = group.drain(..).unzip();
+                let count = items.len();
+                match apply(items).await {
+                    Ok(results) if results.len() == count => {
+                        for (result, reply) in results.into_iter().zip(replies) {
+                            let _ = reply.send(Ok(result));
+                        }
+                    }
+                    Ok(results) => {
+                        let text = format!("{} results for {count} requests", results.len());
+                        for reply in replies {
+                            let _ = reply.send(Err(StoreError::Append(text.clone())));
+                        }
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, requests = count, "store group commit failed");
+                        let text = e.to_string();
+                        for reply in replies {
+                            let _ = reply.send(Err(StoreError::Append(text.clone())));
+                        }
+                    }
+                }
+            }
+        });
+        Self { queue }
+    }
+
+    /// Queues one request and waits for its group to commit.
+    pub async fn submit(&self, request: C) -> Result<R, StoreError> {
+        let (reply, result) = oneshot::channel();
+        let gone = || StoreError::Append("the store writer has stopped".into());
+        self.queue
+            .send((request, reply))
+            .await
+            .map_err(|_| gone())?;
+        result.await.map_err(|_| gone())?
+    }
+}

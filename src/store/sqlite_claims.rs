@@ -1,0 +1,197 @@
+//! SQLite side of the idempotency claims: every change runs inside the caller's
+//! transaction, so a group of changes commits (or fails) together.
+
+use std::time::Duration;
+
+use chrono::{DateTime, TimeZone, Utc};
+use sqlx::{Row, Sqlite, Transaction, sqlite::SqliteRow};
+
+use super::{
+    AcceptedOutcome, ClaimChange, ClaimRecord, ClaimReply, ClaimState, Fingerprint, Settlement,
+    StoreError,
+};
+use crate::domain::ClientId;
+
+type Tx<'a> = Transaction<'a, Sqlite>;
+
+/// Client ids are u64 on the wire and INTEGER (i64) in SQLite: stored bit for bit.
+pub(super) fn id_to_db(id: ClientId) -> i64 {
+    id.get() as i64
+}
+
+fn ms(t: DateTime<Utc>) -> i64 {
+    t.timestamp_millis()
+}
+
+/// Applies one change.
+/// A settled send's first poll is due `first_poll_after` after sending.
+pub(super) async fn apply(
+    tx: &mut Tx<'_>,
+    change: &ClaimChange,
+    first_poll_after: Duration,
+) -> Result<ClaimReply, StoreError> {
+    match change {
+        ClaimChange::Claim {
+            id,
+            fingerprint,
+            at,
+        } => {
+            let inserted: Option<(i64,)> = sqlx::query_as(
+                "INSERT INTO claims (client_id, fingerprint, attempt, state, claimed_at_ms)
+                 VALUES (?, ?, 1, 'in_flight', ?)
+                 ON CONFLICT (client_id) DO NOTHING RETURNING attempt",
+            )
+            .bind(id_to_db(*id))
+            .bind(&fingerprint.0[..])
+            .bind(ms(*at))
+            .fetch_optional(&mut **tx)
+            .await?;
+            match inserted {
+                Some(_) => Ok(ClaimReply::Claimed { attempt: 1 }),
+                None => existing(tx, *id).await,
+            }
+        }
+        ClaimChange::TakeOver {
+            id,
+            fingerprint,
+            attempt,
+            at,
+        } => {
+            let taken: Option<(i64,)> = sqlx::query_as(
+                "UPDATE claims SET fingerprint = ?, attempt = attempt + 1, state = 'in_flight',
+                        claimed_at_ms = ?, settled_at_ms = NULL, msg_id = NULL, parts = NULL,
+                        payload = NULL, recovered = 0, reason = NULL
+                  WHERE client_id = ? AND attempt = ? RETURNING attempt",
+            )
+            .bind(&fingerprint.0[..])
+            .bind(ms(*at))
+            .bind(id_to_db(*id))
+            .bind(i64::from(*attempt))
+            .fetch_optional(&mut **tx)
+            .await?;
+            match taken {
+                Some((attempt,)) => Ok(ClaimReply::Claimed {
+                    attempt: db_attempt(attempt)?,
+                }),
+                None => existing(tx, *id).await,
+            }
+        }
+        ClaimChange::Settle {
+            id,
+            attempt,
+            settlement,
+            at,
+        } => settle(tx, *id, *attempt, settlement, *at, first_poll_after).await,
+    }
+}
+
+/// The current claim of `id` as an [`ClaimReply::Existing`]; a claim pruned in the
+/// meantime reads as released, so the caller claims it again.
+async fn existing(tx: &mut Tx<'_>, id: ClientId) -> Result<ClaimReply, StoreError> {
+    let row = sqlx::query("SELECT * FROM claims WHERE client_id = ?")
+        .bind(id_to_db(id))
+        .fetch_optional(&mut **tx)
+        .await?;
+    match row {
+        Some(row) => Ok(ClaimReply::Existing(record_from_row(&row)?)),
+        None => Ok(ClaimReply::Existing(ClaimRecord {
+            fingerprint: Fingerprint([0; 32]),
+            attempt: 0,
+            state: ClaimState::Released {
+                reason: "the claim expired".into(),
+            },
+        })),
+    }
+}
+
+async fn settle(
+    tx: &mut Tx<'_>,
+    id: ClientId,
+    attempt: u32,
+    settlement: &Settlement,
+    at: DateTime<Utc>,
+    first_poll_after: Duration,
+) -> Result<ClaimReply, StoreError> {
+    let (state, accepted, reason) = match settlement {
+        Settlement::Accepted(outcome, _) => ("accepted", Some(outcome), None),
+        Settlement::Released(reason) => ("released", None, Some(reason.as_str())),
+        Settlement::Unknown => ("unknown", None, None),
+    };
+    let updated = sqlx::query(
+        "UPDATE claims SET state = ?, settled_at_ms = ?, msg_id = ?, parts = ?, payload = ?,
+                recovered = ?, reason = ?
+          WHERE client_id = ? AND attempt = ?",
+    )
+    .bind(state)
+    .bind(ms(at))
+    .bind(accepted.and_then(|a| a.msg_id.as_deref()))
+    .bind(accepted.map(|a| i64::from(a.parts)))
+    .bind(accepted.map(|a| a.payload.to_string()))
+    .bind(accepted.is_some_and(|a| a.recovered))
+    .bind(reason)
+    .bind(id_to_db(id))
+    .bind(i64::from(attempt))
+    .execute(&mut **tx)
+    .await?
+    .rows_affected();
+    if updated == 0 {
+        return Ok(ClaimReply::Superseded);
+    }
+    if let Settlement::Accepted(_, Some(message)) = settlement {
+        super::sqlite::record_sent(tx, message, first_poll_after).await?;
+    }
+    Ok(ClaimReply::Settled)
+}
+
+fn db_attempt(v: i64) -> Result<u32, StoreError> {
+    u32::try_from(v).map_err(|_| StoreError::Corrupt(format!("claim attempt {v}")))
+}
+
+/// Reads a claims row.
+pub(super) fn record_from_row(row: &SqliteRow) -> Result<ClaimRecord, StoreError> {
+    let fingerprint: Vec<u8> = row.try_get("fingerprint")?;
+    let fingerprint = Fingerprint(
+        fingerprint
+            .try_into()
+            .map_err(|_| StoreError::Corrupt("claim fingerprint is not 32 bytes".into()))?,
+    );
+    let state: String = row.try_get("state")?;
+    let state = match state.as_str() {
+        "in_flight" => {
+            let since: i64 = row.try_get("claimed_at_ms")?;
+            ClaimState::InFlight {
+                since: Utc
+                    .timestamp_millis_opt(since)
+                    .single()
+                    .ok_or_else(|| StoreError::Corrupt(format!("claimed_at_ms {since}")))?,
+            }
+        }
+        "accepted" => {
+            let payload: Option<String> = row.try_get("payload")?;
+            let parts: Option<i64> = row.try_get("parts")?;
+            ClaimState::Accepted(AcceptedOutcome {
+                msg_id: row.try_get("msg_id")?,
+                parts: u32::try_from(parts.unwrap_or(0))
+                    .map_err(|_| StoreError::Corrupt(format!("claim parts {parts:?}")))?,
+                payload: match payload {
+                    Some(text) => serde_json::from_str(&text)
+                        .map_err(|e| StoreError::Corrupt(format!("claim payload: {e}")))?,
+                    None => serde_json::Value::Null,
+                },
+                recovered: row.try_get("recovered")?,
+            })
+        }
+        "released" => ClaimState::Released {
+            reason: row
+                .try_get::<Option<String>, _>("reason")?
+                .unwrap_or_default(),
+        },
+        "unknown" => ClaimState::Unknown,
+        other => return Err(StoreError::Corrupt(format!("claim state {other:?}"))),
+    };
+    Ok(ClaimRecord {
+        fingerprint,
+        attempt: db_attempt(row.try_get("attempt")?)?,
+        state,
+    })
+}

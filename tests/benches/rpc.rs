@@ -1,0 +1,333 @@
+//! Load benchmark of the send path: a real msgw (gRPC on loopback, SQLite store in a
+//! temp dir) in front of an in-process fake gateway that answers at once (or after
+//! `--latency-ms`), driven by N concurrent callers with distinct ids over M HTTP/2
+//! connections. Prints, in one run:
+//!
+//! - a. `grpc.health.v1.Health/Check` RPC/s on the same server (tonic's own cost);
+//! - b. `SendSms` RPC/s, and the ratio b/a;
+//! - e. msgw's CPU time per send, read from the kernel's per-thread counters of
+//!   msgw's own threads (its tokio workers and its SQLite worker), so the load
+//!   generator and the fake gateway, which run on threads of their own, are not
+//!   counted; and the latency percentiles of the sends.
+//!
+//! It asserts nothing; it prints. Bounded in time; stops by itself.
+//!
+//! `cargo bench --bench rpc -- --callers 64 --seconds 5`
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use axum::{Router, body::Bytes, routing::post};
+use clap::Parser;
+use msgw::{
+    app::Application,
+    config::{Config, Upstream},
+    proto::{SendSmsRequest, messaging_service_client::MessagingServiceClient},
+    reconcile::ReconcileConfig,
+    store::Retention,
+};
+use serde_json::{Value, json};
+use tonic::transport::Channel;
+use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+
+#[derive(Parser, Debug, Clone)]
+#[command(about = "msgw send-path benchmark")]
+struct Args {
+    /// Concurrent callers.
+    #[arg(long, default_value_t = 64)]
+    callers: usize,
+    /// HTTP/2 connections the callers share.
+    #[arg(long, default_value_t = 4)]
+    connections: usize,
+    /// Seconds each measured phase runs.
+    #[arg(long, default_value_t = 5)]
+    seconds: u64,
+    /// Latency of the fake gateway.
+    #[arg(long, default_value_t = 0)]
+    latency_ms: u64,
+    /// Worker threads of msgw's runtime.
+    #[arg(long, default_value_t = 2)]
+    msgw_workers: usize,
+    /// Ignored (cargo bench passes it).
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+/// Thread name prefix of msgw's runtime; the SQLite driver names its own thread.
+const MSGW_THREADS: [&str; 2] = ["msgw-worker", "sqlx-sqlite-wor"];
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let gateway_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("fake-gateway")
+        .enable_all()
+        .build()?;
+    let msgw_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(args.msgw_workers)
+        .thread_name("msgw-worker")
+        .enable_all()
+        .build()?;
+    let load_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("load")
+        .enable_all()
+        .build()?;
+
+    let gateway_url = gateway_rt.block_on(fake_gateway(Duration::from_millis(args.latency_ms)))?;
+    let dir = tempfile::tempdir()?;
+    let config = config(
+        &gateway_url,
+        &format!("sqlite://{}", dir.path().join("bench.db").display()),
+    )?;
+    let (grpc, stop_tx, server) = msgw_rt.block_on(async {
+        let app = Application::build(config).await?;
+        let grpc = app.grpc_addr()?;
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(app.run(async {
+            let _ = stop_rx.await;
+        }));
+        anyhow::Ok((grpc, stop_tx, server))
+    })?;
+
+    load_rt.block_on(async {
+        let mut channels = Vec::new();
+        for _ in 0..args.connections.max(1) {
+            channels.push(
+                tonic::transport::Endpoint::from_shared(format!("http://{grpc}"))?
+                    .tcp_nodelay(true)
+                    .connect()
+                    .await?,
+            );
+        }
+        let seconds = Duration::from_secs(args.seconds);
+        // Warm-up: connections, SQLite pages, the allocator.
+        drive(&channels, args.callers, Duration::from_secs(1), Call::Send).await;
+
+        let health = drive(&channels, args.callers, seconds, Call::Health).await;
+        let cpu_before = msgw_cpu();
+        let sends = drive(&channels, args.callers, seconds, Call::Send).await;
+        let cpu = msgw_cpu().saturating_sub(cpu_before);
+
+        println!(
+            "msgw send-path benchmark ({} callers over {} connections, fake gateway latency {} ms, msgw on {} worker threads)",
+            args.callers, args.connections, args.latency_ms, args.msgw_workers
+        );
+        health.print("a. Health/Check");
+        sends.print("b. SendSms");
+        println!(
+            "   b/a                {:.3}",
+            sends.rate() / health.rate().max(1e-9)
+        );
+        println!(
+            "e. msgw CPU per send {:.0} µs ({:.2} s of msgw thread CPU for {} sends)",
+            cpu.as_secs_f64() * 1e6 / sends.ok.max(1) as f64,
+            cpu.as_secs_f64(),
+            sends.ok
+        );
+        anyhow::Ok(())
+    })?;
+
+    msgw_rt.block_on(async {
+        let _ = stop_tx.send(());
+        server.await??;
+        anyhow::Ok(())
+    })?;
+    Ok(())
+}
+
+#[derive(Clone, Copy)]
+enum Call {
+    Health,
+    Send,
+}
+
+struct Phase {
+    ok: u64,
+    failed: u64,
+    elapsed: Duration,
+    latencies: Vec<Duration>,
+}
+
+impl Phase {
+    fn rate(&self) -> f64 {
+        self.ok as f64 / self.elapsed.as_secs_f64()
+    }
+
+    fn print(&self, name: &str) {
+        let pct = |p: f64| {
+            let i = ((self.latencies.len() as f64 * p) as usize)
+                .min(self.latencies.len().saturating_sub(1));
+            self.latencies
+                .get(i)
+                .copied()
+                .unwrap_or_default()
+                .as_secs_f64()
+                * 1e3
+        };
+        println!(
+            "{name:<20} {:>9.0} RPC/s  ({} ok, {} failed in {:.2} s; p50 {:.2} ms, p99 {:.2} ms)",
+            self.rate(),
+            self.ok,
+            self.failed,
+            self.elapsed.as_secs_f64(),
+            pct(0.5),
+            pct(0.99)
+        );
+    }
+}
+
+/// Ids are distinct across the whole run: every send is a new message.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+async fn drive(channels: &[Channel], callers: usize, length: Duration, call: Call) -> Phase {
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = tokio::task::JoinSet::new();
+    let started = Instant::now();
+    for i in 0..callers {
+        let channel = channels[i % channels.len()].clone();
+        let stop = stop.clone();
+        tasks.spawn(async move {
+            let mut messaging = MessagingServiceClient::new(channel.clone());
+            let mut health = HealthClient::new(channel);
+            let (mut ok, mut failed, mut latencies) = (0u64, 0u64, Vec::new());
+            while !stop.load(Ordering::Relaxed) {
+                let began = Instant::now();
+                let done = match call {
+                    Call::Health => health.check(HealthCheckRequest::default()).await.is_ok(),
+                    Call::Send => messaging
+                        .send_sms(SendSmsRequest {
+                            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+                            phone: "380971234567".into(),
+                            message: "Your code is 4711".into(),
+                            signature: "msgw".into(),
+                            ..Default::default()
+                        })
+                        .await
+                        .is_ok(),
+                };
+                latencies.push(began.elapsed());
+                if done { ok += 1 } else { failed += 1 }
+            }
+            (ok, failed, latencies)
+        });
+    }
+    tokio::time::sleep(length).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut phase = Phase {
+        ok: 0,
+        failed: 0,
+        elapsed: Duration::ZERO,
+        latencies: Vec::new(),
+    };
+    while let Some(Ok((ok, failed, latencies))) = tasks.join_next().await {
+        phase.ok += ok;
+        phase.failed += failed;
+        phase.latencies.extend(latencies);
+    }
+    phase.elapsed = started.elapsed();
+    phase.latencies.sort_unstable();
+    phase
+}
+
+/// CPU time (user + system) of msgw's threads so far, from /proc/self/task/*/stat.
+fn msgw_cpu() -> Duration {
+    // Linux reports these in clock ticks of 1/100 s (USER_HZ) on every common platform.
+    const TICKS_PER_SECOND: u64 = 100;
+    let mut ticks = 0;
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Duration::ZERO;
+    };
+    for task in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue;
+        };
+        // "tid (comm) state ppid ...": comm may hold spaces, so split at the last ')'.
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let comm = &stat[open + 1..close];
+        if !MSGW_THREADS.iter().any(|p| comm.starts_with(p)) {
+            continue;
+        }
+        let fields: Vec<&str> = stat[close + 2..].split(' ').collect();
+        // After "(comm) ": state is field 0, utime field 11, stime field 12.
+        let field = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|f| f.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        ticks += field(11) + field(12);
+    }
+    Duration::from_millis(ticks * 1000 / TICKS_PER_SECOND)
+}
+
+/// A gateway that accepts every send after `latency`, on its own runtime.
+async fn fake_gateway(latency: Duration) -> anyhow::Result<String> {
+    let next_msg_id = Arc::new(AtomicU64::new(100_000_001));
+    let app = Router::new().route(
+        "/api/json.php",
+        post(move |body: Bytes| {
+            let next_msg_id = next_msg_id.clone();
+            async move {
+                if !latency.is_zero() {
+                    tokio::time::sleep(latency).await;
+                }
+                let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                let items = request["data"].as_array().cloned().unwrap_or_default();
+                let results: Vec<Value> = items
+                    .iter()
+                    .map(|item| {
+                        let msg_id = next_msg_id.fetch_add(1, Ordering::Relaxed);
+                        json!({"success": true, "data": {"id": item["id"], "msg_id": msg_id, "data": 1, "parts": 1}})
+                    })
+                    .collect();
+                axum::Json(json!({"success": true, "data": results}))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Ok(url)
+}
+
+fn config(gateway_url: &str, store_url: &str) -> anyhow::Result<Config> {
+    let hour = Duration::from_secs(3600);
+    Ok(Config {
+        grpc_addr: "127.0.0.1:0".parse()?,
+        http_addr: "127.0.0.1:0".parse()?,
+        public_url: None,
+        webhook_secret: "bench-webhook-secret-0123456789".to_owned().into(),
+        account_token: "bench-account-token-0123456789".to_owned().into(),
+        generated_secrets: Vec::new(),
+        store_url: store_url.to_owned(),
+        retention: Retention {
+            max_age: hour,
+            max_events: 10_000_000,
+            claims_max_age: Duration::from_secs(7 * 86_400),
+        },
+        event_fan_out: 4096,
+        reconcile: ReconcileConfig {
+            interval: hour,
+            first_after: hour,
+            max_backoff: hour,
+        },
+        shutdown_grace: Duration::from_secs(5),
+        balance_refresh: Duration::ZERO,
+        upstream: Upstream::Gateway {
+            url: gateway_url.parse()?,
+            api_key: "bench-key".to_owned().into(),
+        },
+        upstream_timeout: Duration::from_secs(5),
+        upstream_connections: 32,
+    })
+}

@@ -45,6 +45,8 @@ pub struct Owned {
 
 /// What a keyed operation does next.
 #[derive(Debug)]
+// Lives only during one call; boxing the answer would cost an allocation per operation.
+#[allow(clippy::large_enum_variant)]
 pub enum Acquired {
     /// Send it; the claim is owned.
     Send(Owned),

@@ -47,6 +47,8 @@ pub struct Dispatcher {
 }
 
 /// What happens to one operation of a call.
+// Lives only during one call; boxing the answer would cost an allocation per operation.
+#[allow(clippy::large_enum_variant)]
 enum Slot {
     /// Goes into the envelope; a keyed one with the claim it owns.
     Send(Option<Owned>),

@@ -497,3 +497,48 @@ async fn unknown_message_status_is_rejected_by_the_gateway() {
     assert_eq!(e.code(), Code::FailedPrecondition);
     assert_eq!(error_info(&e).1["upstream_error"], "Message not found");
 }
+
+#[tokio::test]
+async fn lost_answer_magic_number_is_outcome_unknown_and_its_retry_is_not_sent_twice() {
+    let app = spawn_sandboxed_app(STEP).await;
+    let balance = || async {
+        app.account()
+            .get_balance(GetBalanceRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .amount
+    };
+    let before = balance().await;
+    let status = app
+        .messaging()
+        .send_sms(sms(90, "380000000010"))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    let (reason, metadata) = error_info(&status);
+    assert_eq!(reason, "OUTCOME_UNKNOWN");
+    assert_eq!(metadata["cause"], "http_502");
+
+    // The sandbox did send it: the retry finds it by `status` and does not send again.
+    let retry = app
+        .messaging()
+        .send_sms(sms(90, "380000000010"))
+        .await
+        .unwrap();
+    assert_eq!(
+        retry
+            .metadata()
+            .get("msgw-replayed")
+            .map(|v| v.to_str().unwrap()),
+        Some("true")
+    );
+    let receipt = retry.into_inner().receipt.unwrap();
+    assert!(!receipt.msg_id.is_empty());
+    let status = wait_for(&app, 90, |r| r.msg_id == receipt.msg_id).await;
+    assert_eq!(status.msg_id, receipt.msg_id);
+    assert!(
+        (before - balance().await - 1.0).abs() < 1e-9,
+        "billed once: one SMS part"
+    );
+}

@@ -311,3 +311,24 @@ async fn stopping_the_server_stops_deliveries() {
     assert!(late.is_err(), "a webhook arrived after shutdown");
     assert!(sandbox.balance() < 1000.0);
 }
+
+#[tokio::test]
+async fn magic_lost_answer_carries_the_send_out_and_answers_502() {
+    let sb = spawn_sandbox(test_config()).await;
+    let before = sb.balance().await;
+    let body = json!({"auth": sb.sandbox.api_key(), "data": [sms(7, 380000000010)]});
+    let resp = sb
+        .client
+        .post(&sb.url)
+        .header("Content-Type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 502);
+    // The send happened: billed, and `status` knows it.
+    assert!((before - sb.balance().await - 1.0).abs() < 1e-9);
+    let status = sb.ok(json!({"type": "status", "id": 7})).await;
+    assert_eq!(status["id"], json!(7));
+    assert!(status["msg_id"].as_u64().is_some(), "{status}");
+}

@@ -195,3 +195,104 @@ pub(super) fn record_from_row(row: &SqliteRow) -> Result<ClaimRecord, StoreError
         state,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{SqliteStore, Store};
+
+    fn id(n: u64) -> ClientId {
+        ClientId::new(n).unwrap()
+    }
+
+    const A: Fingerprint = Fingerprint([1; 32]);
+    const B: Fingerprint = Fingerprint([2; 32]);
+
+    async fn store() -> SqliteStore {
+        SqliteStore::open("sqlite::memory:", Duration::from_secs(60))
+            .await
+            .unwrap()
+    }
+
+    fn claim(n: u64, fingerprint: Fingerprint) -> ClaimChange {
+        ClaimChange::Claim {
+            id: id(n),
+            fingerprint,
+            at: Utc::now(),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_second_claim_of_an_id_in_one_group_sees_the_first() {
+        let store = store().await;
+        let replies = store
+            .apply_claims(&[claim(1, A), claim(1, A), claim(2, B)])
+            .await
+            .unwrap();
+        assert_eq!(replies[0], ClaimReply::Claimed { attempt: 1 });
+        let ClaimReply::Existing(record) = &replies[1] else {
+            panic!("{:?}", replies[1])
+        };
+        assert_eq!(record.fingerprint, A);
+        assert!(matches!(record.state, ClaimState::InFlight { .. }));
+        assert_eq!(replies[2], ClaimReply::Claimed { attempt: 1 });
+    }
+
+    #[tokio::test]
+    async fn a_take_over_wins_once_and_fences_the_old_owner() {
+        let store = store().await;
+        store.apply_claims(&[claim(1, A)]).await.unwrap();
+        let take = |fingerprint| ClaimChange::TakeOver {
+            id: id(1),
+            fingerprint,
+            attempt: 1,
+            at: Utc::now(),
+        };
+        let replies = store.apply_claims(&[take(B), take(A)]).await.unwrap();
+        assert_eq!(replies[0], ClaimReply::Claimed { attempt: 2 });
+        assert!(
+            matches!(&replies[1], ClaimReply::Existing(r) if r.attempt == 2 && r.fingerprint == B)
+        );
+
+        let settle = |attempt| ClaimChange::Settle {
+            id: id(1),
+            attempt,
+            settlement: Settlement::Released("Error in Sender-name".into()),
+            at: Utc::now(),
+        };
+        let replies = store.apply_claims(&[settle(1), settle(2)]).await.unwrap();
+        assert_eq!(replies, [ClaimReply::Superseded, ClaimReply::Settled]);
+        let record = store.claim_of(id(1)).await.unwrap().unwrap();
+        assert_eq!(
+            record.state,
+            ClaimState::Released {
+                reason: "Error in Sender-name".into()
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn an_accepted_outcome_reads_back_exactly() {
+        let store = store().await;
+        store.apply_claims(&[claim(u64::MAX, A)]).await.unwrap();
+        let outcome = AcceptedOutcome {
+            msg_id: Some("123456789".into()),
+            parts: 3,
+            payload: serde_json::json!({"id": 1, "msg_id": 123456789, "data": 1, "parts": 3, "x": 0.1}),
+            recovered: false,
+        };
+        let settle = ClaimChange::Settle {
+            id: id(u64::MAX),
+            attempt: 1,
+            settlement: Settlement::Accepted(outcome.clone(), None),
+            at: Utc::now(),
+        };
+        assert_eq!(
+            store.apply_claims(&[settle]).await.unwrap(),
+            [ClaimReply::Settled]
+        );
+        let record = store.claim_of(id(u64::MAX)).await.unwrap().unwrap();
+        assert_eq!(record.state, ClaimState::Accepted(outcome));
+        assert_eq!(record.fingerprint, A);
+    }
+}

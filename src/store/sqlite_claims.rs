@@ -36,20 +36,10 @@ pub(super) async fn apply(
             fingerprint,
             at,
         } => {
-            let inserted: Option<(i64,)> = sqlx::query_as(
-                "INSERT INTO claims (client_id, fingerprint, attempt, state, claimed_at_ms)
-                 VALUES (?, ?, 1, 'in_flight', ?)
-                 ON CONFLICT (client_id) DO NOTHING RETURNING attempt",
-            )
-            .bind(id_to_db(*id))
-            .bind(&fingerprint.0[..])
-            .bind(ms(*at))
-            .fetch_optional(&mut **tx)
-            .await?;
-            match inserted {
-                Some(_) => Ok(ClaimReply::Claimed { attempt: 1 }),
-                None => existing(tx, *id).await,
+            if insert(tx, *id, fingerprint, *at).await? {
+                return Ok(ClaimReply::Claimed { attempt: 1 });
             }
+            existing(tx, *id).await
         }
         ClaimChange::TakeOver {
             id,
@@ -69,12 +59,16 @@ pub(super) async fn apply(
             .bind(i64::from(*attempt))
             .fetch_optional(&mut **tx)
             .await?;
-            match taken {
-                Some((attempt,)) => Ok(ClaimReply::Claimed {
+            if let Some((attempt,)) = taken {
+                return Ok(ClaimReply::Claimed {
                     attempt: db_attempt(attempt)?,
-                }),
-                None => existing(tx, *id).await,
+                });
             }
+            // Pruned since the caller looked: the id is free, claim it anew.
+            if insert(tx, *id, fingerprint, *at).await? {
+                return Ok(ClaimReply::Claimed { attempt: 1 });
+            }
+            existing(tx, *id).await
         }
         ClaimChange::Settle {
             id,
@@ -85,23 +79,33 @@ pub(super) async fn apply(
     }
 }
 
-/// The current claim of `id` as an [`ClaimReply::Existing`]; a claim pruned in the
-/// meantime reads as released, so the caller claims it again.
+/// Inserts a new in-flight claim unless `id` has one; true when inserted.
+async fn insert(
+    tx: &mut Tx<'_>,
+    id: ClientId,
+    fingerprint: &Fingerprint,
+    at: DateTime<Utc>,
+) -> Result<bool, StoreError> {
+    let inserted: Option<(i64,)> = sqlx::query_as(
+        "INSERT INTO claims (client_id, fingerprint, attempt, state, claimed_at_ms)
+         VALUES (?, ?, 1, 'in_flight', ?)
+         ON CONFLICT (client_id) DO NOTHING RETURNING attempt",
+    )
+    .bind(id_to_db(id))
+    .bind(&fingerprint.0[..])
+    .bind(ms(at))
+    .fetch_optional(&mut **tx)
+    .await?;
+    Ok(inserted.is_some())
+}
+
+/// The current claim of `id` (which exists: the caller's insert just conflicted).
 async fn existing(tx: &mut Tx<'_>, id: ClientId) -> Result<ClaimReply, StoreError> {
     let row = sqlx::query("SELECT * FROM claims WHERE client_id = ?")
         .bind(id_to_db(id))
-        .fetch_optional(&mut **tx)
+        .fetch_one(&mut **tx)
         .await?;
-    match row {
-        Some(row) => Ok(ClaimReply::Existing(record_from_row(&row)?)),
-        None => Ok(ClaimReply::Existing(ClaimRecord {
-            fingerprint: Fingerprint([0; 32]),
-            attempt: 0,
-            state: ClaimState::Released {
-                reason: "the claim expired".into(),
-            },
-        })),
-    }
+    Ok(ClaimReply::Existing(record_from_row(&row)?))
 }
 
 async fn settle(
@@ -268,6 +272,21 @@ mod tests {
             ClaimState::Released {
                 reason: "Error in Sender-name".into()
             }
+        );
+    }
+
+    #[tokio::test]
+    async fn taking_over_a_pruned_claim_claims_it_anew() {
+        let store = store().await;
+        let take = ClaimChange::TakeOver {
+            id: id(9),
+            fingerprint: A,
+            attempt: 3,
+            at: Utc::now(),
+        };
+        assert_eq!(
+            store.apply_claims(&[take]).await.unwrap(),
+            [ClaimReply::Claimed { attempt: 1 }]
         );
     }
 

@@ -159,14 +159,7 @@ async fn events_survive_a_restart_on_the_same_store() {
             200
         );
     }
-    let store = app.store.clone();
-    app.stop().await.unwrap();
-
-    let app = spawn(Options {
-        store: Some(store),
-        ..Options::default()
-    })
-    .await;
+    let app = app.restart(Options::default()).await;
     let mut stream = subscribe(
         &app,
         StreamStatusEventsRequest {

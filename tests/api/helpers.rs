@@ -230,6 +230,17 @@ impl TestApp {
         format!("http://{}{}", self.http_addr, self.hook_path(client_id))
     }
 
+    /// Stops msgw and starts it again on the same store (with a new fake gateway).
+    pub async fn restart(self, options: Options) -> TestApp {
+        let store = self.store.clone();
+        self.stop().await.expect("msgw stops cleanly");
+        spawn(Options {
+            store: Some(store),
+            ..options
+        })
+        .await
+    }
+
     /// Sends the shutdown signal and waits until the server has stopped.
     pub async fn stop(mut self) -> anyhow::Result<()> {
         if let Some(tx) = self.shutdown.take() {

@@ -355,14 +355,7 @@ async fn unreachable_gateway_releases_the_id_and_a_restart_on_the_same_store_sen
     .await;
     let status = app.messaging().send_sms(sms(41, "x")).await.unwrap_err();
     assert_eq!(error_info(&status).0, "UPSTREAM_UNAVAILABLE");
-    let store = app.store.clone();
-    app.stop().await.unwrap();
-
-    let app = spawn(Options {
-        store: Some(store),
-        ..Options::default()
-    })
-    .await;
+    let app = app.restart(Options::default()).await;
     Recording::install(&app);
     let sent = app.messaging().send_sms(sms(41, "x")).await.unwrap();
     assert!(!replayed(&sent));
@@ -378,14 +371,7 @@ async fn retry_after_a_restart_on_the_same_store_is_replayed() {
     let app = spawn_app().await;
     Recording::install(&app);
     let first = app.messaging().send_sms(sms(51, "x")).await.unwrap();
-    let store = app.store.clone();
-    app.stop().await.unwrap();
-
-    let app = spawn(Options {
-        store: Some(store),
-        ..Options::default()
-    })
-    .await;
+    let app = app.restart(Options::default()).await;
     let again = app.messaging().send_sms(sms(51, "x")).await.unwrap();
     assert!(replayed(&again));
     assert_eq!(first.get_ref(), again.get_ref());

@@ -16,7 +16,7 @@ use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
 use tokio::{sync::watch, time::Instant};
 
-use crate::domain::{ClientId, Error, Operation, Output, SendReceipt, UnavailableCause};
+use crate::domain::{ClientId, Error, Operation, Output, SendReceipt};
 use crate::store::{
     AcceptedOutcome, ClaimChange, ClaimReply, ClaimState, Fingerprint, GroupWriter, Settlement,
     Store, StoreError,
@@ -300,10 +300,5 @@ fn in_progress(id: ClientId, stale_at: DateTime<Utc>) -> Error {
 }
 
 fn store_error(e: StoreError) -> Error {
-    tracing::error!(error = %e, "idempotency store failed; nothing sent");
-    Error::Unavailable {
-        cause: UnavailableCause::Store,
-        outcome_unknown: false,
-        detail: "msgw's store is unavailable; nothing was sent".into(),
-    }
+    e.unavailable("msgw's store is unavailable; nothing was sent")
 }

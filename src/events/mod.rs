@@ -67,12 +67,7 @@ pub struct EventLog {
 }
 
 fn store_error(e: StoreError) -> Error {
-    tracing::error!(error = %e, "event store failed");
-    Error::Unavailable {
-        cause: UnavailableCause::Store,
-        outcome_unknown: false,
-        detail: "msgw's event store is unavailable".into(),
-    }
+    e.unavailable("msgw's event store is unavailable")
 }
 
 fn shutting_down() -> Error {

@@ -183,11 +183,7 @@ fn delivery_report(r: StatusReport) -> DeliveryReport {
 }
 
 fn store_error(e: crate::store::StoreError) -> Error {
-    Error::Unavailable {
-        cause: crate::domain::UnavailableCause::Store,
-        outcome_unknown: false,
-        detail: e.to_string(),
-    }
+    e.unavailable("msgw's store is unavailable: no messages to poll this round")
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::domain::{Channel, ClientId, NewEvent, StatusEvent};
+use crate::domain::{Channel, ClientId, Error, NewEvent, StatusEvent, UnavailableCause};
 
 pub use claims::{
     AcceptedOutcome, ClaimChange, ClaimRecord, ClaimReply, ClaimState, Fingerprint, Settlement,
@@ -37,6 +37,19 @@ pub enum StoreError {
     /// A store URL msgw does not support.
     #[error("{0}")]
     Config(String),
+}
+
+impl StoreError {
+    /// The error a caller gets for this failure: the cause goes to the log, the caller
+    /// gets `detail` (never a database message).
+    pub fn unavailable(self, detail: &str) -> Error {
+        tracing::error!(error = %self, "store failed");
+        Error::Unavailable {
+            cause: UnavailableCause::Store,
+            outcome_unknown: false,
+            detail: detail.to_owned(),
+        }
+    }
 }
 
 /// A message msgw sent and tracks until its status is final.

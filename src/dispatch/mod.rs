@@ -162,7 +162,11 @@ impl Dispatcher {
             .collect();
         let answers = self
             .gateway
-            .call(&queries, &vec![None; queries.len()], deadline)
+            .call(
+                &queries.iter().collect::<Vec<_>>(),
+                &vec![None; queries.len()],
+                deadline,
+            )
             .await;
         let mut settlements = Vec::new();
         for (n, (i, owned)) in resolving.into_iter().enumerate() {
@@ -220,7 +224,7 @@ impl Dispatcher {
         sending: &[usize],
         deadline: Option<Instant>,
     ) -> Result<(), Error> {
-        let batch: Vec<Operation> = sending.iter().map(|&i| ops[i].clone()).collect();
+        let batch: Vec<&Operation> = sending.iter().map(|&i| &ops[i]).collect();
         let hooks: Vec<Option<String>> = batch
             .iter()
             .map(|op| {
@@ -235,14 +239,14 @@ impl Dispatcher {
                 _ => None,
             })
             .collect();
-        let changes_state = batch.iter().any(Operation::changes_state);
+        let changes_state = batch.iter().any(|op| op.changes_state());
         let outcomes = match self.gateway.call(&batch, &hooks, deadline).await {
             Ok(outcomes) => outcomes,
             Err(e) => {
-                let settlement = if reached_nobody(&e) {
-                    Settlement::Released(e.to_string())
-                } else {
+                let settlement = if e.may_have_arrived() {
                     Settlement::Unknown
+                } else {
+                    Settlement::Released(e.to_string())
                 };
                 if let Some(claims) = &self.claims {
                     claims
@@ -332,17 +336,6 @@ impl Dispatcher {
     }
 }
 
-/// Whether a failed upstream request certainly did nothing: it never left msgw, or
-/// the gateway refused the whole envelope.
-fn reached_nobody(e: &UpstreamError) -> bool {
-    matches!(
-        e,
-        UpstreamError::Unreachable(_)
-            | UpstreamError::AccessDenied
-            | UpstreamError::EnvelopeRejected(_)
-    )
-}
-
 /// The error of a call whose earlier outcome is unknown and whose `status` query failed.
 fn still_unknown(e: &UpstreamError) -> Error {
     match upstream_error(e, true) {
@@ -363,8 +356,7 @@ fn still_unknown(e: &UpstreamError) -> Error {
 /// Maps a failed upstream request; `changes_state` says whether any operation in it
 /// could have done something that a blind retry would do twice.
 fn upstream_error(e: &UpstreamError, changes_state: bool) -> Error {
-    let detail = e.to_string();
-    let (cause, may_have_arrived) = match e {
+    let cause = match e {
         UpstreamError::AccessDenied => return Error::AccessDenied,
         UpstreamError::EnvelopeRejected(text) => return Error::Rejected(text.clone()),
         UpstreamError::Deadline => {
@@ -372,15 +364,16 @@ fn upstream_error(e: &UpstreamError, changes_state: bool) -> Error {
                 outcome_unknown: changes_state,
             };
         }
-        UpstreamError::Unreachable(_) => (UnavailableCause::Unreachable, false),
-        UpstreamError::Transport(_) => (UnavailableCause::Unreachable, true),
-        UpstreamError::Timeout(_) => (UnavailableCause::Timeout, true),
-        UpstreamError::HttpStatus(code) => (UnavailableCause::HttpStatus(*code), true),
-        UpstreamError::BadEnvelope(_) => (UnavailableCause::BadResponse, true),
+        UpstreamError::Unreachable(_) | UpstreamError::Transport(_) => {
+            UnavailableCause::Unreachable
+        }
+        UpstreamError::Timeout(_) => UnavailableCause::Timeout,
+        UpstreamError::HttpStatus(code) => UnavailableCause::HttpStatus(*code),
+        UpstreamError::BadEnvelope(_) => UnavailableCause::BadResponse,
     };
     Error::Unavailable {
         cause,
-        outcome_unknown: changes_state && may_have_arrived,
-        detail,
+        outcome_unknown: changes_state && e.may_have_arrived(),
+        detail: e.to_string(),
     }
 }

@@ -59,6 +59,17 @@ pub enum UpstreamError {
     EnvelopeRejected(String),
 }
 
+impl UpstreamError {
+    /// Whether the gateway may have carried the request out: false only when it
+    /// never left msgw or the gateway refused the whole envelope.
+    pub fn may_have_arrived(&self) -> bool {
+        !matches!(
+            self,
+            Self::Unreachable(_) | Self::AccessDenied | Self::EnvelopeRejected(_)
+        )
+    }
+}
+
 /// The result of one operation inside an accepted envelope.
 #[derive(Debug)]
 // Outcomes live only between parsing and dispatch; boxing would cost an allocation per item.
@@ -125,7 +136,7 @@ impl Gateway {
     /// The request ends at the configured timeout or at `deadline`, whichever is first.
     pub async fn call(
         &self,
-        ops: &[Operation],
+        ops: &[&Operation],
         hooks: &[Option<String>],
         deadline: Option<Instant>,
     ) -> Result<Vec<ItemOutcome>, UpstreamError> {
@@ -148,7 +159,7 @@ impl Gateway {
 
     async fn exchange(
         &self,
-        ops: &[Operation],
+        ops: &[&Operation],
         hooks: &[Option<String>],
         deadline: Option<Instant>,
     ) -> Result<Vec<ItemOutcome>, UpstreamError> {
@@ -263,7 +274,7 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 }
 
 fn interpret(
-    ops: &[Operation],
+    ops: &[&Operation],
     envelope: response::Envelope,
 ) -> Result<Vec<ItemOutcome>, UpstreamError> {
     if !envelope.success {

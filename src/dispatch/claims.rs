@@ -16,6 +16,7 @@ use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
 use tokio::{sync::watch, time::Instant};
 
+use super::Executed;
 use crate::domain::{ClientId, Error, Operation, Output, SendReceipt};
 use crate::store::{
     AcceptedOutcome, ClaimChange, ClaimReply, ClaimState, Fingerprint, GroupWriter, Settlement,
@@ -53,7 +54,7 @@ pub enum Acquired {
     /// The earlier outcome is unknown: ask the gateway's `status` before sending.
     Resolve(Owned),
     /// Answered without sending: a replay, a conflict, or an error.
-    Answer(Result<(Output, bool), Error>),
+    Answer(Result<Executed, Error>),
 }
 
 /// The claims of keyed operations, through the store.
@@ -103,14 +104,17 @@ impl Claims {
         deadline: Option<Instant>,
     ) -> Acquired {
         let fingerprint = fingerprint(op);
-        let mut next = Next::Write(
-            ClaimChange::Claim {
-                id,
-                fingerprint,
-                at: Utc::now(),
-            },
-            false,
-        );
+        let claim = || {
+            Next::Write(
+                ClaimChange::Claim {
+                    id,
+                    fingerprint,
+                    at: Utc::now(),
+                },
+                false,
+            )
+        };
+        let mut next = claim();
         loop {
             // Subscribed before looking, so a settlement after the look wakes the wait.
             let mut settled = self.settled.subscribe();
@@ -135,14 +139,7 @@ impl Claims {
                 Next::Read => match self.store.claim_of(id).await {
                     Ok(Some(record)) => record,
                     Ok(None) => {
-                        next = Next::Write(
-                            ClaimChange::Claim {
-                                id,
-                                fingerprint,
-                                at: Utc::now(),
-                            },
-                            false,
-                        );
+                        next = claim();
                         continue;
                     }
                     Err(e) => return Acquired::Answer(Err(store_error(e))),
@@ -264,31 +261,27 @@ impl Claims {
 }
 
 /// The stored answer of an accepted operation, as its first call got it.
-pub fn replay(
-    op: &Operation,
-    id: ClientId,
-    outcome: AcceptedOutcome,
-) -> Result<(Output, bool), Error> {
-    if !outcome.recovered {
-        let output = upstream::parse_output(op, outcome.payload).map_err(|e| {
+pub fn replay(op: &Operation, id: ClientId, outcome: AcceptedOutcome) -> Result<Executed, Error> {
+    let output = if !outcome.recovered {
+        upstream::parse_output(op, outcome.payload).map_err(|e| {
             Error::Internal(format!("the stored answer of id {id} is unreadable: {e}"))
-        })?;
-        return Ok((output, true));
-    }
-    match op {
-        Operation::SendVoiceOtp(_) => Err(Error::ResultLost(format!(
+        })?
+    } else if matches!(op, Operation::SendVoiceOtp(_)) {
+        return Err(Error::ResultLost(format!(
             "the voice OTP call with id {id} was placed, but the gateway's answer with its code was lost; place a new call with a new id"
-        ))),
-        _ => Ok((
-            Output::Sent(SendReceipt {
-                id: id.get(),
-                msg_id: outcome.msg_id.unwrap_or_default(),
-                parts: outcome.parts,
-                raw: outcome.payload,
-            }),
-            true,
-        )),
-    }
+        )));
+    } else {
+        Output::Sent(SendReceipt {
+            id: id.get(),
+            msg_id: outcome.msg_id.unwrap_or_default(),
+            parts: outcome.parts,
+            raw: outcome.payload,
+        })
+    };
+    Ok(Executed {
+        output,
+        replayed: true,
+    })
 }
 
 fn in_progress(id: ClientId, stale_at: DateTime<Utc>) -> Error {

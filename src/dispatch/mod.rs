@@ -128,9 +128,7 @@ impl Dispatcher {
             match claims.acquire(op, id, deadline).await {
                 Acquired::Send(owned) => Slot::Send(Some(owned)),
                 Acquired::Resolve(owned) => Slot::Resolve(owned),
-                Acquired::Answer(answer) => {
-                    Slot::Done(answer.map(|(output, replayed)| Executed { output, replayed }))
-                }
+                Acquired::Answer(answer) => Slot::Done(answer),
             }
         }))
         .await
@@ -189,10 +187,7 @@ impl Dispatcher {
                             msg_id = report.msg_id.as_deref().unwrap_or_default(),
                             "unknown outcome resolved: the gateway has the message"
                         );
-                        Slot::Done(
-                            claims::replay(&ops[i], owned.id, outcome)
-                                .map(|(output, replayed)| Executed { output, replayed }),
-                        )
+                        Slot::Done(claims::replay(&ops[i], owned.id, outcome))
                     }
                     // The gateway does not know the id: the earlier request never
                     // arrived, so sending now is the first send.

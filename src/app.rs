@@ -13,6 +13,8 @@ use crate::config::{Config, Upstream};
 use crate::dispatch::{Dispatcher, Tracking};
 use crate::events::EventLog;
 use crate::grpc::{Account, Events, Messaging, StampLayer, Templates};
+use crate::hooks::{HookSigner, HookUrls};
+use crate::metrics::Metrics;
 use crate::proto::{
     self, account_service_server::AccountServiceServer, event_service_server::EventServiceServer,
     messaging_service_server::MessagingServiceServer,
@@ -22,7 +24,7 @@ use crate::reconcile::{ReconcileConfig, Reconciler};
 use crate::sandbox::{self, Sandbox, SandboxConfig};
 use crate::store::{Retention, Store};
 use crate::upstream::{Gateway, GatewayConfig};
-use crate::webhook::{self, HookSigner, HookUrls, WebhookState};
+use crate::webhook::{self, WebhookState};
 
 /// How often the event retention runs.
 const RETENTION_EVERY: Duration = Duration::from_secs(60);
@@ -72,12 +74,16 @@ impl Application {
                 (url, api_key, Some(task))
             }
         };
-        let gateway = Gateway::new(GatewayConfig {
-            base_url,
-            api_key,
-            timeout: config.upstream_timeout,
-            max_idle_connections: config.upstream_connections,
-        })
+        let metrics = Metrics::new();
+        let gateway = Gateway::new(
+            GatewayConfig {
+                base_url,
+                api_key,
+                timeout: config.upstream_timeout,
+                connections: config.upstream_limits.connections,
+            },
+            metrics.clone(),
+        )
         .map_err(anyhow::Error::msg)?;
         tracing::info!(endpoint = %gateway.endpoint(), "gateway configured");
         for secret in &config.generated_secrets {
@@ -88,11 +94,12 @@ impl Application {
             .await
             .with_context(|| format!("cannot open the store {}", redact(&config.store_url)))?;
         tracing::info!(store = %redact(&config.store_url), "store open");
-        let events = EventLog::new(store.clone(), config.event_fan_out);
-        let dispatcher = Dispatcher::new(gateway).with_tracking(Tracking {
-            hooks: hooks.clone(),
-            store: store.clone(),
-        });
+        let events = EventLog::new(store.clone(), config.event_fan_out, metrics.clone());
+        let dispatcher = Dispatcher::new(gateway, config.upstream_limits, metrics.clone())
+            .with_tracking(Tracking {
+                hooks: hooks.clone(),
+                store: store.clone(),
+            });
         let grpc = TcpListener::bind(config.grpc_addr)
             .await
             .with_context(|| format!("cannot bind the gRPC address {}", config.grpc_addr))?;
@@ -109,6 +116,7 @@ impl Application {
                 account_token: config.account_token,
                 events: events.clone(),
                 store: store.clone(),
+                metrics,
             },
             store,
             events,
@@ -168,7 +176,7 @@ impl Application {
             )
             .run(stop.clone()),
         );
-        let balance_task = tokio::spawn(crate::metrics::refresh_balance(
+        let balance_task = tokio::spawn(crate::balance::refresh(
             self.dispatcher.clone(),
             self.balance_refresh,
             stop.clone(),

@@ -6,6 +6,7 @@ use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use secrecy::SecretString;
 
+use crate::dispatch::Limits;
 use crate::reconcile::ReconcileConfig;
 use crate::sandbox::{DEFAULT_API_KEY, SandboxConfig};
 use crate::store::Retention;
@@ -110,6 +111,13 @@ pub struct LogArgs {
     pub log_level: String,
 }
 
+/// Most gateway requests in flight that can be configured.
+const MAX_UPSTREAM_CONNECTIONS: usize = 1024;
+/// Most operations per gateway request that can be configured.
+const MAX_UPSTREAM_BATCH: usize = 1000;
+/// Most queued operations that can be configured (each holds a validated request).
+const MAX_UPSTREAM_QUEUE: usize = 1_000_000;
+
 /// Flags of `msgw serve`.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
@@ -133,9 +141,18 @@ pub struct ServeArgs {
     /// Upper bound of one upstream request (e.g. `10s`, `1500ms`); the caller's gRPC deadline may shorten it.
     #[arg(long, env = "MSGW_UPSTREAM_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     pub upstream_timeout: Duration,
-    /// Idle keep-alive connections to the gateway kept open.
-    #[arg(long, env = "MSGW_UPSTREAM_CONNECTIONS", default_value_t = 32)]
+    /// Gateway requests in flight at most, and so connections to the gateway. Calls that
+    /// arrive while all are busy queue and go out together in the next free one.
+    #[arg(long, env = "MSGW_UPSTREAM_CONNECTIONS", default_value_t = 8)]
     pub upstream_connections: usize,
+    /// Operations in one gateway request at most; must not exceed what the gateway
+    /// accepts in one request. Also the most items of one `Batch` call.
+    #[arg(long, env = "MSGW_UPSTREAM_BATCH_MAX", default_value_t = 50)]
+    pub upstream_batch_max: usize,
+    /// Operations waiting for a gateway request at most; calls beyond it are refused
+    /// with RESOURCE_EXHAUSTED (and RetryInfo), so overload cannot grow memory.
+    #[arg(long, env = "MSGW_UPSTREAM_QUEUE_MAX", default_value_t = 10_000)]
+    pub upstream_queue_max: usize,
     /// HTTP listen address: gateway webhooks (and metrics).
     #[arg(long, env = "MSGW_HTTP_ADDR", default_value = "0.0.0.0:8080")]
     pub http_addr: SocketAddr,
@@ -253,8 +270,8 @@ pub struct Config {
     pub upstream: Upstream,
     /// Upper bound of one upstream request.
     pub upstream_timeout: Duration,
-    /// Idle keep-alive connections to the gateway.
-    pub upstream_connections: usize,
+    /// Gateway requests in flight, operations per request and queued operations, at most.
+    pub upstream_limits: Limits,
 }
 
 impl ServeArgs {
@@ -262,6 +279,27 @@ impl ServeArgs {
     pub fn into_config(self) -> anyhow::Result<Config> {
         if self.upstream_timeout.is_zero() {
             bail!("--upstream-timeout must be greater than zero");
+        }
+        if !(1..=MAX_UPSTREAM_CONNECTIONS).contains(&self.upstream_connections) {
+            bail!(
+                "--upstream-connections must be between 1 and {MAX_UPSTREAM_CONNECTIONS}, got {}",
+                self.upstream_connections
+            );
+        }
+        if !(1..=MAX_UPSTREAM_BATCH).contains(&self.upstream_batch_max) {
+            bail!(
+                "--upstream-batch-max must be between 1 and {MAX_UPSTREAM_BATCH}, got {}",
+                self.upstream_batch_max
+            );
+        }
+        if self.upstream_queue_max < self.upstream_batch_max
+            || self.upstream_queue_max > MAX_UPSTREAM_QUEUE
+        {
+            bail!(
+                "--upstream-queue-max must be between --upstream-batch-max ({}) and {MAX_UPSTREAM_QUEUE}, got {}",
+                self.upstream_batch_max,
+                self.upstream_queue_max
+            );
         }
         let key = match (self.api_key, self.api_key_file) {
             (Some(key), _) => Some(key),
@@ -362,7 +400,11 @@ impl ServeArgs {
             balance_refresh: self.balance_refresh,
             upstream,
             upstream_timeout: self.upstream_timeout,
-            upstream_connections: self.upstream_connections,
+            upstream_limits: Limits {
+                connections: self.upstream_connections,
+                batch_max: self.upstream_batch_max,
+                queue_max: self.upstream_queue_max,
+            },
         })
     }
 }

@@ -2,12 +2,14 @@
 //! interface is one JSON-over-HTTP endpoint.
 
 pub mod app;
+pub mod balance;
 pub mod config;
 pub mod cpus;
 pub mod dispatch;
 pub mod domain;
 pub mod events;
 pub mod grpc;
+pub mod hooks;
 pub mod metrics;
 pub mod periodic;
 pub mod proto;

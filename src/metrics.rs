@@ -1,16 +1,21 @@
-//! Prometheus metrics, served at `GET /metrics` on the HTTP listener.
+//! Prometheus metrics, served at `GET /metrics` on the HTTP listener. Each
+//! `Application` owns its registry, so two msgw instances in one process (tests,
+//! benchmarks) never count into each other.
 
-use std::{sync::LazyLock, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 use prometheus::{
-    Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
+    Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
+    IntGauge, Opts, Registry, TextEncoder,
 };
 
 /// Latency buckets from 1 ms to 30 s, seconds.
 const LATENCY_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
+
+/// Envelope size buckets, operations.
+const ENVELOPE_BUCKETS: &[f64] = &[1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0];
 
 /// Every metric msgw exports.
 pub struct Metrics {
@@ -35,10 +40,23 @@ pub struct Metrics {
     pub balance: GaugeVec,
     /// Unix time of the last successful balance refresh.
     pub balance_refreshed: Gauge,
+    /// Operations per gateway request.
+    pub envelope_operations: Histogram,
+    /// Operations waiting for an envelope.
+    pub queue_depth: IntGauge,
+    /// Gateway requests in flight.
+    pub requests_in_flight: IntGauge,
+    /// Time calls waited in the queue before their envelope formed.
+    pub queue_seconds: Histogram,
+    /// Calls refused because the queue was full.
+    pub queue_rejected: IntCounter,
 }
 
-/// The process-wide metrics.
-pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics(..)")
+    }
+}
 
 fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
     let metric = IntCounterVec::new(Opts::new(name, help), labels)
@@ -53,6 +71,11 @@ fn histogram(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> Hi
     register(registry, metric)
 }
 
+fn gauge(registry: &Registry, name: &str, help: &str) -> IntGauge {
+    let metric = IntGauge::new(name, help).unwrap_or_else(|e| unreachable!("metric {name}: {e}"));
+    register(registry, metric)
+}
+
 fn register<M: prometheus::core::Collector + Clone + 'static>(registry: &Registry, metric: M) -> M {
     // Names are fixed and distinct, so registration cannot fail.
     registry
@@ -62,9 +85,44 @@ fn register<M: prometheus::core::Collector + Clone + 'static>(registry: &Registr
 }
 
 impl Metrics {
-    fn new() -> Self {
+    /// A fresh registry with every metric at zero.
+    pub fn new() -> Arc<Self> {
         let registry = Registry::new();
-        Self {
+        let plain_histogram = |name: &str, help: &str, buckets: &[f64]| {
+            let metric =
+                Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets.to_vec()))
+                    .unwrap_or_else(|e| unreachable!("metric {name}: {e}"));
+            register(&registry, metric)
+        };
+        Arc::new(Self {
+            envelope_operations: plain_histogram(
+                "msgw_upstream_envelope_operations",
+                "Operations per gateway request.",
+                ENVELOPE_BUCKETS,
+            ),
+            queue_seconds: plain_histogram(
+                "msgw_upstream_queue_seconds",
+                "Time a call waited for its envelope.",
+                LATENCY_BUCKETS,
+            ),
+            queue_depth: gauge(
+                &registry,
+                "msgw_upstream_queue_operations",
+                "Operations waiting for an envelope.",
+            ),
+            requests_in_flight: gauge(
+                &registry,
+                "msgw_upstream_requests_in_flight",
+                "Gateway requests in flight.",
+            ),
+            queue_rejected: register(
+                &registry,
+                IntCounter::new(
+                    "msgw_upstream_queue_rejected_total",
+                    "Calls refused with RESOURCE_EXHAUSTED because the queue was full.",
+                )
+                .unwrap_or_else(|e| unreachable!("metric: {e}")),
+            ),
             rpc_total: counter(
                 &registry,
                 "msgw_rpc_requests_total",
@@ -107,13 +165,10 @@ impl Metrics {
                 "Status events appended to the log, by source and result.",
                 &["source", "result"],
             ),
-            open_streams: register(
+            open_streams: gauge(
                 &registry,
-                IntGauge::new(
-                    "msgw_event_streams_open",
-                    "Open StreamStatusEvents streams.",
-                )
-                .unwrap_or_else(|e| unreachable!("metric: {e}")),
+                "msgw_event_streams_open",
+                "Open StreamStatusEvents streams.",
             ),
             balance: register(
                 &registry,
@@ -132,7 +187,7 @@ impl Metrics {
                 .unwrap_or_else(|e| unreachable!("metric: {e}")),
             ),
             registry,
-        }
+        })
     }
 
     /// Counts a finished gRPC call.
@@ -180,44 +235,14 @@ pub fn code_name(code: tonic::Code) -> &'static str {
 }
 
 /// `GET /metrics`.
-pub async fn handler() -> impl axum::response::IntoResponse {
+pub async fn handler(
+    axum::extract::State(metrics): axum::extract::State<Arc<Metrics>>,
+) -> impl axum::response::IntoResponse {
     (
         [(
             axum::http::header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        METRICS.render(),
+        metrics.render(),
     )
-}
-
-/// Reads the balance every `every` into the `msgw_balance` gauge until `stop`
-/// turns true; a zero period turns it off.
-pub async fn refresh_balance(
-    dispatcher: crate::dispatch::Dispatcher,
-    every: Duration,
-    stop: tokio::sync::watch::Receiver<bool>,
-) {
-    if every.is_zero() {
-        return;
-    }
-    let mut ticks = crate::periodic::Periodic::new(every, stop);
-    while ticks.next().await {
-        match dispatcher
-            .execute(crate::domain::Operation::GetBalance, None)
-            .await
-            .map(|executed| executed.output)
-        {
-            Ok(crate::domain::Output::Balance(b)) => {
-                METRICS
-                    .balance
-                    .with_label_values(&[&b.currency])
-                    .set(b.amount);
-                METRICS
-                    .balance_refreshed
-                    .set(chrono::Utc::now().timestamp() as f64);
-            }
-            Ok(other) => tracing::warn!(?other, "balance refresh: unexpected answer"),
-            Err(e) => tracing::warn!(error = %e, "balance refresh failed"),
-        }
-    }
 }

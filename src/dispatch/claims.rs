@@ -19,13 +19,10 @@ use tokio::{sync::watch, time::Instant};
 use super::Executed;
 use crate::domain::{ClientId, Error, Operation, Output, SendReceipt};
 use crate::store::{
-    AcceptedOutcome, ClaimChange, ClaimReply, ClaimState, Fingerprint, GroupWriter, Settlement,
+    AcceptedOutcome, ClaimChange, ClaimRecord, ClaimReply, ClaimState, Fingerprint, Settlement,
     Store, StoreError,
 };
 use crate::upstream;
-
-/// Claim changes committed in one transaction at most.
-const MAX_GROUP: usize = 256;
 
 /// How long past the upstream timeout a claim with no outcome still counts as in flight
 /// (the outcome's own commit, a busy store): after that it counts as unknown.
@@ -44,24 +41,28 @@ pub struct Owned {
     pub attempt: u32,
 }
 
-/// What a keyed operation does next.
+/// What a keyed operation does, given the claim its id already has.
 #[derive(Debug)]
-// Lives only during one call; boxing the answer would cost an allocation per operation.
+// Lives only during one envelope; boxing the answer would cost an allocation per operation.
 #[allow(clippy::large_enum_variant)]
-pub enum Acquired {
-    /// Send it; the claim is owned.
-    Send(Owned),
-    /// The earlier outcome is unknown: ask the gateway's `status` before sending.
-    Resolve(Owned),
-    /// Answered without sending: a replay, a conflict, or an error.
+pub enum Decision {
+    /// Answered without sending: a replay or a conflict.
     Answer(Result<Executed, Error>),
+    /// Take the claim over at `attempt`; `resolve`: ask the gateway's `status` first.
+    TakeOver {
+        /// The generation seen.
+        attempt: u32,
+        /// Whether the earlier outcome is unknown.
+        resolve: bool,
+    },
+    /// Another call owns it: wait for its outcome, at most until it turns stale.
+    Wait(DateTime<Utc>),
 }
 
 /// The claims of keyed operations, through the store.
 #[derive(Debug, Clone)]
 pub struct Claims {
     store: Arc<dyn Store>,
-    writer: GroupWriter<ClaimChange, ClaimReply>,
     /// Bumped whenever this process settles claims; waiting calls look again then.
     settled: Arc<watch::Sender<u64>>,
     stale_after: Duration,
@@ -72,124 +73,79 @@ pub fn fingerprint(op: &Operation) -> Fingerprint {
     Fingerprint(Sha256::digest(upstream::canonical(op)).into())
 }
 
-enum Next {
-    Write(ClaimChange, bool),
-    Read,
-}
-
 impl Claims {
     /// Claims over `store`; a claim with no outcome `stale_after` after it was made
     /// counts as unknown.
     pub fn new(store: Arc<dyn Store>, stale_after: Duration) -> Self {
-        let writer = GroupWriter::spawn(MAX_GROUP, {
-            let store = store.clone();
-            move |changes: Vec<ClaimChange>| {
-                let store = store.clone();
-                async move { store.apply_claims(&changes).await }
-            }
-        });
         Self {
             store,
-            writer,
             settled: Arc::new(watch::channel(0).0),
             stale_after,
         }
     }
 
-    /// Claims `op`'s id, waiting for a claim in flight when it must.
-    pub async fn acquire(
+    /// Wakes on every settlement of this process; subscribe before looking at a claim,
+    /// so a settlement after the look wakes the wait.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.settled.subscribe()
+    }
+
+    /// Applies a group of claims and take-overs in one store transaction.
+    pub async fn apply(&self, changes: &[ClaimChange]) -> Result<Vec<ClaimReply>, StoreError> {
+        let replies = self.store.apply_claims(changes).await?;
+        if replies.len() != changes.len() {
+            return Err(StoreError::Append(format!(
+                "{} claim replies for {} changes",
+                replies.len(),
+                changes.len()
+            )));
+        }
+        Ok(replies)
+    }
+
+    /// What `op` (keyed by `id`, hashed to `fingerprint`) does with the claim `record`
+    /// its id already has.
+    pub fn decide(
         &self,
         op: &Operation,
         id: ClientId,
-        deadline: Option<Instant>,
-    ) -> Acquired {
-        let fingerprint = fingerprint(op);
-        let claim = || {
-            Next::Write(
-                ClaimChange::Claim {
-                    id,
-                    fingerprint,
-                    at: Utc::now(),
-                },
-                false,
-            )
+        fingerprint: Fingerprint,
+        record: &ClaimRecord,
+    ) -> Decision {
+        let conflict = |msg_id: Option<&String>| {
+            Decision::Answer(Err(Error::IdConflict {
+                id: id.get(),
+                msg_id: msg_id.cloned(),
+            }))
         };
-        let mut next = claim();
-        loop {
-            // Subscribed before looking, so a settlement after the look wakes the wait.
-            let mut settled = self.settled.subscribe();
-            let record = match next {
-                Next::Write(change, resolve) => match self.writer.submit(change).await {
-                    Ok(ClaimReply::Claimed { attempt }) => {
-                        let owned = Owned { id, attempt };
-                        return if resolve {
-                            Acquired::Resolve(owned)
-                        } else {
-                            Acquired::Send(owned)
-                        };
-                    }
-                    Ok(ClaimReply::Existing(record)) => record,
-                    Ok(other) => {
-                        return Acquired::Answer(Err(Error::Internal(format!(
-                            "unexpected claim reply {other:?}"
-                        ))));
-                    }
-                    Err(e) => return Acquired::Answer(Err(store_error(e))),
-                },
-                Next::Read => match self.store.claim_of(id).await {
-                    Ok(Some(record)) => record,
-                    Ok(None) => {
-                        next = claim();
-                        continue;
-                    }
-                    Err(e) => return Acquired::Answer(Err(store_error(e))),
-                },
-            };
-            let take_over = |resolve| {
-                Next::Write(
-                    ClaimChange::TakeOver {
-                        id,
-                        fingerprint,
-                        attempt: record.attempt,
-                        at: Utc::now(),
-                    },
-                    resolve,
-                )
-            };
-            let conflict = |msg_id: Option<&String>| {
-                Acquired::Answer(Err(Error::IdConflict {
-                    id: id.get(),
-                    msg_id: msg_id.cloned(),
-                }))
-            };
-            let same = record.fingerprint == fingerprint;
-            next = match &record.state {
-                ClaimState::Accepted(outcome) if same => {
-                    return Acquired::Answer(replay(op, id, outcome.clone()));
+        let take_over = |resolve| Decision::TakeOver {
+            attempt: record.attempt,
+            resolve,
+        };
+        let same = record.fingerprint == fingerprint;
+        match &record.state {
+            ClaimState::Accepted(outcome) if same => {
+                Decision::Answer(replay(op, id, outcome.clone()))
+            }
+            ClaimState::Accepted(outcome) => conflict(outcome.msg_id.as_ref()),
+            ClaimState::Released { .. } => take_over(false),
+            _ if !same => conflict(None),
+            ClaimState::Unknown => take_over(true),
+            ClaimState::InFlight { since } => {
+                let stale_at = *since
+                    + chrono::Duration::from_std(self.stale_after).unwrap_or(chrono::Duration::MAX);
+                if Utc::now() >= stale_at {
+                    take_over(true)
+                } else {
+                    Decision::Wait(stale_at)
                 }
-                ClaimState::Accepted(outcome) => return conflict(outcome.msg_id.as_ref()),
-                ClaimState::Released { .. } => take_over(false),
-                _ if !same => return conflict(None),
-                ClaimState::Unknown => take_over(true),
-                ClaimState::InFlight { since } => {
-                    let stale_at = *since
-                        + chrono::Duration::from_std(self.stale_after)
-                            .unwrap_or(chrono::Duration::MAX);
-                    if Utc::now() >= stale_at {
-                        take_over(true)
-                    } else if self.wait(&mut settled, stale_at, deadline).await {
-                        Next::Read
-                    } else {
-                        return Acquired::Answer(Err(in_progress(id, stale_at)));
-                    }
-                }
-            };
+            }
         }
     }
 
     /// Waits until a settlement, the next poll or `stale_at`; false when the caller's
     /// deadline comes first.
-    async fn wait(
+    pub async fn wait(
         &self,
         settled: &mut watch::Receiver<u64>,
         stale_at: DateTime<Utc>,
@@ -216,45 +172,47 @@ impl Claims {
         }
     }
 
-    /// Records the outcomes of owned claims (one group commit), then wakes the calls
-    /// waiting for them. A store failure is logged: the claim stays in flight, turns
-    /// unknown after the upstream timeout, and the next call resolves it by `status`.
+    /// Records the outcomes of owned claims in one transaction (with the messages
+    /// reconcile tracks), then wakes the calls waiting for them. A store failure is
+    /// logged: the claims stay in flight, turn unknown after the upstream timeout,
+    /// and the next call with their id resolves them by `status`.
     pub async fn settle(&self, outcomes: Vec<(Owned, Settlement)>) {
         if outcomes.is_empty() {
             return;
         }
         let at = Utc::now();
-        let results = futures_util::future::join_all(outcomes.into_iter().map(
-            |(owned, settlement)| async move {
-                let result = self
-                    .writer
-                    .submit(ClaimChange::Settle {
-                        id: owned.id,
-                        attempt: owned.attempt,
-                        settlement,
-                        at,
-                    })
-                    .await;
-                (owned, result)
-            },
-        ))
-        .await;
-        for (owned, result) in results {
-            match result {
-                Ok(ClaimReply::Settled) => {}
-                Ok(ClaimReply::Superseded) => tracing::warn!(
-                    client_id = owned.id.get(),
-                    "claim taken over by another call before its outcome was recorded"
-                ),
-                Ok(other) => {
-                    tracing::error!(client_id = owned.id.get(), ?other, "unexpected claim reply")
+        let owners: Vec<Owned> = outcomes.iter().map(|(owned, _)| *owned).collect();
+        let changes: Vec<ClaimChange> = outcomes
+            .into_iter()
+            .map(|(owned, settlement)| ClaimChange::Settle {
+                id: owned.id,
+                attempt: owned.attempt,
+                settlement,
+                at,
+            })
+            .collect();
+        match self.apply(&changes).await {
+            Ok(replies) => {
+                for (owned, reply) in owners.iter().zip(replies) {
+                    match reply {
+                        ClaimReply::Settled => {}
+                        ClaimReply::Superseded => tracing::warn!(
+                            client_id = owned.id.get(),
+                            "claim taken over by another call before its outcome was recorded"
+                        ),
+                        other => tracing::error!(
+                            client_id = owned.id.get(),
+                            ?other,
+                            "unexpected claim reply"
+                        ),
+                    }
                 }
-                Err(e) => tracing::error!(
-                    client_id = owned.id.get(),
-                    error = %e,
-                    "cannot record a send's outcome; a retry will ask the gateway's status"
-                ),
             }
+            Err(e) => tracing::error!(
+                claims = owners.len(),
+                error = %e,
+                "cannot record the outcome of sends; a retry will ask the gateway's status"
+            ),
         }
         self.settled.send_modify(|generation| *generation += 1);
     }
@@ -284,7 +242,8 @@ pub fn replay(op: &Operation, id: ClientId, outcome: AcceptedOutcome) -> Result<
     })
 }
 
-fn in_progress(id: ClientId, stale_at: DateTime<Utc>) -> Error {
+/// The answer when another call's send with `id` is still in flight at the caller's deadline.
+pub fn in_progress(id: ClientId, stale_at: DateTime<Utc>) -> Error {
     let left = (stale_at - Utc::now()).to_std().unwrap_or_default();
     Error::SendInProgress {
         id: id.get(),
@@ -292,6 +251,7 @@ fn in_progress(id: ClientId, stale_at: DateTime<Utc>) -> Error {
     }
 }
 
-fn store_error(e: StoreError) -> Error {
+/// The answer when the claims cannot be read or written: nothing was sent.
+pub fn store_error(e: StoreError) -> Error {
     e.unavailable("msgw's store is unavailable; nothing was sent")
 }

@@ -76,6 +76,12 @@ pub enum Error {
     /// The operation happened, but its answer was lost and cannot be recovered.
     #[error("{0}")]
     ResultLost(String),
+    /// More operations wait for the gateway than msgw queues; nothing was sent.
+    #[error("msgw's queue to the gateway is full; nothing was sent, retry shortly")]
+    Overloaded {
+        /// When a retry is likely to find room.
+        retry_after: std::time::Duration,
+    },
     /// A stream cursor outside the retained event log.
     #[error("{detail}")]
     CursorOutOfRange {

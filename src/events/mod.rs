@@ -8,7 +8,7 @@ use chrono::Utc;
 use tokio::sync::{broadcast, mpsc, watch};
 
 use crate::domain::{Channel, Error, NewEvent, StatusEvent, UnavailableCause};
-use crate::metrics::METRICS;
+use crate::metrics::Metrics;
 use crate::periodic::Periodic;
 use crate::store::{GroupWriter, Retention, Store, StoreError};
 
@@ -64,6 +64,7 @@ pub struct EventLog {
     // One writer task appends and publishes, so events reach the fan-out in cursor order.
     writer: GroupWriter<NewEvent, Option<StatusEvent>>,
     closing: watch::Sender<bool>,
+    metrics: Arc<Metrics>,
 }
 
 fn store_error(e: StoreError) -> Error {
@@ -81,18 +82,19 @@ fn shutting_down() -> Error {
 
 impl EventLog {
     /// An event log over `store`; `fan_out` events are kept in memory for live subscribers.
-    pub fn new(store: Arc<dyn Store>, fan_out: usize) -> Arc<Self> {
+    pub fn new(store: Arc<dyn Store>, fan_out: usize, metrics: Arc<Metrics>) -> Arc<Self> {
         let (live, _) = broadcast::channel(fan_out.max(16));
         let (closing, _) = watch::channel(false);
         let writer = GroupWriter::spawn(MAX_GROUP, {
-            let (store, live) = (store.clone(), live.clone());
-            move |events| append_group(store.clone(), live.clone(), events)
+            let (store, live, metrics) = (store.clone(), live.clone(), metrics.clone());
+            move |events| append_group(store.clone(), live.clone(), metrics.clone(), events)
         });
         Arc::new(Self {
             store,
             live,
             writer,
             closing,
+            metrics,
         })
     }
 
@@ -122,8 +124,9 @@ impl EventLog {
         let (tx, rx) = mpsc::channel(SUBSCRIBER_BUFFER);
         let log = Arc::clone(self);
         tokio::spawn(async move {
-            METRICS.open_streams.inc();
-            let _open = scopeguard(|| METRICS.open_streams.dec());
+            log.metrics.open_streams.inc();
+            let metrics = log.metrics.clone();
+            let _open = scopeguard(move || metrics.open_streams.dec());
             let mut closing = log.closing.subscribe();
             let ended = tokio::select! {
                 r = log.pump(after, &filter, live, &tx) => r,
@@ -222,6 +225,11 @@ impl EventLog {
         }
     }
 
+    /// The metrics the log records into.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
     /// Applies the retention every `every` until `stop` turns true.
     pub async fn run_retention(
         self: Arc<Self>,
@@ -244,6 +252,7 @@ impl EventLog {
 async fn append_group(
     store: Arc<dyn Store>,
     live: broadcast::Sender<Arc<StatusEvent>>,
+    metrics: Arc<Metrics>,
     events: Vec<NewEvent>,
 ) -> Result<Vec<Option<StatusEvent>>, StoreError> {
     let stored = store.append_batch(&events).await?;
@@ -253,7 +262,7 @@ async fn append_group(
         } else {
             "duplicate"
         };
-        METRICS
+        metrics
             .events_total
             .with_label_values(&[event.source.as_str(), result])
             .inc();

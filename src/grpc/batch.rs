@@ -3,15 +3,43 @@
 use tonic::{Code, Status};
 
 use super::convert::{FromOutput, IntoOperation};
+use super::handler::Rpc;
 use super::status::to_rpc_status;
 use crate::dispatch::Executed;
 use crate::domain::{Error, Operation, Violations};
 use crate::proto::{
-    BatchItem, BatchResult, batch_item::Operation as Item, batch_result::Result as Res,
+    BatchItem, BatchRequest, BatchResponse, BatchResult, batch_item::Operation as Item,
+    batch_result::Result as Res,
 };
 
-/// Most items in one batch: keeps one envelope (and one failure) bounded.
+/// Most items in one batch whatever `MSGW_UPSTREAM_BATCH_MAX` says: keeps one
+/// envelope (and one failure) bounded.
 pub const MAX_ITEMS: usize = 100;
+
+/// A batch: its items share one envelope, and each gets its own result.
+impl Rpc<BatchResponse> for BatchRequest {
+    type Shape = Vec<Kind>;
+
+    fn plan(self, batch_max: usize) -> Result<(Vec<Operation>, Vec<Kind>), Error> {
+        let (kinds, ops) = parse(self.items, batch_max.min(MAX_ITEMS))?
+            .into_iter()
+            .unzip();
+        Ok((ops, kinds))
+    }
+
+    fn respond(
+        kinds: Vec<Kind>,
+        results: Vec<Result<Executed, Error>>,
+    ) -> Result<(BatchResponse, bool), Error> {
+        let results = kinds
+            .into_iter()
+            .zip(results)
+            .map(|(kind, outcome)| result(kind, outcome))
+            .collect();
+        // Replays are marked per item.
+        Ok((BatchResponse { results }, false))
+    }
+}
 
 /// How to answer an item: the response type of its RPC.
 #[derive(Clone, Copy)]
@@ -35,18 +63,22 @@ pub enum Kind {
     DeleteViberTemplates,
 }
 
-/// Parses every item; any violation fails the whole batch before anything is sent.
-pub fn parse(items: Vec<BatchItem>) -> Result<Vec<(Kind, Operation)>, Error> {
+/// Parses every item (at most `max_items`); any violation fails the whole batch
+/// before anything is sent.
+pub fn parse(items: Vec<BatchItem>, max_items: usize) -> Result<Vec<(Kind, Operation)>, Error> {
     let mut violations = Violations::new();
     if items.is_empty() {
         violations
             .scope("")
             .add("items", "required: at least one item");
     }
-    if items.len() > MAX_ITEMS {
+    if items.len() > max_items {
         violations.scope("").add(
             "items",
-            format!("at most {MAX_ITEMS} items, has {}", items.len()),
+            format!(
+                "at most {max_items} items (one gateway request, MSGW_UPSTREAM_BATCH_MAX), has {}",
+                items.len()
+            ),
         );
     }
     let mut parsed = Vec::with_capacity(items.len());
@@ -122,7 +154,7 @@ fn parse_item(item: Item, v: &mut Violations, i: usize) -> (Kind, &'static str, 
 }
 
 /// The batch result of one item: its status, and its response when OK.
-pub fn result(kind: Kind, outcome: Result<Executed, Error>) -> BatchResult {
+fn result(kind: Kind, outcome: Result<Executed, Error>) -> BatchResult {
     let replayed = outcome.as_ref().is_ok_and(|e| e.replayed);
     let converted = outcome.and_then(|Executed { output, .. }| {
         macro_rules! responses {

@@ -8,7 +8,6 @@ use tonic::{Request, Response, Status};
 use super::convert::{channel, reply, status, timestamp};
 use crate::domain::{self, EventSource, StatusEvent, Violations};
 use crate::events::{EventLog, Filter, Start};
-use crate::metrics::METRICS;
 use crate::proto::{self, event_service_server::EventService};
 
 /// The EventService handlers.
@@ -45,7 +44,9 @@ impl EventService for Events {
             .as_ref()
             .err()
             .map_or(tonic::Code::Ok, super::status::code);
-        METRICS.rpc("StreamStatusEvents", code, started.elapsed());
+        self.log
+            .metrics()
+            .rpc("StreamStatusEvents", code, started.elapsed());
         let events = opened?;
         tracing::info!("event stream opened");
         let stream = ReceiverStream::new(events).map(|item| match item {

@@ -1,18 +1,51 @@
-//! What every unary RPC does alike: parse, run through dispatch, answer, and
-//! trace it. Handlers differ only in their operation.
+//! What every unary RPC does alike: parse into operations, run them through
+//! dispatch, answer, and trace it. RPCs differ only in their operations and in how
+//! their results become the response (one operation, or a `Batch` of them).
 
 use tokio::time::Instant;
 use tonic::{Request, Response, Status, metadata::MetadataValue};
 use tracing::{Instrument, field};
 
 use super::convert::{FromOutput, IntoOperation};
-use crate::dispatch::Dispatcher;
+use crate::dispatch::{Dispatcher, Executed};
 use crate::domain::{Error, Operation, Violations};
-use crate::metrics::METRICS;
-use crate::upstream;
+use crate::metrics::Metrics;
 
 /// Response metadata of an answer replayed from an earlier call with the same id.
 pub const REPLAYED: &str = "msgw-replayed";
+
+/// A request msgw answers by running operations.
+pub trait Rpc<Resp>: Sized {
+    /// What the response needs besides the results (e.g. each Batch item's kind).
+    type Shape;
+
+    /// Parses the request into its operations (at most `batch_max`), collecting every
+    /// violation.
+    fn plan(self, batch_max: usize) -> Result<(Vec<Operation>, Self::Shape), Error>;
+
+    /// The response from the operations' results, and whether it is a replay.
+    fn respond(
+        shape: Self::Shape,
+        results: Vec<Result<Executed, Error>>,
+    ) -> Result<(Resp, bool), Error>;
+}
+
+/// A request of one operation: its result is the RPC's.
+impl<Req: IntoOperation, Resp: FromOutput> Rpc<Resp> for Req {
+    type Shape = ();
+
+    fn plan(self, _batch_max: usize) -> Result<(Vec<Operation>, ()), Error> {
+        Ok((vec![parse(self)?], ()))
+    }
+
+    fn respond((): (), results: Vec<Result<Executed, Error>>) -> Result<(Resp, bool), Error> {
+        let executed = results
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| Err(Error::Internal("no result for the operation".into())))?;
+        Ok((Resp::from_output(executed.output)?, executed.replayed))
+    }
+}
 
 /// Parses a request into its operation, collecting every violation.
 pub fn parse<R: IntoOperation>(request: R) -> Result<Operation, Error> {
@@ -28,30 +61,30 @@ pub async fn unary<Req, Resp>(
     request: Request<Req>,
 ) -> Result<Response<Resp>, Status>
 where
-    Req: IntoOperation,
-    Resp: FromOutput,
+    Req: Rpc<Resp>,
 {
     let span = tracing::info_span!(
         "rpc",
         method,
         client_id = field::Empty,
-        upstream_type = field::Empty,
+        operations = field::Empty,
         latency_ms = field::Empty,
         outcome = field::Empty,
     );
     async move {
         let started = Instant::now();
         let deadline = super::deadline::deadline(&request);
-        let result = match parse(request.into_inner()) {
-            Ok(op) => {
-                record_operation(&op);
-                dispatcher.execute(op, deadline).await.and_then(|executed| {
-                    Ok((Resp::from_output(executed.output)?, executed.replayed))
-                })
+        let result = match request.into_inner().plan(dispatcher.batch_max()) {
+            Ok((ops, shape)) => {
+                record_operations(&ops);
+                match dispatcher.execute_all(ops, deadline).await {
+                    Ok(results) => Req::respond(shape, results),
+                    Err(e) => Err(e),
+                }
             }
             Err(e) => Err(e),
         };
-        finish(method, started, result.as_ref().err());
+        finish(dispatcher.metrics(), method, started, result.as_ref().err());
         let (response, replayed) = result.map_err(Status::from)?;
         let mut response = Response::new(response);
         if replayed {
@@ -65,21 +98,23 @@ where
     .await
 }
 
-/// Puts the operation's client id and gateway type on the current RPC span.
-fn record_operation(op: &Operation) {
+/// Puts the call's size, and the client id of a lone operation, on the current RPC span.
+fn record_operations(ops: &[Operation]) {
     let span = tracing::Span::current();
-    if let Some(id) = op.client_id() {
+    span.record("operations", ops.len());
+    if let [op] = ops
+        && let Some(id) = op.client_id()
+    {
         span.record("client_id", id.get());
     }
-    span.record("upstream_type", upstream::type_name(op));
 }
 
 /// Records latency and outcome on the current RPC span and logs the end of the call.
-pub fn finish(method: &str, started: Instant, error: Option<&Error>) {
+fn finish(metrics: &Metrics, method: &str, started: Instant, error: Option<&Error>) {
     let span = tracing::Span::current();
     let latency = started.elapsed();
     span.record("latency_ms", latency.as_secs_f64() * 1000.0);
-    METRICS.rpc(
+    metrics.rpc(
         method,
         error.map_or(tonic::Code::Ok, super::status::code),
         latency,
@@ -96,7 +131,8 @@ pub fn finish(method: &str, started: Instant, error: Option<&Error>) {
                 Error::InvalidArgument(_)
                 | Error::Rejected(_)
                 | Error::IdConflict { .. }
-                | Error::SendInProgress { .. } => {
+                | Error::SendInProgress { .. }
+                | Error::Overloaded { .. } => {
                     tracing::info!(error = %e, "rpc refused")
                 }
                 _ => tracing::warn!(error = %e, "rpc failed"),
@@ -123,6 +159,7 @@ fn outcome(e: &Error) -> &'static str {
         Error::IdConflict { .. } => "id_conflict",
         Error::SendInProgress { .. } => "send_in_progress",
         Error::ResultLost(_) => "result_lost",
+        Error::Overloaded { .. } => "overloaded",
         Error::Internal(_) => "internal",
     }
 }

@@ -1,10 +1,8 @@
 //! MessagingService: sends on every channel, Batch, and status queries.
 
-use tokio::time::Instant;
 use tonic::{Request, Response, Status};
-use tracing::Instrument;
 
-use super::{batch, handler};
+use super::handler;
 use crate::dispatch::Dispatcher;
 use crate::proto::{self, messaging_service_server::MessagingService};
 
@@ -83,38 +81,6 @@ impl MessagingService for Messaging {
         &self,
         request: Request<proto::BatchRequest>,
     ) -> Result<Response<proto::BatchResponse>, Status> {
-        let span = tracing::info_span!(
-            "rpc",
-            method = "Batch",
-            items = request.get_ref().items.len(),
-            latency_ms = tracing::field::Empty,
-            outcome = tracing::field::Empty,
-        );
-        async move {
-            let started = Instant::now();
-            let deadline = super::deadline::deadline(&request);
-            let result = match batch::parse(request.into_inner().items) {
-                Ok(items) => {
-                    let (kinds, ops): (Vec<_>, Vec<_>) = items.into_iter().unzip();
-                    self.dispatcher
-                        .execute_all(ops, deadline)
-                        .await
-                        .map(|outcomes| {
-                            kinds
-                                .into_iter()
-                                .zip(outcomes)
-                                .map(|(kind, outcome)| batch::result(kind, outcome))
-                                .collect()
-                        })
-                }
-                Err(e) => Err(e),
-            };
-            handler::finish("Batch", started, result.as_ref().err());
-            result
-                .map(|results| Response::new(proto::BatchResponse { results }))
-                .map_err(Status::from)
-        }
-        .instrument(span)
-        .await
+        handler::unary(&self.dispatcher, "Batch", request).await
     }
 }

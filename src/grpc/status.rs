@@ -23,6 +23,7 @@ pub fn code(e: &Error) -> Code {
         Error::IdConflict { .. } => Code::AlreadyExists,
         Error::SendInProgress { .. } => Code::Aborted,
         Error::ResultLost(_) => Code::FailedPrecondition,
+        Error::Overloaded { .. } => Code::ResourceExhausted,
         Error::Internal(_) => Code::Internal,
     }
 }
@@ -109,6 +110,11 @@ impl From<Error> for Status {
                 Status::with_error_details(Code::Aborted, message, details)
             }
             Error::ResultLost(_) => with_info(Code::FailedPrecondition, message, "RESULT_LOST", []),
+            Error::Overloaded { retry_after } => {
+                let mut details = ErrorDetails::with_retry_info(Some(retry_after));
+                details.set_error_info("QUEUE_FULL", ERROR_DOMAIN, HashMap::new());
+                Status::with_error_details(Code::ResourceExhausted, message, details)
+            }
             Error::Internal(_) => Status::internal(message),
         }
     }

@@ -27,8 +27,9 @@ pub struct ReconcileConfig {
     pub max_backoff: Duration,
 }
 
-/// Status queries sent to the gateway in one envelope.
-const POLL_BATCH: u32 = 50;
+/// Status queries sent to the gateway in one envelope at most (fewer when
+/// `MSGW_UPSTREAM_BATCH_MAX` is lower).
+const POLL_BATCH: usize = 50;
 
 /// Polls messages that have no final status.
 pub struct Reconciler {
@@ -54,6 +55,11 @@ impl Reconciler {
         }
     }
 
+    /// Messages polled in one call: they share one envelope.
+    fn poll_batch(&self) -> u32 {
+        u32::try_from(POLL_BATCH.min(self.dispatcher.batch_max())).unwrap_or(1)
+    }
+
     /// Polls due messages every interval until `stop` turns true.
     pub async fn run(self, stop: watch::Receiver<bool>) {
         let mut ticks = Periodic::new(self.config.interval, stop);
@@ -61,7 +67,7 @@ impl Reconciler {
             // Drain everything due before waiting again.
             loop {
                 match self.poll_due().await {
-                    Ok(n) if n == POLL_BATCH as usize => continue,
+                    Ok(n) if n == self.poll_batch() as usize => continue,
                     Ok(_) => break,
                     Err(e) => {
                         tracing::warn!(error = %e, "reconcile: poll round failed");
@@ -77,7 +83,7 @@ impl Reconciler {
         let now = Utc::now();
         let due = self
             .store
-            .due_for_poll(now, POLL_BATCH)
+            .due_for_poll(now, self.poll_batch())
             .await
             .map_err(store_error)?;
         if due.is_empty() {

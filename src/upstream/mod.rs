@@ -5,13 +5,13 @@ mod request;
 mod response;
 mod webhook;
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use secrecy::{ExposeSecret, SecretString};
 use tokio::time::Instant;
 
 use crate::domain::{Operation, Output};
-use crate::metrics::METRICS;
+use crate::metrics::Metrics;
 
 pub use request::type_name;
 pub use response::PayloadError;
@@ -26,8 +26,9 @@ pub struct GatewayConfig {
     pub api_key: SecretString,
     /// Upper bound of one upstream request.
     pub timeout: Duration,
-    /// Idle keep-alive connections kept per host.
-    pub max_idle_connections: usize,
+    /// Keep-alive connections kept open: the dispatcher never has more requests in
+    /// flight.
+    pub connections: usize,
 }
 
 /// A failure of the whole upstream request.
@@ -90,6 +91,7 @@ pub struct Gateway {
     endpoint: url::Url,
     api_key: SecretString,
     timeout: Duration,
+    metrics: Arc<Metrics>,
 }
 
 /// Envelope bodies above this size are refused rather than buffered without bound.
@@ -97,7 +99,7 @@ const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
 
 impl Gateway {
     /// Builds the client; fails only on a base URL that cannot take the path.
-    pub fn new(config: GatewayConfig) -> Result<Self, String> {
+    pub fn new(config: GatewayConfig, metrics: Arc<Metrics>) -> Result<Self, String> {
         let mut base = config.base_url;
         if !base.path().ends_with('/') {
             base.set_path(&format!("{}/", base.path()));
@@ -106,7 +108,7 @@ impl Gateway {
             .join("api/json.php")
             .map_err(|e| format!("invalid gateway URL: {e}"))?;
         let http = reqwest::Client::builder()
-            .pool_max_idle_per_host(config.max_idle_connections)
+            .pool_max_idle_per_host(config.connections)
             .pool_idle_timeout(Duration::from_secs(60))
             .tcp_nodelay(true)
             .connect_timeout(config.timeout)
@@ -118,6 +120,7 @@ impl Gateway {
             endpoint,
             api_key: config.api_key,
             timeout: config.timeout,
+            metrics,
         })
     }
 
@@ -146,11 +149,11 @@ impl Gateway {
             [op] => type_name(op),
             _ => "batch",
         };
-        METRICS
+        self.metrics
             .upstream_seconds
             .with_label_values(&[operation])
             .observe(started.elapsed().as_secs_f64());
-        METRICS
+        self.metrics
             .upstream_total
             .with_label_values(&[operation, outcome(&result)])
             .inc();

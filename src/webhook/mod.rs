@@ -3,8 +3,6 @@
 //! `POST /v1/webhooks/account/{account_token}` for pipeline statuses.
 //! A webhook is answered 200 only once its event is committed to the store.
 
-mod token;
-
 use std::sync::Arc;
 
 use axum::{
@@ -20,11 +18,11 @@ use secrecy::SecretString;
 
 use crate::domain::{DeliveryReport, EventSource, NewEvent};
 use crate::events::EventLog;
-use crate::metrics::METRICS;
+use crate::metrics::Metrics;
 use crate::store::Store;
 use crate::upstream::parse_webhook;
 
-pub use token::{HookSigner, HookUrls, same_token};
+use crate::hooks::{HookSigner, same_token};
 
 /// Largest webhook body accepted; the gateway's reports are a few hundred bytes.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -40,6 +38,8 @@ pub struct WebhookState {
     pub events: Arc<EventLog>,
     /// Sent messages, to find a client id by gateway id.
     pub store: Arc<dyn Store>,
+    /// Where webhooks are counted, and what `/metrics` serves.
+    pub metrics: Arc<Metrics>,
 }
 
 /// Routes of the webhook listener.
@@ -49,9 +49,12 @@ pub fn router(state: WebhookState) -> Router {
         .route("/v1/webhooks/account/{token}", post(account_webhook))
         .route("/v1/webhooks/status/", post(missing_token))
         .route("/v1/webhooks/account/", post(missing_token))
-        .route("/metrics", axum::routing::get(crate::metrics::handler))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .with_state(state)
+        .with_state(state.clone())
+        .route(
+            "/metrics",
+            axum::routing::get(crate::metrics::handler).with_state(state.metrics),
+        )
 }
 
 /// Why a webhook was not taken.
@@ -87,7 +90,7 @@ enum Taken {
 }
 
 /// The HTTP answer of a webhook, counted in `msgw_webhooks_total`.
-fn answer(endpoint: &str, outcome: Result<Taken, Refusal>) -> Response {
+fn answer(state: &WebhookState, endpoint: &str, outcome: Result<Taken, Refusal>) -> Response {
     let (result, response) = match outcome {
         Ok(Taken::Stored) => ("stored", (StatusCode::OK, "stored").into_response()),
         Ok(Taken::Duplicate) => ("duplicate", (StatusCode::OK, "duplicate").into_response()),
@@ -102,15 +105,17 @@ fn answer(endpoint: &str, outcome: Result<Taken, Refusal>) -> Response {
             (result, (r.code, r.why).into_response())
         }
     };
-    METRICS
+    state
+        .metrics
         .webhooks_total
         .with_label_values(&[endpoint, result])
         .inc();
     response
 }
 
-async fn missing_token() -> Response {
+async fn missing_token(State(state): State<WebhookState>) -> Response {
     answer(
+        &state,
         "status",
         Err(Refusal::new(StatusCode::UNAUTHORIZED, "missing token")),
     )
@@ -125,7 +130,7 @@ async fn status_webhook(
     Path(token): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    answer("status", take_status(&state, &token, body).await)
+    answer(&state, "status", take_status(&state, &token, body).await)
 }
 
 async fn take_status(
@@ -149,7 +154,7 @@ async fn account_webhook(
     Path(token): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    answer("account", take_account(&state, &token, body).await)
+    answer(&state, "account", take_account(&state, &token, body).await)
 }
 
 async fn take_account(

@@ -20,7 +20,8 @@ use msgw::{
     },
 };
 use msgw::{
-    reconcile::ReconcileConfig, sandbox::SandboxConfig, store::Retention, webhook::HookSigner,
+    dispatch::Limits, hooks::HookSigner, reconcile::ReconcileConfig, sandbox::SandboxConfig,
+    store::Retention,
 };
 use serde_json::{Value, json};
 use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
@@ -53,6 +54,8 @@ type Responder = Arc<dyn Fn(&Value) -> Reply + Send + Sync>;
 struct GatewayState {
     requests: Arc<Mutex<Vec<Recorded>>>,
     responder: Arc<Mutex<Responder>>,
+    /// Requests being answered now, and the most at once.
+    concurrency: Arc<Mutex<(usize, usize)>>,
 }
 
 /// A gateway stand-in on 127.0.0.1:0.
@@ -66,6 +69,7 @@ impl FakeGateway {
         let state = GatewayState {
             requests: Arc::default(),
             responder: Arc::new(Mutex::new(Arc::new(default_reply))),
+            concurrency: Arc::default(),
         };
         let app = Router::new()
             .route("/api/json.php", post(handle))
@@ -88,6 +92,19 @@ impl FakeGateway {
     /// Answers every request with this JSON.
     pub fn respond_json(&self, v: Value) {
         self.respond_with(move |_| Reply::Json(v.clone()));
+    }
+
+    /// The most requests the gateway was answering at once.
+    pub fn most_concurrent(&self) -> usize {
+        self.state.concurrency.lock().unwrap().1
+    }
+
+    /// The operations of every request so far, request by request.
+    pub fn envelopes(&self) -> Vec<Vec<Value>> {
+        self.requests()
+            .iter()
+            .map(|r| r.body["data"].as_array().cloned().unwrap_or_default())
+            .collect()
     }
 
     pub fn requests(&self) -> Vec<Recorded> {
@@ -128,6 +145,18 @@ async fn handle(
     });
     let responder = state.responder.lock().unwrap().clone();
     let mut reply = responder(&body);
+    {
+        let mut c = state.concurrency.lock().unwrap();
+        c.0 += 1;
+        c.1 = c.1.max(c.0);
+    }
+    struct Done(Arc<Mutex<(usize, usize)>>);
+    impl Drop for Done {
+        fn drop(&mut self) {
+            self.0.lock().unwrap().0 -= 1;
+        }
+    }
+    let _done = Done(state.concurrency.clone());
     loop {
         match reply {
             Reply::Json(v) => return axum::Json(v).into_response(),
@@ -282,6 +311,8 @@ pub struct Options {
     pub fan_out: usize,
     /// Balance metric refresh; zero: off.
     pub balance_refresh: Duration,
+    /// Gateway requests in flight, operations per request, queued operations.
+    pub limits: Limits,
 }
 
 impl Default for Options {
@@ -301,6 +332,7 @@ impl Default for Options {
             shutdown_grace: Duration::from_secs(5),
             fan_out: 4096,
             balance_refresh: Duration::ZERO,
+            limits: Limits::default(),
         }
     }
 }
@@ -368,7 +400,7 @@ pub async fn spawn(options: Options) -> TestApp {
         balance_refresh: options.balance_refresh,
         upstream,
         upstream_timeout: options.upstream_timeout,
-        upstream_connections: 4,
+        upstream_limits: options.limits,
     };
     let app = Application::build(config).await.expect("app builds");
     let addr = app.grpc_addr().unwrap();

@@ -18,11 +18,11 @@ use clap::Parser;
 use msgw::{
     app::Application,
     config::{Config, Upstream},
+    hooks::HookSigner,
     proto::{StreamStatusEventsRequest, event_service_client::EventServiceClient},
     reconcile::ReconcileConfig,
     sandbox::SandboxConfig,
     store::Retention,
-    webhook::HookSigner,
 };
 use tokio::sync::Semaphore;
 use tokio_stream::StreamExt;
@@ -86,7 +86,7 @@ async fn main() -> anyhow::Result<()> {
         balance_refresh: Duration::ZERO,
         upstream: Upstream::Sandbox(SandboxConfig::default()),
         upstream_timeout: Duration::from_secs(5),
-        upstream_connections: 4,
+        upstream_limits: msgw::dispatch::Limits::default(),
     };
     let app = Application::build(config).await?;
     let (grpc, http) = (app.grpc_addr()?, app.http_addr()?);

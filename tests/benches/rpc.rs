@@ -1,18 +1,21 @@
 //! Load benchmark of the send path: a real msgw (gRPC on loopback, SQLite store in a
-//! temp dir) in front of an in-process fake gateway that answers at once (or after
-//! `--latency-ms`), driven by N concurrent callers with distinct ids over M HTTP/2
-//! connections. Prints, in one run:
+//! temp dir) in front of an in-process fake gateway, driven by concurrent callers
+//! with distinct ids over HTTP/2 connections. Prints, in one run:
 //!
 //! - a. `grpc.health.v1.Health/Check` RPC/s on the same server (tonic's own cost);
-//! - b. `SendSms` RPC/s, and the ratio b/a;
-//! - e. msgw's CPU time per send, read from the kernel's per-thread counters of
+//! - b. `SendSms` RPC/s with a gateway that answers at once, and the ratio b/a;
+//! - c. `SendSms` RPC/s with a gateway of latency L, C connections, batch max B and
+//!   many callers; the physical limit C×B/L and the ratio; the same run with
+//!   batch max 1 (no coalescing) and the ratio of the two;
+//! - d. p50/p99 latency of c, and the p50 of a lone caller (≈ L when nothing waits);
+//! - e. msgw's CPU time per send in b, read from the kernel's per-thread counters of
 //!   msgw's own threads (its tokio workers and its SQLite worker), so the load
 //!   generator and the fake gateway, which run on threads of their own, are not
-//!   counted; and the latency percentiles of the sends.
+//!   counted.
 //!
 //! It asserts nothing; it prints. Bounded in time; stops by itself.
 //!
-//! `cargo bench --bench rpc -- --callers 64 --seconds 5`
+//! `cargo bench --bench rpc` (options: `-- --help`)
 
 use std::{
     sync::{
@@ -27,18 +30,20 @@ use clap::Parser;
 use msgw::{
     app::Application,
     config::{Config, Upstream},
+    dispatch::Limits,
     proto::{SendSmsRequest, messaging_service_client::MessagingServiceClient},
     reconcile::ReconcileConfig,
     store::Retention,
 };
 use serde_json::{Value, json};
+use tokio::runtime::Runtime;
 use tonic::transport::Channel;
 use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 
 #[derive(Parser, Debug, Clone)]
 #[command(about = "msgw send-path benchmark")]
 struct Args {
-    /// Concurrent callers.
+    /// Concurrent callers of a and b.
     #[arg(long, default_value_t = 64)]
     callers: usize,
     /// HTTP/2 connections the callers share.
@@ -47,9 +52,18 @@ struct Args {
     /// Seconds each measured phase runs.
     #[arg(long, default_value_t = 5)]
     seconds: u64,
-    /// Latency of the fake gateway.
-    #[arg(long, default_value_t = 0)]
+    /// Latency L of the fake gateway in c and d, milliseconds.
+    #[arg(long, default_value_t = 20)]
     latency_ms: u64,
+    /// Concurrent callers of c.
+    #[arg(long, default_value_t = 256)]
+    coalesced_callers: usize,
+    /// MSGW_UPSTREAM_CONNECTIONS (C) in c.
+    #[arg(long, default_value_t = 4)]
+    upstream_connections: usize,
+    /// MSGW_UPSTREAM_BATCH_MAX (B) in c.
+    #[arg(long, default_value_t = 50)]
+    batch_max: usize,
     /// Worker threads of msgw's runtime.
     #[arg(long, default_value_t = 2)]
     msgw_workers: usize,
@@ -61,41 +75,173 @@ struct Args {
 /// Thread name prefix of msgw's runtime; the SQLite driver names its own thread.
 const MSGW_THREADS: [&str; 2] = ["msgw-worker", "sqlx-sqlite-wor"];
 
+/// A running msgw and what stops it.
+struct Msgw {
+    channels: Vec<Channel>,
+    stop: tokio::sync::oneshot::Sender<()>,
+    server: tokio::task::JoinHandle<anyhow::Result<()>>,
+    _dir: tempfile::TempDir,
+}
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let gateway_rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name("fake-gateway")
-        .enable_all()
-        .build()?;
-    let msgw_rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(args.msgw_workers)
-        .thread_name("msgw-worker")
-        .enable_all()
-        .build()?;
-    let load_rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name("load")
-        .enable_all()
-        .build()?;
+    let runtime = |name: &str, threads: usize| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .thread_name(name)
+            .enable_all()
+            .build()
+    };
+    let gateway_rt = runtime("fake-gateway", 1)?;
+    let msgw_rt = runtime("msgw-worker", args.msgw_workers)?;
+    let load_rt = runtime("load", 2)?;
+    let seconds = Duration::from_secs(args.seconds);
+    let latency = Duration::from_millis(args.latency_ms);
+    let instant_gateway = gateway_rt.block_on(fake_gateway(Duration::ZERO))?;
+    let slow_gateway = gateway_rt.block_on(fake_gateway(latency))?;
 
-    let gateway_url = gateway_rt.block_on(fake_gateway(Duration::from_millis(args.latency_ms)))?;
+    println!(
+        "msgw send-path benchmark (msgw on {} worker threads, {} HTTP/2 connections from the callers, {} s per phase)",
+        args.msgw_workers, args.connections, args.seconds
+    );
+
+    // a, b, e: a gateway that answers at once, default limits.
+    let msgw = start(
+        &msgw_rt,
+        &load_rt,
+        &instant_gateway,
+        Limits::default(),
+        &args,
+    )?;
+    let (health, sends, cpu) = load_rt.block_on(async {
+        // Warm-up: connections, SQLite pages, the allocator.
+        drive(
+            &msgw.channels,
+            args.callers,
+            Duration::from_secs(1),
+            Call::Send,
+        )
+        .await;
+        let health = drive(&msgw.channels, args.callers, seconds, Call::Health).await;
+        let cpu_before = msgw_cpu();
+        let sends = drive(&msgw.channels, args.callers, seconds, Call::Send).await;
+        (health, sends, msgw_cpu().saturating_sub(cpu_before))
+    });
+    stop(&msgw_rt, msgw)?;
+    println!(
+        "-- {} callers, gateway answers at once, default limits",
+        args.callers
+    );
+    health.print("a. Health/Check");
+    sends.print("b. SendSms");
+    println!(
+        "   b/a                {:.3}",
+        sends.rate() / health.rate().max(1e-9)
+    );
+
+    // c, d: a gateway of latency L, C connections, batch max B, then batch max 1.
+    let (c, b) = (args.upstream_connections, args.batch_max);
+    let limit = (c * b) as f64 / latency.as_secs_f64().max(1e-9);
+    let coalesced = Limits {
+        connections: c,
+        batch_max: b,
+        queue_max: 10_000,
+    };
+    let msgw = start(&msgw_rt, &load_rt, &slow_gateway, coalesced, &args)?;
+    let (many, lone) = load_rt.block_on(async {
+        drive(
+            &msgw.channels,
+            args.coalesced_callers,
+            Duration::from_secs(1),
+            Call::Send,
+        )
+        .await;
+        let many = drive(&msgw.channels, args.coalesced_callers, seconds, Call::Send).await;
+        let lone = drive(
+            &msgw.channels,
+            1,
+            seconds.min(Duration::from_secs(2)),
+            Call::Send,
+        )
+        .await;
+        (many, lone)
+    });
+    stop(&msgw_rt, msgw)?;
+    let msgw = start(
+        &msgw_rt,
+        &load_rt,
+        &slow_gateway,
+        Limits {
+            batch_max: 1,
+            ..coalesced
+        },
+        &args,
+    )?;
+    let single = load_rt.block_on(async {
+        drive(
+            &msgw.channels,
+            args.coalesced_callers,
+            Duration::from_secs(1),
+            Call::Send,
+        )
+        .await;
+        drive(&msgw.channels, args.coalesced_callers, seconds, Call::Send).await
+    });
+    stop(&msgw_rt, msgw)?;
+    println!(
+        "-- {} callers, gateway latency L = {} ms, C = {c} connections, B = {b}",
+        args.coalesced_callers, args.latency_ms
+    );
+    many.print("c. SendSms");
+    println!(
+        "   C×B/L              {limit:>9.0} sends/s; c / (C×B/L) = {:.3}",
+        many.rate() / limit
+    );
+    single.print("   same, B = 1");
+    println!(
+        "   coalesced / B = 1  {:.1}×",
+        many.rate() / single.rate().max(1e-9)
+    );
+    println!(
+        "d. latency of c      p50 {:.2} ms, p99 {:.2} ms; lone caller p50 {:.2} ms (L = {} ms)",
+        many.percentile(0.5),
+        many.percentile(0.99),
+        lone.percentile(0.5),
+        args.latency_ms
+    );
+    println!(
+        "e. msgw CPU per send {:.0} µs in b ({:.2} s of msgw thread CPU for {} sends)",
+        cpu.as_secs_f64() * 1e6 / sends.ok.max(1) as f64,
+        cpu.as_secs_f64(),
+        sends.ok
+    );
+    Ok(())
+}
+
+/// Starts msgw on `msgw_rt` in front of `gateway_url` and connects the callers.
+fn start(
+    msgw_rt: &Runtime,
+    load_rt: &Runtime,
+    gateway_url: &str,
+    limits: Limits,
+    args: &Args,
+) -> anyhow::Result<Msgw> {
     let dir = tempfile::tempdir()?;
     let config = config(
-        &gateway_url,
+        gateway_url,
         &format!("sqlite://{}", dir.path().join("bench.db").display()),
+        limits,
     )?;
-    let (grpc, stop_tx, server) = msgw_rt.block_on(async {
+    let (grpc, stop, server) = msgw_rt.block_on(async {
         let app = Application::build(config).await?;
         let grpc = app.grpc_addr()?;
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(app.run(async {
-            let _ = stop_rx.await;
+            let _ = stopped.await;
         }));
-        anyhow::Ok((grpc, stop_tx, server))
+        anyhow::Ok((grpc, stop, server))
     })?;
-
-    load_rt.block_on(async {
+    let channels = load_rt.block_on(async {
         let mut channels = Vec::new();
         for _ in 0..args.connections.max(1) {
             channels.push(
@@ -105,39 +251,20 @@ fn main() -> anyhow::Result<()> {
                     .await?,
             );
         }
-        let seconds = Duration::from_secs(args.seconds);
-        // Warm-up: connections, SQLite pages, the allocator.
-        drive(&channels, args.callers, Duration::from_secs(1), Call::Send).await;
-
-        let health = drive(&channels, args.callers, seconds, Call::Health).await;
-        let cpu_before = msgw_cpu();
-        let sends = drive(&channels, args.callers, seconds, Call::Send).await;
-        let cpu = msgw_cpu().saturating_sub(cpu_before);
-
-        println!(
-            "msgw send-path benchmark ({} callers over {} connections, fake gateway latency {} ms, msgw on {} worker threads)",
-            args.callers, args.connections, args.latency_ms, args.msgw_workers
-        );
-        health.print("a. Health/Check");
-        sends.print("b. SendSms");
-        println!(
-            "   b/a                {:.3}",
-            sends.rate() / health.rate().max(1e-9)
-        );
-        println!(
-            "e. msgw CPU per send {:.0} µs ({:.2} s of msgw thread CPU for {} sends)",
-            cpu.as_secs_f64() * 1e6 / sends.ok.max(1) as f64,
-            cpu.as_secs_f64(),
-            sends.ok
-        );
-        anyhow::Ok(())
+        anyhow::Ok(channels)
     })?;
+    Ok(Msgw {
+        channels,
+        stop,
+        server,
+        _dir: dir,
+    })
+}
 
-    msgw_rt.block_on(async {
-        let _ = stop_tx.send(());
-        server.await??;
-        anyhow::Ok(())
-    })?;
+fn stop(msgw_rt: &Runtime, msgw: Msgw) -> anyhow::Result<()> {
+    drop(msgw.channels);
+    let _ = msgw.stop.send(());
+    msgw_rt.block_on(msgw.server)??;
     Ok(())
 }
 
@@ -159,17 +286,20 @@ impl Phase {
         self.ok as f64 / self.elapsed.as_secs_f64()
     }
 
+    /// The latency at `p` (0..1), milliseconds.
+    fn percentile(&self, p: f64) -> f64 {
+        let i = ((self.latencies.len() as f64 * p) as usize)
+            .min(self.latencies.len().saturating_sub(1));
+        self.latencies
+            .get(i)
+            .copied()
+            .unwrap_or_default()
+            .as_secs_f64()
+            * 1e3
+    }
+
     fn print(&self, name: &str) {
-        let pct = |p: f64| {
-            let i = ((self.latencies.len() as f64 * p) as usize)
-                .min(self.latencies.len().saturating_sub(1));
-            self.latencies
-                .get(i)
-                .copied()
-                .unwrap_or_default()
-                .as_secs_f64()
-                * 1e3
-        };
+        let pct = |p: f64| self.percentile(p);
         println!(
             "{name:<20} {:>9.0} RPC/s  ({} ok, {} failed in {:.2} s; p50 {:.2} ms, p99 {:.2} ms)",
             self.rate(),
@@ -300,7 +430,7 @@ async fn fake_gateway(latency: Duration) -> anyhow::Result<String> {
     Ok(url)
 }
 
-fn config(gateway_url: &str, store_url: &str) -> anyhow::Result<Config> {
+fn config(gateway_url: &str, store_url: &str, limits: Limits) -> anyhow::Result<Config> {
     let hour = Duration::from_secs(3600);
     Ok(Config {
         grpc_addr: "127.0.0.1:0".parse()?,
@@ -328,6 +458,6 @@ fn config(gateway_url: &str, store_url: &str) -> anyhow::Result<Config> {
             api_key: "bench-key".to_owned().into(),
         },
         upstream_timeout: Duration::from_secs(5),
-        upstream_connections: 32,
+        upstream_limits: limits,
     })
 }

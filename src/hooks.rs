@@ -1,5 +1,6 @@
 //! Hook URLs and their tokens: HMAC-SHA256 over the client id, base64url, so a
-//! webhook proves it is about the message msgw sent, without any lookup.
+//! webhook proves it is about the message msgw sent, without any lookup. `dispatch/`
+//! signs them into every send; `webhook/` verifies them.
 
 use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
 use hmac::{Hmac, Mac};

@@ -1,0 +1,41 @@
+//! The balance gauge: msgw reads the account balance periodically, so operators can
+//! alert before sends start failing for lack of funds.
+
+use std::time::Duration;
+
+use crate::dispatch::Dispatcher;
+use crate::domain::{Operation, Output};
+use crate::periodic::Periodic;
+
+/// Reads the balance every `every` into the `msgw_balance` gauge until `stop`
+/// turns true; a zero period turns it off.
+pub async fn refresh(
+    dispatcher: Dispatcher,
+    every: Duration,
+    stop: tokio::sync::watch::Receiver<bool>,
+) {
+    if every.is_zero() {
+        return;
+    }
+    let metrics = dispatcher.metrics().clone();
+    let mut ticks = Periodic::new(every, stop);
+    while ticks.next().await {
+        match dispatcher
+            .execute(Operation::GetBalance, None)
+            .await
+            .map(|executed| executed.output)
+        {
+            Ok(Output::Balance(b)) => {
+                metrics
+                    .balance
+                    .with_label_values(&[&b.currency])
+                    .set(b.amount);
+                metrics
+                    .balance_refreshed
+                    .set(chrono::Utc::now().timestamp() as f64);
+            }
+            Ok(other) => tracing::warn!(?other, "balance refresh: unexpected answer"),
+            Err(e) => tracing::warn!(error = %e, "balance refresh failed"),
+        }
+    }
+}

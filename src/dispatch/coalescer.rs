@@ -1,0 +1,452 @@
+//! Coalescing: calls queue, and while fewer than `connections` gateway requests are
+//! in flight, the queued calls go out together in one envelope of at most
+//! `batch_max` operations. There is no fixed delay: an idle dispatcher sends a lone
+//! call at once, and under load every envelope takes what queued while the others
+//! were in flight. A call's operations always share one envelope; the queue is
+//! bounded in operations, and a call that would overflow it is refused.
+
+use std::{
+    collections::VecDeque,
+    future::Future,
+    sync::{Arc, Mutex, MutexGuard},
+    time::Duration,
+};
+
+use tokio::{sync::oneshot, time::Instant};
+
+use crate::domain::{Error, Operation, UnavailableCause};
+use crate::metrics::Metrics;
+
+/// How many gateway requests, and operations, msgw allows itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Gateway requests in flight at most (and so connections to the gateway).
+    pub connections: usize,
+    /// Operations in one envelope at most.
+    pub batch_max: usize,
+    /// Operations waiting for an envelope at most.
+    pub queue_max: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            connections: 8,
+            batch_max: 50,
+            queue_max: 10_000,
+        }
+    }
+}
+
+/// What an envelope runner answers a call: one answer per operation, or an error of
+/// the call as a whole (the envelope it rode in failed).
+pub type CallReply<A> = Result<Vec<A>, Error>;
+
+/// One queued call.
+pub struct Call<A> {
+    /// Its operations, in order.
+    pub ops: Vec<Operation>,
+    /// When the caller stops waiting.
+    pub deadline: Option<Instant>,
+    /// Where its answer goes.
+    pub reply: oneshot::Sender<CallReply<A>>,
+    seq: u64,
+}
+
+impl<A> Call<A> {
+    /// Whether the caller still waits for the answer.
+    pub fn wanted(&self) -> bool {
+        !self.reply.is_closed()
+    }
+}
+
+/// Runs one envelope of calls (claims, the gateway request, outcomes) and answers
+/// every call in it.
+pub trait Runner: Send + Sync + 'static {
+    /// The answer to one operation.
+    type Answer: Send + 'static;
+
+    /// Runs `calls` as one envelope.
+    fn run(&self, calls: Vec<Call<Self::Answer>>) -> impl Future<Output = ()> + Send;
+}
+
+/// The queue, the in-flight bound and the runner they feed.
+pub struct Coalescer<R: Runner> {
+    runner: Arc<R>,
+    limits: Limits,
+    metrics: Arc<Metrics>,
+    state: Mutex<State<R::Answer>>,
+}
+
+impl<R: Runner> std::fmt::Debug for Coalescer<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Coalescer")
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Queued<A> {
+    call: Call<A>,
+    since: Instant,
+}
+
+struct State<A> {
+    queue: VecDeque<Queued<A>>,
+    queued_ops: usize,
+    in_flight: usize,
+    next_seq: u64,
+}
+
+impl<R: Runner> Coalescer<R> {
+    /// A coalescer feeding `runner`.
+    pub fn new(runner: Arc<R>, limits: Limits, metrics: Arc<Metrics>) -> Arc<Self> {
+        Arc::new(Self {
+            runner,
+            limits: Limits {
+                connections: limits.connections.max(1),
+                batch_max: limits.batch_max.max(1),
+                queue_max: limits.queue_max.max(1),
+            },
+            metrics,
+            state: Mutex::new(State {
+                queue: VecDeque::new(),
+                queued_ops: 0,
+                in_flight: 0,
+                next_seq: 0,
+            }),
+        })
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// Queues `ops` as one call and waits for their answers. A call still queued at
+    /// `deadline` is taken out unsent (`DEADLINE_EXCEEDED`, nothing happened); one
+    /// already in an envelope is answered by it, which ends by the deadline too.
+    pub async fn call(
+        self: &Arc<Self>,
+        ops: Vec<Operation>,
+        deadline: Option<Instant>,
+    ) -> CallReply<R::Answer> {
+        if deadline.is_some_and(|d| d <= Instant::now()) {
+            return Err(not_sent());
+        }
+        let (reply, mut answer) = oneshot::channel();
+        let size = ops.len();
+        let seq = {
+            let mut state = self.lock();
+            if state.queued_ops + size > self.limits.queue_max {
+                drop(state);
+                self.metrics.queue_rejected.inc();
+                return Err(Error::Overloaded {
+                    retry_after: Duration::from_millis(100),
+                });
+            }
+            let seq = state.next_seq;
+            state.next_seq += 1;
+            state.queued_ops += size;
+            state.queue.push_back(Queued {
+                call: Call {
+                    ops,
+                    deadline,
+                    reply,
+                    seq,
+                },
+                since: Instant::now(),
+            });
+            self.metrics.queue_depth.set(gauge(state.queued_ops));
+            seq
+        };
+        self.pump();
+        // Taken out of the queue if this caller goes away before its envelope forms.
+        let _leave = Leave {
+            coalescer: self,
+            seq,
+        };
+        let Some(deadline) = deadline else {
+            return answer.await.unwrap_or_else(|_| Err(dropped()));
+        };
+        tokio::select! {
+            got = &mut answer => got.unwrap_or_else(|_| Err(dropped())),
+            () = tokio::time::sleep_until(deadline) => {
+                if self.remove(seq) {
+                    Err(not_sent())
+                } else {
+                    answer.await.unwrap_or_else(|_| Err(dropped()))
+                }
+            }
+        }
+    }
+
+    /// Starts envelopes while the in-flight bound allows and calls are queued.
+    fn pump(self: &Arc<Self>) {
+        loop {
+            let envelope = {
+                let mut state = self.lock();
+                if state.in_flight >= self.limits.connections {
+                    return;
+                }
+                let envelope = self.take(&mut state);
+                if envelope.is_empty() {
+                    return;
+                }
+                state.in_flight += 1;
+                self.metrics.requests_in_flight.set(gauge(state.in_flight));
+                envelope
+            };
+            let size = envelope.iter().map(|c| c.ops.len()).sum::<usize>();
+            self.metrics.envelope_operations.observe(size as f64);
+            let this = self.clone();
+            tokio::spawn(async move {
+                // Frees the slot and starts the next envelope even if the runner panics.
+                let _slot = Slot(this.clone());
+                this.runner.run(envelope).await;
+            });
+        }
+    }
+
+    /// Takes queued calls for one envelope: whole calls, in order, up to `batch_max`
+    /// operations (a larger call goes alone). Calls whose deadline passed are answered
+    /// unsent; calls whose caller left are dropped.
+    fn take(&self, state: &mut State<R::Answer>) -> Vec<Call<R::Answer>> {
+        let now = Instant::now();
+        let mut envelope = Vec::new();
+        let mut size = 0;
+        while let Some(next) = state.queue.front() {
+            let n = next.call.ops.len();
+            if size > 0 && size + n > self.limits.batch_max {
+                break;
+            }
+            let Some(Queued { call, since }) = state.queue.pop_front() else {
+                break;
+            };
+            state.queued_ops -= n;
+            if !call.wanted() {
+                continue;
+            }
+            if call.deadline.is_some_and(|d| d <= now) {
+                let _ = call.reply.send(Err(not_sent()));
+                continue;
+            }
+            self.metrics
+                .queue_seconds
+                .observe((now - since).as_secs_f64());
+            size += n;
+            envelope.push(call);
+        }
+        self.metrics.queue_depth.set(gauge(state.queued_ops));
+        envelope
+    }
+
+    /// Takes call `seq` out of the queue; false when it is no longer there.
+    fn remove(&self, seq: u64) -> bool {
+        let mut state = self.lock();
+        let Some(at) = state.queue.iter().position(|q| q.call.seq == seq) else {
+            return false;
+        };
+        if let Some(q) = state.queue.remove(at) {
+            state.queued_ops -= q.call.ops.len();
+            self.metrics.queue_depth.set(gauge(state.queued_ops));
+        }
+        true
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<R::Answer>> {
+        // The state stays consistent at every unlock, so a poisoned lock is still usable.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// An in-flight slot; dropping it frees the slot and starts what queued meanwhile.
+struct Slot<R: Runner>(Arc<Coalescer<R>>);
+
+impl<R: Runner> Drop for Slot<R> {
+    fn drop(&mut self) {
+        {
+            let mut state = self.0.lock();
+            state.in_flight -= 1;
+            self.0
+                .metrics
+                .requests_in_flight
+                .set(gauge(state.in_flight));
+        }
+        self.0.pump();
+    }
+}
+
+/// Takes a caller's call out of the queue when the caller's future is dropped.
+struct Leave<'a, R: Runner> {
+    coalescer: &'a Arc<Coalescer<R>>,
+    seq: u64,
+}
+
+impl<R: Runner> Drop for Leave<'_, R> {
+    fn drop(&mut self) {
+        self.coalescer.remove(self.seq);
+    }
+}
+
+fn gauge(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// The deadline passed before the call left msgw.
+fn not_sent() -> Error {
+    Error::DeadlineExceeded {
+        outcome_unknown: false,
+    }
+}
+
+/// The runner dropped a call without answering (msgw is stopping).
+fn dropped() -> Error {
+    Error::Unavailable {
+        cause: UnavailableCause::ShuttingDown,
+        outcome_unknown: false,
+        detail: "the call was dropped before it was answered".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+    use crate::domain::ClientId;
+
+    /// Answers every operation with the size of its envelope, after `hold`.
+    struct Echo {
+        hold: Duration,
+        running: AtomicUsize,
+        most: AtomicUsize,
+        envelopes: Mutex<Vec<usize>>,
+    }
+
+    impl Runner for Echo {
+        type Answer = usize;
+
+        async fn run(&self, calls: Vec<Call<usize>>) {
+            let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most.fetch_max(now, Ordering::SeqCst);
+            let size: usize = calls.iter().map(|c| c.ops.len()).sum();
+            self.envelopes.lock().unwrap().push(size);
+            tokio::time::sleep(self.hold).await;
+            self.running.fetch_sub(1, Ordering::SeqCst);
+            for call in calls {
+                let _ = call.reply.send(Ok(vec![size; call.ops.len()]));
+            }
+        }
+    }
+
+    fn echo(hold: Duration) -> Arc<Echo> {
+        Arc::new(Echo {
+            hold,
+            running: AtomicUsize::new(0),
+            most: AtomicUsize::new(0),
+            envelopes: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn ops(n: usize) -> Vec<Operation> {
+        (0..n)
+            .map(|i| Operation::GetMessageStatus(ClientId::new(i as u64 + 1).unwrap()))
+            .collect()
+    }
+
+    fn limits(connections: usize, batch_max: usize, queue_max: usize) -> Limits {
+        Limits {
+            connections,
+            batch_max,
+            queue_max,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_lone_call_goes_at_once_in_its_own_envelope() {
+        let runner = echo(Duration::ZERO);
+        let c = Coalescer::new(runner.clone(), Limits::default(), Metrics::new());
+        assert_eq!(c.call(ops(1), None).await.unwrap(), vec![1]);
+        assert_eq!(*runner.envelopes.lock().unwrap(), vec![1]);
+    }
+
+    #[tokio::test]
+    async fn calls_queued_while_the_slots_are_busy_share_envelopes_within_bounds() {
+        let runner = echo(Duration::from_millis(50));
+        let c = Coalescer::new(runner.clone(), limits(2, 10, 1000), Metrics::new());
+        let calls: Vec<_> = (0..60)
+            .map(|_| {
+                let c = c.clone();
+                tokio::spawn(async move { c.call(ops(1), None).await })
+            })
+            .collect();
+        for call in calls {
+            let sizes = call.await.unwrap().unwrap();
+            assert!(sizes[0] >= 1 && sizes[0] <= 10, "{sizes:?}");
+        }
+        let envelopes = runner.envelopes.lock().unwrap().clone();
+        assert_eq!(envelopes.iter().sum::<usize>(), 60);
+        assert!(envelopes.len() < 60, "nothing coalesced: {envelopes:?}");
+        assert!(runner.most.load(Ordering::SeqCst) <= 2);
+    }
+
+    #[tokio::test]
+    async fn a_call_keeps_its_operations_together() {
+        let runner = echo(Duration::from_millis(20));
+        let c = Coalescer::new(runner.clone(), limits(1, 5, 1000), Metrics::new());
+        let first = tokio::spawn({
+            let c = c.clone();
+            async move { c.call(ops(1), None).await }
+        });
+        tokio::task::yield_now().await;
+        let (a, b) = tokio::join!(c.call(ops(3), None), c.call(ops(3), None));
+        first.await.unwrap().unwrap();
+        assert_eq!(a.unwrap(), vec![3; 3]);
+        assert_eq!(b.unwrap(), vec![3; 3]);
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_refuses_with_retry_advice() {
+        let runner = echo(Duration::from_millis(200));
+        let metrics = Metrics::new();
+        let c = Coalescer::new(runner, limits(1, 1, 2), metrics.clone());
+        let busy: Vec<_> = (0..3)
+            .map(|_| {
+                let c = c.clone();
+                tokio::spawn(async move { c.call(ops(1), None).await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let refused = c.call(ops(1), None).await;
+        assert!(
+            matches!(refused, Err(Error::Overloaded { .. })),
+            "{refused:?}"
+        );
+        assert_eq!(metrics.queue_rejected.get(), 1);
+        for call in busy {
+            call.await.unwrap().unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn a_call_whose_deadline_passes_in_the_queue_is_never_run() {
+        let runner = echo(Duration::from_millis(200));
+        let c = Coalescer::new(runner.clone(), limits(1, 1, 100), Metrics::new());
+        let busy = tokio::spawn({
+            let c = c.clone();
+            async move { c.call(ops(1), None).await }
+        });
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let deadline = Instant::now() + Duration::from_millis(30);
+        let late = c.call(ops(1), Some(deadline)).await;
+        assert!(matches!(
+            late,
+            Err(Error::DeadlineExceeded {
+                outcome_unknown: false
+            })
+        ));
+        busy.await.unwrap().unwrap();
+        assert_eq!(*runner.envelopes.lock().unwrap(), vec![1]);
+    }
+}

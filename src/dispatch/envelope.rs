@@ -1,0 +1,475 @@
+//! One envelope, start to end: the calls the coalescer took are claimed together (one
+//! store transaction), unknown earlier outcomes are resolved by one `status` request,
+//! what this envelope now owns goes to the gateway in one request, and every outcome,
+//! with the messages reconcile tracks, is recorded in one transaction.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use tokio::time::Instant;
+
+use super::claims::{self, Claims, Decision, Owned};
+use super::coalescer::{Call, Runner};
+use super::{Executed, Tracking, upstream_error};
+use crate::domain::{ClientId, Error, Operation, Output, UnavailableCause};
+use crate::metrics::Metrics;
+use crate::store::{
+    AcceptedOutcome, ClaimChange, ClaimReply, Fingerprint, SentMessage, Settlement,
+};
+use crate::upstream::{Gateway, ItemOutcome, UpstreamError};
+
+/// The answer to one operation of a call.
+#[derive(Debug)]
+// Lives only between an envelope and its caller; boxing would cost an allocation per operation.
+#[allow(clippy::large_enum_variant)]
+pub enum Answer {
+    /// Answered.
+    Done(Result<Executed, Error>),
+    /// Another call owns the id's claim: wait for its outcome (at most until
+    /// `stale_at`), then call again with `op`.
+    Wait {
+        /// The operation, handed back.
+        op: Operation,
+        /// When the other call's claim counts as unknown.
+        stale_at: DateTime<Utc>,
+    },
+}
+
+/// Runs envelopes against the gateway, with claims and delivery tracking when set.
+#[derive(Debug)]
+pub struct Engine {
+    pub(super) gateway: Gateway,
+    pub(super) tracking: Option<Tracking>,
+    pub(super) claims: Option<Claims>,
+    pub(super) metrics: Arc<Metrics>,
+}
+
+/// Where one operation of the envelope stands.
+// Lives only during one envelope; boxing the answer would cost an allocation per operation.
+#[allow(clippy::large_enum_variant)]
+enum Slot {
+    /// Goes into the envelope; a keyed one with the claim it owns.
+    Send(Option<Owned>),
+    /// Its earlier outcome is unknown: a `status` query decides.
+    Resolve(Owned),
+    /// Another call owns its claim.
+    Wait(DateTime<Utc>),
+    /// Answered.
+    Done(Result<Executed, Error>),
+}
+
+/// One operation of the envelope.
+struct Entry {
+    call: usize,
+    op: Operation,
+    key: Option<(ClientId, Fingerprint)>,
+    slot: Slot,
+}
+
+/// One call of the envelope: where its answer goes, and whether it failed as a whole.
+struct Caller {
+    call: Call<Answer>,
+    failed: Option<Error>,
+}
+
+impl Runner for Engine {
+    type Answer = Answer;
+
+    async fn run(&self, calls: Vec<Call<Answer>>) {
+        let mut callers = Vec::with_capacity(calls.len());
+        let mut entries = Vec::new();
+        for (i, mut call) in calls.into_iter().enumerate() {
+            for op in std::mem::take(&mut call.ops) {
+                let key = self
+                    .claims
+                    .as_ref()
+                    .and_then(|_| op.idempotency_key())
+                    .map(|id| (id, claims::fingerprint(&op)));
+                entries.push(Entry {
+                    call: i,
+                    op,
+                    key,
+                    slot: Slot::Send(None),
+                });
+            }
+            callers.push(Caller { call, failed: None });
+        }
+        let mut settlements = Vec::new();
+        if let Some(claims) = &self.claims {
+            acquire(claims, &mut entries).await;
+            release_unwanted(&mut entries, &callers, &mut settlements);
+            self.resolve_unknown(&mut entries, &callers, &mut settlements)
+                .await;
+        }
+        self.send(&mut entries, &mut callers, &mut settlements)
+            .await;
+        if let Some(claims) = &self.claims {
+            claims.settle(settlements).await;
+        }
+        answer(entries, callers);
+    }
+}
+
+/// Claims every keyed operation's id in one transaction, then takes over (in a second
+/// one, only when needed) the claims that were released, unknown or stale.
+async fn acquire(claims: &Claims, entries: &mut [Entry]) {
+    let at = Utc::now();
+    let keyed: Vec<usize> = (0..entries.len())
+        .filter(|&i| entries[i].key.is_some())
+        .collect();
+    if keyed.is_empty() {
+        return;
+    }
+    let changes: Vec<ClaimChange> = keyed
+        .iter()
+        .filter_map(|&i| entries[i].key)
+        .map(|(id, fingerprint)| ClaimChange::Claim {
+            id,
+            fingerprint,
+            at,
+        })
+        .collect();
+    let mut taking = Vec::new();
+    let mut take_overs = Vec::new();
+    for (i, reply) in apply(claims, &changes, entries, &keyed).await {
+        let Some((id, fingerprint)) = entries[i].key else {
+            continue;
+        };
+        entries[i].slot = match reply {
+            ClaimReply::Existing(record) => {
+                match claims.decide(&entries[i].op, id, fingerprint, &record) {
+                    Decision::Answer(answer) => Slot::Done(answer),
+                    Decision::Wait(stale_at) => Slot::Wait(stale_at),
+                    Decision::TakeOver { attempt, resolve } => {
+                        taking.push((i, resolve));
+                        take_overs.push(ClaimChange::TakeOver {
+                            id,
+                            fingerprint,
+                            attempt,
+                            at,
+                        });
+                        continue;
+                    }
+                }
+            }
+            reply => claimed(id, reply, false),
+        };
+    }
+    if take_overs.is_empty() {
+        return;
+    }
+    let indices: Vec<usize> = taking.iter().map(|(i, _)| *i).collect();
+    for ((i, reply), (_, resolve)) in apply(claims, &take_overs, entries, &indices)
+        .await
+        .into_iter()
+        .zip(taking)
+    {
+        if let Some((id, _)) = entries[i].key {
+            entries[i].slot = claimed(id, reply, resolve);
+        }
+    }
+}
+
+/// Applies `changes` (of the entries at `indices`); on a store failure those entries
+/// are answered with it and nothing is returned.
+async fn apply(
+    claims: &Claims,
+    changes: &[ClaimChange],
+    entries: &mut [Entry],
+    indices: &[usize],
+) -> Vec<(usize, ClaimReply)> {
+    match claims.apply(changes).await {
+        Ok(replies) => indices.iter().copied().zip(replies).collect(),
+        Err(e) => {
+            let error = claims::store_error(e);
+            for &i in indices {
+                entries[i].slot = Slot::Done(Err(error.clone()));
+            }
+            Vec::new()
+        }
+    }
+}
+
+/// The slot of a keyed operation after a claim or take-over.
+fn claimed(id: ClientId, reply: ClaimReply, resolve: bool) -> Slot {
+    match reply {
+        ClaimReply::Claimed { attempt } if resolve => Slot::Resolve(Owned { id, attempt }),
+        ClaimReply::Claimed { attempt } => Slot::Send(Some(Owned { id, attempt })),
+        // Another call got there between the look and the take-over: look again.
+        ClaimReply::Existing(_) => Slot::Wait(Utc::now()),
+        other => Slot::Done(Err(Error::Internal(format!(
+            "unexpected claim reply {other:?}"
+        )))),
+    }
+}
+
+/// Releases the claims of calls that can no longer use them: the caller left, or its
+/// deadline passed while the claims were written. Nothing of theirs is sent.
+fn release_unwanted(
+    entries: &mut [Entry],
+    callers: &[Caller],
+    settlements: &mut Vec<(Owned, Settlement)>,
+) {
+    let now = Instant::now();
+    for entry in entries.iter_mut() {
+        let call = &callers[entry.call].call;
+        let late = call.deadline.is_some_and(|d| d <= now);
+        if !late && call.wanted() {
+            continue;
+        }
+        let owned = match entry.slot {
+            Slot::Send(owned) => owned,
+            Slot::Resolve(owned) => Some(owned),
+            _ => continue,
+        };
+        if let Some(owned) = owned {
+            settlements.push((
+                owned,
+                Settlement::Released("the caller left before the request was sent".into()),
+            ));
+        }
+        entry.slot = Slot::Done(Err(Error::DeadlineExceeded {
+            outcome_unknown: false,
+        }));
+    }
+}
+
+impl Engine {
+    /// Asks the gateway's `status` for every id whose earlier outcome is unknown, in
+    /// one request: known → accepted (answered as a replay); not known → sent now;
+    /// no answer → still unknown.
+    async fn resolve_unknown(
+        &self,
+        entries: &mut [Entry],
+        callers: &[Caller],
+        settlements: &mut Vec<(Owned, Settlement)>,
+    ) {
+        let resolving: Vec<(usize, Owned)> = entries
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| match e.slot {
+                Slot::Resolve(owned) => Some((i, owned)),
+                _ => None,
+            })
+            .collect();
+        if resolving.is_empty() {
+            return;
+        }
+        let queries: Vec<Operation> = resolving
+            .iter()
+            .map(|(_, owned)| Operation::GetMessageStatus(owned.id))
+            .collect();
+        let deadline = earliest(resolving.iter().map(|(i, _)| &callers[entries[*i].call]));
+        let answers = self
+            .gateway
+            .call(
+                &queries.iter().collect::<Vec<_>>(),
+                &vec![None; queries.len()],
+                deadline,
+            )
+            .await;
+        for (n, (i, owned)) in resolving.into_iter().enumerate() {
+            let op = &entries[i].op;
+            entries[i].slot = match &answers {
+                Ok(items) => match items.get(n) {
+                    Some(ItemOutcome::Done(Output::Status(report))) => {
+                        let outcome = AcceptedOutcome {
+                            msg_id: report.msg_id.clone(),
+                            parts: 0,
+                            payload: report.raw.clone(),
+                            recovered: true,
+                        };
+                        let track = report
+                            .msg_id
+                            .as_ref()
+                            .and_then(|msg_id| self.sent_message(op, msg_id));
+                        settlements.push((owned, Settlement::Accepted(outcome.clone(), track)));
+                        tracing::info!(
+                            client_id = owned.id.get(),
+                            msg_id = report.msg_id.as_deref().unwrap_or_default(),
+                            "unknown outcome resolved: the gateway has the message"
+                        );
+                        Slot::Done(claims::replay(op, owned.id, outcome))
+                    }
+                    // The gateway does not know the id: the earlier request never
+                    // arrived, so sending now is the first send.
+                    Some(ItemOutcome::Rejected(_)) => Slot::Send(Some(owned)),
+                    _ => {
+                        settlements.push((owned, Settlement::Unknown));
+                        Slot::Done(Err(Error::Unavailable {
+                            cause: UnavailableCause::BadResponse,
+                            outcome_unknown: true,
+                            detail: "the outcome of an earlier send with this id is unknown, and the gateway's status answer is unreadable".into(),
+                        }))
+                    }
+                },
+                Err(e) => {
+                    settlements.push((owned, Settlement::Unknown));
+                    Slot::Done(Err(still_unknown(e)))
+                }
+            };
+        }
+    }
+
+    /// Sends every operation still to send in one request; an envelope failure fails
+    /// each call that had an operation in it.
+    async fn send(
+        &self,
+        entries: &mut [Entry],
+        callers: &mut [Caller],
+        settlements: &mut Vec<(Owned, Settlement)>,
+    ) {
+        let sending: Vec<usize> = (0..entries.len())
+            .filter(|&i| matches!(entries[i].slot, Slot::Send(_)))
+            .collect();
+        if sending.is_empty() {
+            return;
+        }
+        let batch: Vec<&Operation> = sending.iter().map(|&i| &entries[i].op).collect();
+        let hooks: Vec<Option<String>> = batch
+            .iter()
+            .map(|op| {
+                let tracking = self.tracking.as_ref().filter(|_| op.takes_hook())?;
+                Some(tracking.hooks.status_url(op.client_id()?.get()))
+            })
+            .collect();
+        let deadline = earliest(sending.iter().map(|&i| &callers[entries[i].call]));
+        let outcomes = match self.gateway.call(&batch, &hooks, deadline).await {
+            Ok(outcomes) => outcomes,
+            Err(e) => {
+                let settlement = if e.may_have_arrived() {
+                    Settlement::Unknown
+                } else {
+                    Settlement::Released(e.to_string())
+                };
+                let mut changes_state = vec![false; callers.len()];
+                for &i in &sending {
+                    changes_state[entries[i].call] |= entries[i].op.changes_state();
+                    if let Slot::Send(Some(owned)) = entries[i].slot {
+                        settlements.push((owned, settlement.clone()));
+                    }
+                }
+                for (c, caller) in callers.iter_mut().enumerate() {
+                    if sending.iter().any(|&i| entries[i].call == c) {
+                        caller.failed = Some(upstream_error(&e, changes_state[c]));
+                    }
+                }
+                return;
+            }
+        };
+        for (&i, outcome) in sending.iter().zip(outcomes) {
+            let entry = &mut entries[i];
+            let result = match outcome {
+                ItemOutcome::Done(output) => Ok(output),
+                ItemOutcome::Rejected(text) => Err(Error::Rejected(text)),
+                ItemOutcome::BadPayload(e) => Err(Error::Unavailable {
+                    cause: UnavailableCause::BadResponse,
+                    // The gateway said it succeeded; only its answer is unreadable.
+                    outcome_unknown: entry.op.changes_state(),
+                    detail: e.to_string(),
+                }),
+            };
+            if let Ok(Output::Sent(receipt)) = &result
+                && let Some((_, channel, _)) = entry.op.delivery()
+            {
+                self.metrics
+                    .billed_parts_total
+                    .with_label_values(&[channel.as_str()])
+                    .inc_by(u64::from(receipt.parts));
+            }
+            if let Slot::Send(Some(owned)) = entry.slot {
+                settlements.push((owned, self.settlement(&entry.op, &result)));
+            }
+            entry.slot = Slot::Done(result.map(|output| Executed {
+                output,
+                replayed: false,
+            }));
+        }
+    }
+
+    /// How a keyed operation's claim ends, given the gateway's answer.
+    fn settlement(&self, op: &Operation, result: &Result<Output, Error>) -> Settlement {
+        match result {
+            Ok(Output::Sent(receipt)) => Settlement::Accepted(
+                AcceptedOutcome {
+                    msg_id: Some(receipt.msg_id.clone()),
+                    parts: receipt.parts,
+                    payload: receipt.raw.clone(),
+                    recovered: false,
+                },
+                self.sent_message(op, &receipt.msg_id),
+            ),
+            Ok(Output::VoiceOtp(call)) => Settlement::Accepted(
+                AcceptedOutcome {
+                    msg_id: None,
+                    parts: 0,
+                    payload: call.raw.clone(),
+                    recovered: false,
+                },
+                None,
+            ),
+            Err(Error::Rejected(text)) => Settlement::Released(text.clone()),
+            _ => Settlement::Unknown,
+        }
+    }
+
+    /// The message reconcile tracks for an accepted send, when msgw tracks deliveries.
+    fn sent_message(&self, op: &Operation, msg_id: &str) -> Option<SentMessage> {
+        self.tracking.as_ref()?;
+        let (client_id, channel, lifetime) = op.delivery()?;
+        Some(SentMessage {
+            client_id,
+            msg_id: msg_id.to_owned(),
+            channel,
+            sent_at: Utc::now(),
+            lifetime,
+        })
+    }
+}
+
+/// The earliest deadline among `callers` (the request must end by it).
+fn earliest<'a>(callers: impl Iterator<Item = &'a Caller>) -> Option<Instant> {
+    callers.filter_map(|c| c.call.deadline).min()
+}
+
+/// Sends each call its answers: one per operation in order, or its failure.
+fn answer(entries: Vec<Entry>, callers: Vec<Caller>) {
+    let mut answers: Vec<Vec<Answer>> = callers.iter().map(|_| Vec::new()).collect();
+    for entry in entries {
+        let answer = match entry.slot {
+            Slot::Done(result) => Answer::Done(result),
+            Slot::Wait(stale_at) => Answer::Wait {
+                op: entry.op,
+                stale_at,
+            },
+            Slot::Send(_) | Slot::Resolve(_) => {
+                Answer::Done(Err(Error::Internal("operation left unanswered".into())))
+            }
+        };
+        answers[entry.call].push(answer);
+    }
+    for (caller, answers) in callers.into_iter().zip(answers) {
+        let reply = match caller.failed {
+            Some(e) => Err(e),
+            None => Ok(answers),
+        };
+        let _ = caller.call.reply.send(reply);
+    }
+}
+
+/// The error of a call whose earlier outcome is unknown and whose `status` query failed.
+fn still_unknown(e: &UpstreamError) -> Error {
+    match upstream_error(e, true) {
+        Error::Unavailable { cause, detail, .. } => Error::Unavailable {
+            cause,
+            outcome_unknown: true,
+            detail: format!(
+                "the outcome of an earlier send with this id is unknown, and the gateway's status could not be asked: {detail}"
+            ),
+        },
+        Error::DeadlineExceeded { .. } => Error::DeadlineExceeded {
+            outcome_unknown: true,
+        },
+        other => other,
+    }
+}

@@ -196,32 +196,38 @@ fn event_from_row(row: &SqliteRow) -> Result<StatusEvent, StoreError> {
 /// Its first poll is due `first_poll_after` after sending.
 pub(super) async fn record_sent(
     tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
-    m: &SentMessage,
+    messages: &[&SentMessage],
     first_poll_after: Duration,
 ) -> Result<(), StoreError> {
-    let first_poll =
-        m.sent_at + chrono::Duration::from_std(first_poll_after).unwrap_or(chrono::Duration::MAX);
-    sqlx::query(
-        "INSERT INTO messages (client_id, msg_id, channel, sent_at_ms, lifetime_s, last_status, is_final, next_poll_ms, polls)
-         VALUES (?, ?, ?, ?, ?, NULL, 0, ?, 0)
-         ON CONFLICT (client_id) DO UPDATE SET
-           msg_id = excluded.msg_id, channel = excluded.channel, sent_at_ms = excluded.sent_at_ms,
-           lifetime_s = excluded.lifetime_s, last_status = NULL, is_final = 0,
-           next_poll_ms = excluded.next_poll_ms, polls = 0",
-    )
-    .bind(sqlite_claims::id_to_db(m.client_id))
-    .bind(&m.msg_id)
-    .bind(m.channel.as_str())
-    .bind(ms(m.sent_at))
-    .bind(seconds(m.lifetime))
-    .bind(ms(first_poll))
-    .execute(&mut **tx)
-    .await?;
+    let after = chrono::Duration::from_std(first_poll_after).unwrap_or(chrono::Duration::MAX);
+    for chunk in messages.chunks(INSERT_CHUNK) {
+        let mut query = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+            "INSERT INTO messages (client_id, msg_id, channel, sent_at_ms, lifetime_s, last_status, is_final, next_poll_ms, polls) ",
+        );
+        query.push_values(chunk, |mut row, m| {
+            row.push_bind(sqlite_claims::id_to_db(m.client_id))
+                .push_bind(m.msg_id.as_str())
+                .push_bind(m.channel.as_str())
+                .push_bind(ms(m.sent_at))
+                .push_bind(seconds(m.lifetime))
+                .push("NULL, 0")
+                .push_bind(ms(m.sent_at + after))
+                .push("0");
+        });
+        query.push(
+            " ON CONFLICT (client_id) DO UPDATE SET
+               msg_id = excluded.msg_id, channel = excluded.channel, sent_at_ms = excluded.sent_at_ms,
+               lifetime_s = excluded.lifetime_s, last_status = NULL, is_final = 0,
+               next_poll_ms = excluded.next_poll_ms, polls = 0",
+        );
+        query.build().execute(&mut **tx).await?;
+    }
     Ok(())
 }
 
-/// Rows per INSERT statement (14 bound values each, far below SQLite's variable limit).
-const INSERT_CHUNK: usize = 256;
+/// Rows per INSERT statement (at most 14 bound values each, far below SQLite's
+/// variable limit).
+pub(super) const INSERT_CHUNK: usize = 256;
 
 /// Inserts events with one multi-row statement; duplicates (already stored, or twice in
 /// `events`) come back as `None`. Rows are inserted in order, so cursors ascend with them.
@@ -278,10 +284,7 @@ async fn insert_events(
 impl Store for SqliteStore {
     async fn apply_claims(&self, changes: &[ClaimChange]) -> Result<Vec<ClaimReply>, StoreError> {
         let mut tx = self.pool.begin().await?;
-        let mut replies = Vec::with_capacity(changes.len());
-        for change in changes {
-            replies.push(sqlite_claims::apply(&mut tx, change, self.first_poll_after).await?);
-        }
+        let replies = sqlite_claims::apply_all(&mut tx, changes, self.first_poll_after).await?;
         tx.commit().await?;
         Ok(replies)
     }

@@ -1,14 +1,17 @@
 //! SQLite side of the idempotency claims: every change runs inside the caller's
 //! transaction, so a group of changes commits (or fails) together.
 
-use std::time::Duration;
+use std::{
+    collections::{HashMap, HashSet},
+    time::Duration,
+};
 
 use chrono::{DateTime, TimeZone, Utc};
 use sqlx::{Row, Sqlite, Transaction, sqlite::SqliteRow};
 
 use super::{
-    AcceptedOutcome, ClaimChange, ClaimRecord, ClaimReply, ClaimState, Fingerprint, Settlement,
-    StoreError,
+    AcceptedOutcome, ClaimChange, ClaimRecord, ClaimReply, ClaimState, Fingerprint, SentMessage,
+    Settlement, StoreError,
 };
 use crate::domain::ClientId;
 
@@ -23,9 +26,185 @@ fn ms(t: DateTime<Utc>) -> i64 {
     t.timestamp_millis()
 }
 
+/// Applies a group of changes in order. A group of only claims, or only settlements
+/// of distinct ids (what one envelope writes), takes a few multi-row statements
+/// instead of one round trip per change.
+pub(super) async fn apply_all(
+    tx: &mut Tx<'_>,
+    changes: &[ClaimChange],
+    first_poll_after: Duration,
+) -> Result<Vec<ClaimReply>, StoreError> {
+    let claims: Option<Vec<(ClientId, &Fingerprint, DateTime<Utc>)>> = changes
+        .iter()
+        .map(|c| match c {
+            ClaimChange::Claim {
+                id,
+                fingerprint,
+                at,
+            } => Some((*id, fingerprint, *at)),
+            _ => None,
+        })
+        .collect();
+    if let Some(claims) = claims {
+        return claim_all(tx, &claims).await;
+    }
+    let settlements: Option<Vec<Settle<'_>>> = changes
+        .iter()
+        .map(|c| match c {
+            ClaimChange::Settle {
+                id,
+                attempt,
+                settlement,
+                at,
+            } => Some((*id, *attempt, settlement, *at)),
+            _ => None,
+        })
+        .collect();
+    if let Some(settlements) = settlements {
+        let distinct: HashSet<ClientId> = settlements.iter().map(|s| s.0).collect();
+        if distinct.len() == settlements.len() {
+            return settle_all(tx, &settlements, first_poll_after).await;
+        }
+    }
+    let mut replies = Vec::with_capacity(changes.len());
+    for change in changes {
+        replies.push(apply(tx, change, first_poll_after).await?);
+    }
+    Ok(replies)
+}
+
+/// A settlement: id, attempt owned, outcome, when.
+type Settle<'a> = (ClientId, u32, &'a Settlement, DateTime<Utc>);
+
+/// Claims every id not claimed yet with one INSERT; an id already claimed (before, or
+/// earlier in this group) answers its current record.
+async fn claim_all(
+    tx: &mut Tx<'_>,
+    claims: &[(ClientId, &Fingerprint, DateTime<Utc>)],
+) -> Result<Vec<ClaimReply>, StoreError> {
+    let mut inserted = HashSet::new();
+    for chunk in claims.chunks(super::sqlite::INSERT_CHUNK) {
+        let mut query = sqlx::QueryBuilder::<Sqlite>::new(
+            "INSERT INTO claims (client_id, fingerprint, attempt, state, claimed_at_ms) ",
+        );
+        query.push_values(chunk, |mut row, (id, fingerprint, at)| {
+            row.push_bind(id_to_db(*id))
+                .push_bind(&fingerprint.0[..])
+                .push("1, 'in_flight'")
+                .push_bind(ms(*at));
+        });
+        query.push(" ON CONFLICT (client_id) DO NOTHING RETURNING client_id");
+        let rows: Vec<(i64,)> = query.build_query_as().fetch_all(&mut **tx).await?;
+        inserted.extend(rows.into_iter().map(|(id,)| id));
+    }
+    // The first occurrence of an inserted id owns it; every other looks at the record.
+    let mut owned = HashSet::new();
+    let mut replies: Vec<Option<ClaimReply>> = claims
+        .iter()
+        .map(|(id, _, _)| {
+            let db = id_to_db(*id);
+            (inserted.contains(&db) && owned.insert(db))
+                .then_some(ClaimReply::Claimed { attempt: 1 })
+        })
+        .collect();
+    let existing: Vec<i64> = claims
+        .iter()
+        .zip(&replies)
+        .filter(|(_, reply)| reply.is_none())
+        .map(|((id, _, _), _)| id_to_db(*id))
+        .collect();
+    let mut records = HashMap::new();
+    for chunk in existing.chunks(super::sqlite::INSERT_CHUNK) {
+        let mut query =
+            sqlx::QueryBuilder::<Sqlite>::new("SELECT * FROM claims WHERE client_id IN (");
+        let mut ids = query.separated(", ");
+        for id in chunk {
+            ids.push_bind(*id);
+        }
+        query.push(")");
+        for row in query.build().fetch_all(&mut **tx).await? {
+            let id: i64 = row.try_get("client_id")?;
+            records.insert(id, record_from_row(&row)?);
+        }
+    }
+    for ((id, _, _), reply) in claims.iter().zip(replies.iter_mut()) {
+        if reply.is_none() {
+            let record = records.get(&id_to_db(*id)).cloned().ok_or_else(|| {
+                StoreError::Corrupt(format!("claim of {id} conflicted but cannot be read"))
+            })?;
+            *reply = Some(ClaimReply::Existing(record));
+        }
+    }
+    Ok(replies.into_iter().flatten().collect())
+}
+
+/// Records the outcomes of distinct ids with one UPDATE (only where the attempt still
+/// matches) and the accepted sends' reconcile rows with one INSERT.
+async fn settle_all(
+    tx: &mut Tx<'_>,
+    settlements: &[Settle<'_>],
+    first_poll_after: Duration,
+) -> Result<Vec<ClaimReply>, StoreError> {
+    let mut settled = HashSet::new();
+    for chunk in settlements.chunks(super::sqlite::INSERT_CHUNK) {
+        let mut query = sqlx::QueryBuilder::<Sqlite>::new(
+            "WITH v (client_id, attempt, state, settled_at_ms, msg_id, parts, payload, recovered, reason) AS (",
+        );
+        query.push_values(chunk, |mut row, (id, attempt, settlement, at)| {
+            let (state, accepted, reason) = columns(settlement);
+            row.push_bind(id_to_db(*id))
+                .push_bind(i64::from(*attempt))
+                .push_bind(state)
+                .push_bind(ms(*at))
+                .push_bind(accepted.and_then(|a| a.msg_id.clone()))
+                .push_bind(accepted.map(|a| i64::from(a.parts)))
+                .push_bind(accepted.map(|a| a.payload.to_string()))
+                .push_bind(accepted.is_some_and(|a| a.recovered))
+                .push_bind(reason.map(str::to_owned));
+        });
+        query.push(
+            ") UPDATE claims SET state = v.state, settled_at_ms = v.settled_at_ms,
+                    msg_id = v.msg_id, parts = v.parts, payload = v.payload,
+                    recovered = v.recovered, reason = v.reason
+               FROM v WHERE claims.client_id = v.client_id AND claims.attempt = v.attempt
+               RETURNING client_id",
+        );
+        let rows: Vec<(i64,)> = query.build_query_as().fetch_all(&mut **tx).await?;
+        settled.extend(rows.into_iter().map(|(id,)| id));
+    }
+    let sent: Vec<&SentMessage> = settlements
+        .iter()
+        .filter(|(id, ..)| settled.contains(&id_to_db(*id)))
+        .filter_map(|(_, _, settlement, _)| match settlement {
+            Settlement::Accepted(_, Some(message)) => Some(message),
+            _ => None,
+        })
+        .collect();
+    super::sqlite::record_sent(tx, &sent, first_poll_after).await?;
+    Ok(settlements
+        .iter()
+        .map(|(id, ..)| {
+            if settled.contains(&id_to_db(*id)) {
+                ClaimReply::Settled
+            } else {
+                ClaimReply::Superseded
+            }
+        })
+        .collect())
+}
+
+/// The stored state, accepted outcome and release reason of a settlement.
+fn columns(settlement: &Settlement) -> (&'static str, Option<&AcceptedOutcome>, Option<&str>) {
+    match settlement {
+        Settlement::Accepted(outcome, _) => ("accepted", Some(outcome), None),
+        Settlement::Released(reason) => ("released", None, Some(reason.as_str())),
+        Settlement::Unknown => ("unknown", None, None),
+    }
+}
+
 /// Applies one change.
 /// A settled send's first poll is due `first_poll_after` after sending.
-pub(super) async fn apply(
+async fn apply(
     tx: &mut Tx<'_>,
     change: &ClaimChange,
     first_poll_after: Duration,
@@ -116,11 +295,7 @@ async fn settle(
     at: DateTime<Utc>,
     first_poll_after: Duration,
 ) -> Result<ClaimReply, StoreError> {
-    let (state, accepted, reason) = match settlement {
-        Settlement::Accepted(outcome, _) => ("accepted", Some(outcome), None),
-        Settlement::Released(reason) => ("released", None, Some(reason.as_str())),
-        Settlement::Unknown => ("unknown", None, None),
-    };
+    let (state, accepted, reason) = columns(settlement);
     let updated = sqlx::query(
         "UPDATE claims SET state = ?, settled_at_ms = ?, msg_id = ?, parts = ?, payload = ?,
                 recovered = ?, reason = ?
@@ -142,7 +317,7 @@ async fn settle(
         return Ok(ClaimReply::Superseded);
     }
     if let Settlement::Accepted(_, Some(message)) = settlement {
-        super::sqlite::record_sent(tx, message, first_poll_after).await?;
+        super::sqlite::record_sent(tx, &[message], first_poll_after).await?;
     }
     Ok(ClaimReply::Settled)
 }
@@ -313,5 +488,68 @@ mod tests {
         let record = store.claim_of(id(u64::MAX)).await.unwrap().unwrap();
         assert_eq!(record.state, ClaimState::Accepted(outcome));
         assert_eq!(record.fingerprint, A);
+    }
+
+    #[tokio::test]
+    async fn a_group_of_settlements_fences_each_id_and_tracks_only_what_it_settled() {
+        let store = store().await;
+        store
+            .apply_claims(&[claim(1, A), claim(2, A), claim(3, A)])
+            .await
+            .unwrap();
+        let accepted = |n: u64| {
+            Settlement::Accepted(
+                AcceptedOutcome {
+                    msg_id: Some(format!("m{n}")),
+                    parts: 1,
+                    payload: serde_json::json!({"msg_id": format!("m{n}")}),
+                    recovered: false,
+                },
+                Some(SentMessage {
+                    client_id: id(n),
+                    msg_id: format!("m{n}"),
+                    channel: crate::domain::Channel::Sms,
+                    sent_at: Utc::now(),
+                    lifetime: Duration::from_secs(3600),
+                }),
+            )
+        };
+        let settle = |n: u64, attempt, settlement| ClaimChange::Settle {
+            id: id(n),
+            attempt,
+            settlement,
+            at: Utc::now(),
+        };
+        let replies = store
+            .apply_claims(&[
+                settle(1, 1, accepted(1)),
+                // Someone took id 2 over: this outcome must not land, nor its tracking.
+                settle(2, 7, accepted(2)),
+                settle(3, 1, Settlement::Unknown),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(
+            replies,
+            [
+                ClaimReply::Settled,
+                ClaimReply::Superseded,
+                ClaimReply::Settled
+            ]
+        );
+        assert!(matches!(
+            store.claim_of(id(1)).await.unwrap().unwrap().state,
+            ClaimState::Accepted(_)
+        ));
+        assert!(matches!(
+            store.claim_of(id(2)).await.unwrap().unwrap().state,
+            ClaimState::InFlight { .. }
+        ));
+        assert_eq!(
+            store.claim_of(id(3)).await.unwrap().unwrap().state,
+            ClaimState::Unknown
+        );
+        assert_eq!(store.client_id_of("m1").await.unwrap(), Some(1));
+        assert_eq!(store.client_id_of("m2").await.unwrap(), None);
     }
 }

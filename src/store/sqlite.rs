@@ -200,7 +200,7 @@ pub(super) async fn record_sent(
     first_poll_after: Duration,
 ) -> Result<(), StoreError> {
     let after = chrono::Duration::from_std(first_poll_after).unwrap_or(chrono::Duration::MAX);
-    for chunk in messages.chunks(INSERT_CHUNK) {
+    for chunk in row_chunks(messages) {
         let mut query = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
             "INSERT INTO messages (client_id, msg_id, channel, sent_at_ms, lifetime_s, last_status, is_final, next_poll_ms, polls) ",
         );
@@ -225,9 +225,25 @@ pub(super) async fn record_sent(
     Ok(())
 }
 
-/// Rows per INSERT statement (at most 14 bound values each, far below SQLite's
-/// variable limit).
-pub(super) const INSERT_CHUNK: usize = 256;
+/// Rows per multi-row statement at most (at most 14 bound values each, far below
+/// SQLite's variable limit).
+const INSERT_CHUNK: usize = 256;
+
+/// Splits `items` for multi-row statements into chunks whose lengths are powers of two
+/// (at most [`INSERT_CHUNK`]): every group size then reuses a handful of prepared
+/// statements from the connection's cache instead of preparing a new text each time.
+pub(super) fn row_chunks<T>(mut items: &[T]) -> impl Iterator<Item = &[T]> {
+    std::iter::from_fn(move || {
+        if items.is_empty() {
+            return None;
+        }
+        let n = items.len().min(INSERT_CHUNK);
+        let size = 1 << n.ilog2();
+        let (chunk, rest) = items.split_at(size);
+        items = rest;
+        Some(chunk)
+    })
+}
 
 /// Inserts events with one multi-row statement; duplicates (already stored, or twice in
 /// `events`) come back as `None`. Rows are inserted in order, so cursors ascend with them.
@@ -313,7 +329,7 @@ impl Store for SqliteStore {
     ) -> Result<Vec<Option<StatusEvent>>, StoreError> {
         let mut tx = self.pool.begin().await?;
         let mut stored = Vec::with_capacity(events.len());
-        for chunk in events.chunks(INSERT_CHUNK) {
+        for chunk in row_chunks(events) {
             stored.extend(insert_events(&mut tx, chunk).await?);
         }
         tx.commit().await?;
@@ -434,5 +450,26 @@ impl Store for SqliteStore {
             tracing::warn!(error = %e, "store: final WAL checkpoint failed");
         }
         self.pool.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn row_chunks_are_powers_of_two_covering_every_item_in_order() {
+        let items: Vec<u32> = (0..600).collect();
+        for n in [0, 1, 2, 3, 50, 255, 256, 257, 600] {
+            let chunks: Vec<&[u32]> = row_chunks(&items[..n]).collect();
+            assert!(
+                chunks
+                    .iter()
+                    .all(|c| c.len().is_power_of_two() && c.len() <= INSERT_CHUNK)
+            );
+            assert_eq!(chunks.concat(), items[..n].to_vec());
+        }
+        let sizes: Vec<usize> = row_chunks(&items[..50]).map(<[u32]>::len).collect();
+        assert_eq!(sizes, [32, 16, 2]);
     }
 }

@@ -83,7 +83,7 @@ async fn claim_all(
     claims: &[(ClientId, &Fingerprint, DateTime<Utc>)],
 ) -> Result<Vec<ClaimReply>, StoreError> {
     let mut inserted = HashSet::new();
-    for chunk in claims.chunks(super::sqlite::INSERT_CHUNK) {
+    for chunk in super::sqlite::row_chunks(claims) {
         let mut query = sqlx::QueryBuilder::<Sqlite>::new(
             "INSERT INTO claims (client_id, fingerprint, attempt, state, claimed_at_ms) ",
         );
@@ -114,7 +114,7 @@ async fn claim_all(
         .map(|((id, _, _), _)| id_to_db(*id))
         .collect();
     let mut records = HashMap::new();
-    for chunk in existing.chunks(super::sqlite::INSERT_CHUNK) {
+    for chunk in super::sqlite::row_chunks(&existing) {
         let mut query =
             sqlx::QueryBuilder::<Sqlite>::new("SELECT * FROM claims WHERE client_id IN (");
         let mut ids = query.separated(", ");
@@ -146,7 +146,7 @@ async fn settle_all(
     first_poll_after: Duration,
 ) -> Result<Vec<ClaimReply>, StoreError> {
     let mut settled = HashSet::new();
-    for chunk in settlements.chunks(super::sqlite::INSERT_CHUNK) {
+    for chunk in super::sqlite::row_chunks(settlements) {
         let mut query = sqlx::QueryBuilder::<Sqlite>::new(
             "WITH v (client_id, attempt, state, settled_at_ms, msg_id, parts, payload, recovered, reason) AS (",
         );

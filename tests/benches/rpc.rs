@@ -78,6 +78,8 @@ const MSGW_THREADS: [&str; 2] = ["msgw-worker", "sqlx-sqlite-wor"];
 /// A running msgw and what stops it.
 struct Msgw {
     channels: Vec<Channel>,
+    /// The HTTP listener (metrics).
+    http: std::net::SocketAddr,
     stop: tokio::sync::oneshot::Sender<()>,
     server: tokio::task::JoinHandle<anyhow::Result<()>>,
     _dir: tempfile::TempDir,
@@ -124,8 +126,11 @@ fn main() -> anyhow::Result<()> {
         .await;
         let health = drive(&msgw.channels, args.callers, seconds, Call::Health).await;
         let cpu_before = msgw_cpu();
+        let envelopes_before = envelopes(msgw.http).await;
         let sends = drive(&msgw.channels, args.callers, seconds, Call::Send).await;
-        (health, sends, msgw_cpu().saturating_sub(cpu_before))
+        let cpu = msgw_cpu().saturating_sub(cpu_before);
+        let sizes = envelopes(msgw.http).await.since(envelopes_before);
+        (health, sends.with_envelopes(sizes), cpu)
     });
     stop(&msgw_rt, msgw)?;
     println!(
@@ -156,7 +161,9 @@ fn main() -> anyhow::Result<()> {
             Call::Send,
         )
         .await;
+        let before = envelopes(msgw.http).await;
         let many = drive(&msgw.channels, args.coalesced_callers, seconds, Call::Send).await;
+        let many = many.with_envelopes(envelopes(msgw.http).await.since(before));
         let lone = drive(
             &msgw.channels,
             1,
@@ -232,14 +239,14 @@ fn start(
         &format!("sqlite://{}", dir.path().join("bench.db").display()),
         limits,
     )?;
-    let (grpc, stop, server) = msgw_rt.block_on(async {
+    let (grpc, http, stop, server) = msgw_rt.block_on(async {
         let app = Application::build(config).await?;
-        let grpc = app.grpc_addr()?;
+        let (grpc, http) = (app.grpc_addr()?, app.http_addr()?);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(app.run(async {
             let _ = stopped.await;
         }));
-        anyhow::Ok((grpc, stop, server))
+        anyhow::Ok((grpc, http, stop, server))
     })?;
     let channels = load_rt.block_on(async {
         let mut channels = Vec::new();
@@ -255,6 +262,7 @@ fn start(
     })?;
     Ok(Msgw {
         channels,
+        http,
         stop,
         server,
         _dir: dir,
@@ -279,9 +287,53 @@ struct Phase {
     failed: u64,
     elapsed: Duration,
     latencies: Vec<Duration>,
+    /// Gateway requests and the operations they carried during the phase.
+    envelopes: Option<Envelopes>,
+}
+
+/// msgw's `msgw_upstream_envelope_operations` histogram: requests, operations.
+#[derive(Clone, Copy, Default)]
+struct Envelopes {
+    requests: f64,
+    operations: f64,
+}
+
+impl Envelopes {
+    fn since(self, before: Envelopes) -> Envelopes {
+        Envelopes {
+            requests: self.requests - before.requests,
+            operations: self.operations - before.operations,
+        }
+    }
+}
+
+/// Reads the envelope histogram from msgw's `/metrics`.
+async fn envelopes(http: std::net::SocketAddr) -> Envelopes {
+    let text = match reqwest::get(format!("http://{http}/metrics")).await {
+        Ok(r) => r.text().await.unwrap_or_default(),
+        Err(_) => String::new(),
+    };
+    let sample = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    };
+    Envelopes {
+        requests: sample("msgw_upstream_envelope_operations_count "),
+        operations: sample("msgw_upstream_envelope_operations_sum "),
+    }
 }
 
 impl Phase {
+    fn with_envelopes(self, envelopes: Envelopes) -> Self {
+        Self {
+            envelopes: Some(envelopes),
+            ..self
+        }
+    }
+
     fn rate(&self) -> f64 {
         self.ok as f64 / self.elapsed.as_secs_f64()
     }
@@ -309,6 +361,14 @@ impl Phase {
             pct(0.5),
             pct(0.99)
         );
+        if let Some(e) = self.envelopes {
+            println!(
+                "{:<20} {:>9.0} gateway requests/s, {:.1} operations each",
+                "",
+                e.requests / self.elapsed.as_secs_f64(),
+                e.operations / e.requests.max(1.0)
+            );
+        }
     }
 }
 
@@ -354,6 +414,7 @@ async fn drive(channels: &[Channel], callers: usize, length: Duration, call: Cal
         failed: 0,
         elapsed: Duration::ZERO,
         latencies: Vec::new(),
+        envelopes: None,
     };
     while let Some(Ok((ok, failed, latencies))) = tasks.join_next().await {
         phase.ok += ok;

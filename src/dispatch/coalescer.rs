@@ -62,12 +62,17 @@ impl<A> Call<A> {
 
 /// Runs one envelope of calls (claims, the gateway request, outcomes) and answers
 /// every call in it.
-pub trait Runner: Send + Sync + 'static {
+pub trait Runner: Send + Sync + Sized + 'static {
     /// The answer to one operation.
     type Answer: Send + 'static;
 
-    /// Runs `calls` as one envelope.
-    fn run(&self, calls: Vec<Call<Self::Answer>>) -> impl Future<Output = ()> + Send;
+    /// Runs `calls` as one envelope, holding `slot` until its gateway request is
+    /// answered (then the next envelope may start while this one records outcomes).
+    fn run(
+        &self,
+        calls: Vec<Call<Self::Answer>>,
+        slot: Slot<Self>,
+    ) -> impl Future<Output = ()> + Send;
 }
 
 /// The queue, the in-flight bound and the runner they feed.
@@ -201,9 +206,9 @@ impl<R: Runner> Coalescer<R> {
             self.metrics.envelope_operations.observe(size as f64);
             let this = self.clone();
             tokio::spawn(async move {
-                // Frees the slot and starts the next envelope even if the runner panics.
-                let _slot = Slot(this.clone());
-                this.runner.run(envelope).await;
+                // Dropped by the runner, or with this task even if the runner panics.
+                let slot = Slot(this.clone());
+                this.runner.run(envelope, slot).await;
             });
         }
     }
@@ -262,8 +267,9 @@ impl<R: Runner> Coalescer<R> {
     }
 }
 
-/// An in-flight slot; dropping it frees the slot and starts what queued meanwhile.
-struct Slot<R: Runner>(Arc<Coalescer<R>>);
+/// One of the gateway requests in flight; dropping it frees the slot and starts what
+/// queued meanwhile.
+pub struct Slot<R: Runner>(Arc<Coalescer<R>>);
 
 impl<R: Runner> Drop for Slot<R> {
     fn drop(&mut self) {
@@ -329,7 +335,7 @@ mod tests {
     impl Runner for Echo {
         type Answer = usize;
 
-        async fn run(&self, calls: Vec<Call<usize>>) {
+        async fn run(&self, calls: Vec<Call<usize>>, _slot: Slot<Self>) {
             let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
             self.most.fetch_max(now, Ordering::SeqCst);
             let size: usize = calls.iter().map(|c| c.ops.len()).sum();

@@ -6,10 +6,10 @@
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use tokio::time::Instant;
+use tokio::{sync::SemaphorePermit, time::Instant};
 
 use super::claims::{self, Claims, Decision, Owned};
-use super::coalescer::{Call, Runner};
+use super::coalescer::{Call, Runner, Slot as InFlight};
 use super::{Executed, Tracking, upstream_error};
 use crate::domain::{ClientId, Error, Operation, Output, UnavailableCause};
 use crate::metrics::Metrics;
@@ -42,6 +42,10 @@ pub struct Engine {
     pub(super) tracking: Option<Tracking>,
     pub(super) claims: Option<Claims>,
     pub(super) metrics: Arc<Metrics>,
+    /// Envelopes recording their outcomes after their gateway request, at most as many
+    /// as requests in flight: a slow store holds the slots, so the queue fills and
+    /// refuses instead of outcomes piling up in memory.
+    pub(super) recording: tokio::sync::Semaphore,
 }
 
 /// Where one operation of the envelope stands.
@@ -75,7 +79,7 @@ struct Caller {
 impl Runner for Engine {
     type Answer = Answer;
 
-    async fn run(&self, calls: Vec<Call<Answer>>) {
+    async fn run(&self, calls: Vec<Call<Answer>>, in_flight: InFlight<Self>) {
         let mut callers = Vec::with_capacity(calls.len());
         let mut entries = Vec::new();
         for (i, mut call) in calls.into_iter().enumerate() {
@@ -101,7 +105,9 @@ impl Runner for Engine {
             self.resolve_unknown(&mut entries, &callers, &mut settlements)
                 .await;
         }
-        self.send(&mut entries, &mut callers, &mut settlements)
+        // Held while the outcomes are recorded.
+        let _recording = self
+            .send(&mut entries, &mut callers, &mut settlements, in_flight)
             .await;
         if let Some(claims) = &self.claims {
             claims.settle(settlements).await;
@@ -318,12 +324,13 @@ impl Engine {
         entries: &mut [Entry],
         callers: &mut [Caller],
         settlements: &mut Vec<(Owned, Settlement)>,
-    ) {
+        in_flight: InFlight<Engine>,
+    ) -> Option<SemaphorePermit<'_>> {
         let sending: Vec<usize> = (0..entries.len())
             .filter(|&i| matches!(entries[i].slot, Slot::Send(_)))
             .collect();
         if sending.is_empty() {
-            return;
+            return None;
         }
         let batch: Vec<&Operation> = sending.iter().map(|&i| &entries[i].op).collect();
         let hooks: Vec<Option<String>> = batch
@@ -334,7 +341,11 @@ impl Engine {
             })
             .collect();
         let deadline = earliest(sending.iter().map(|&i| &callers[entries[i].call]));
-        let outcomes = match self.gateway.call(&batch, &hooks, deadline).await {
+        let answered = self.gateway.call(&batch, &hooks, deadline).await;
+        // The gateway request is over: the next envelope may go while this one records.
+        let recording = self.recording.acquire().await.ok();
+        drop(in_flight);
+        let outcomes = match answered {
             Ok(outcomes) => outcomes,
             Err(e) => {
                 let settlement = if e.may_have_arrived() {
@@ -354,7 +365,7 @@ impl Engine {
                         caller.failed = Some(upstream_error(&e, changes_state[c]));
                     }
                 }
-                return;
+                return recording;
             }
         };
         for (&i, outcome) in sending.iter().zip(outcomes) {
@@ -385,6 +396,7 @@ impl Engine {
                 replayed: false,
             }));
         }
+        recording
     }
 
     /// How a keyed operation's claim ends, given the gateway's answer.

@@ -60,6 +60,7 @@ impl Dispatcher {
                 tracking: None,
                 claims: None,
                 metrics,
+                recording: tokio::sync::Semaphore::new(limits.connections),
             },
             limits,
         )
@@ -75,6 +76,7 @@ impl Dispatcher {
                 claims: Some(Claims::new(tracking.store.clone(), stale_after)),
                 tracking: Some(tracking),
                 metrics: self.engine.metrics.clone(),
+                recording: tokio::sync::Semaphore::new(self.coalescer.limits().connections),
             },
             self.coalescer.limits(),
         )

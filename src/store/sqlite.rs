@@ -23,7 +23,12 @@ use crate::domain::{
 /// SQLite implementation of [`Store`].
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
+    /// Readers: WAL lets them run beside the writer.
     pool: SqlitePool,
+    /// The one writing connection. SQLite takes one writer at a time; writers that
+    /// queue here wait their turn without SQLite's busy handler, which sleeps in
+    /// steps of milliseconds while another write transaction holds the lock.
+    writer: SqlitePool,
     first_poll_after: Duration,
 }
 
@@ -44,18 +49,29 @@ impl SqliteStore {
             // a checkpoint syncs the database file and would stall every waiting append.
             .pragma("wal_autocheckpoint", "0");
         let in_memory = url.contains(":memory:") || url.contains("mode=memory");
-        let pool = SqlitePoolOptions::new()
-            // An in-memory database exists once per connection: keep exactly one.
-            .max_connections(if in_memory { 1 } else { 4 })
-            .min_connections(1)
-            .connect_with(options)
-            .await?;
-        MIGRATOR.run(&pool).await?;
+        let pool_of = |connections| {
+            SqlitePoolOptions::new()
+                .max_connections(connections)
+                .min_connections(1)
+                // A local file cannot drop a connection the way a network can: skip the
+                // ping before every use, a round trip to the connection's thread each time.
+                .test_before_acquire(false)
+                .connect_with(options.clone())
+        };
+        let writer = pool_of(1).await?;
+        MIGRATOR.run(&writer).await?;
+        // An in-memory database exists once per connection: it has only the writer's.
+        let pool = if in_memory {
+            writer.clone()
+        } else {
+            pool_of(4).await?
+        };
         if !in_memory {
             tokio::spawn(checkpoint_wal(pool.clone()));
         }
         Ok(Self {
             pool,
+            writer,
             first_poll_after,
         })
     }
@@ -299,7 +315,7 @@ async fn insert_events(
 #[tonic::async_trait]
 impl Store for SqliteStore {
     async fn apply_claims(&self, changes: &[ClaimChange]) -> Result<Vec<ClaimReply>, StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.writer.begin().await?;
         let replies = sqlite_claims::apply_all(&mut tx, changes, self.first_poll_after).await?;
         tx.commit().await?;
         Ok(replies)
@@ -327,7 +343,7 @@ impl Store for SqliteStore {
         &self,
         events: &[NewEvent],
     ) -> Result<Vec<Option<StatusEvent>>, StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.writer.begin().await?;
         let mut stored = Vec::with_capacity(events.len());
         for chunk in row_chunks(events) {
             stored.extend(insert_events(&mut tx, chunk).await?);
@@ -365,7 +381,7 @@ impl Store for SqliteStore {
         let horizon = ms(now) - i64::try_from(retention.max_age.as_millis()).unwrap_or(i64::MAX);
         let by_age = sqlx::query("DELETE FROM events WHERE received_at_ms < ?")
             .bind(horizon)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await?
             .rows_affected();
         let keep = i64::try_from(retention.max_events).unwrap_or(i64::MAX);
@@ -373,7 +389,7 @@ impl Store for SqliteStore {
             "DELETE FROM events WHERE cursor <= (SELECT COALESCE(MAX(cursor), 0) FROM events) - ?",
         )
         .bind(keep)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?
         .rows_affected();
         // A message is tracked until it is final or its lifetime is over, then kept as
@@ -383,7 +399,7 @@ impl Store for SqliteStore {
         )
         .bind(ms(now))
         .bind(horizon)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         // A claim outlives its retention while reconcile still tracks its message.
         let claims_horizon =
@@ -395,7 +411,7 @@ impl Store for SqliteStore {
         )
         .bind(claims_horizon)
         .bind(ms(now))
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         Ok(by_age + by_count)
     }
@@ -436,20 +452,26 @@ impl Store for SqliteStore {
         sqlx::query("UPDATE messages SET next_poll_ms = ?, polls = polls + 1 WHERE client_id = ?")
             .bind(next.map(ms))
             .bind(sqlite_claims::id_to_db(client_id))
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await?;
         Ok(())
     }
 
     async fn close(&self) {
         // Leave a compact file behind: everything in the database, an empty WAL.
+        // Readers first, so the checkpoint can empty the WAL (an in-memory database's
+        // readers are its writer: nothing to checkpoint then).
+        self.pool.close().await;
+        if self.writer.is_closed() {
+            return;
+        }
         if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await
         {
             tracing::warn!(error = %e, "store: final WAL checkpoint failed");
         }
-        self.pool.close().await;
+        self.writer.close().await;
     }
 }
 

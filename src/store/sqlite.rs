@@ -112,7 +112,7 @@ fn from_ms(v: i64) -> Result<DateTime<Utc>, StoreError> {
         .ok_or_else(|| StoreError::Corrupt(format!("timestamp {v}")))
 }
 
-fn seconds(d: Duration) -> i64 {
+pub(super) fn seconds(d: Duration) -> i64 {
     i64::try_from(d.as_secs()).unwrap_or(i64::MAX)
 }
 
@@ -315,10 +315,8 @@ async fn insert_events(
 #[tonic::async_trait]
 impl Store for SqliteStore {
     async fn apply_claims(&self, changes: &[ClaimChange]) -> Result<Vec<ClaimReply>, StoreError> {
-        let mut tx = self.writer.begin().await?;
-        let replies = sqlite_claims::apply_all(&mut tx, changes, self.first_poll_after).await?;
-        tx.commit().await?;
-        Ok(replies)
+        let mut conn = self.writer.acquire().await?;
+        sqlite_claims::apply_all(&mut conn, changes, self.first_poll_after).await
     }
 
     async fn claim_of(&self, id: ClientId) -> Result<Option<ClaimRecord>, StoreError> {

@@ -7,7 +7,7 @@ use std::{
 };
 
 use chrono::{DateTime, TimeZone, Utc};
-use sqlx::{Row, Sqlite, Transaction, sqlite::SqliteRow};
+use sqlx::{Connection, Row, Sqlite, SqliteConnection, Transaction, sqlite::SqliteRow};
 
 use super::{
     AcceptedOutcome, ClaimChange, ClaimRecord, ClaimReply, ClaimState, Fingerprint, SentMessage,
@@ -26,11 +26,13 @@ fn ms(t: DateTime<Utc>) -> i64 {
     t.timestamp_millis()
 }
 
-/// Applies a group of changes in order. A group of only claims, or only settlements
-/// of distinct ids (what one envelope writes), takes a few multi-row statements
-/// instead of one round trip per change.
+/// Applies a group of changes in order on the writer connection. What one envelope
+/// writes takes one round trip to SQLite: its claims are one INSERT (each claim is
+/// atomic on its own, so no transaction is needed around them), its settlements one
+/// transaction sent as a single batch of statements. Other groups run change by change
+/// in one transaction.
 pub(super) async fn apply_all(
-    tx: &mut Tx<'_>,
+    conn: &mut SqliteConnection,
     changes: &[ClaimChange],
     first_poll_after: Duration,
 ) -> Result<Vec<ClaimReply>, StoreError> {
@@ -46,7 +48,7 @@ pub(super) async fn apply_all(
         })
         .collect();
     if let Some(claims) = claims {
-        return claim_all(tx, &claims).await;
+        return claim_all(conn, &claims).await;
     }
     let settlements: Option<Vec<Settle<'_>>> = changes
         .iter()
@@ -63,13 +65,15 @@ pub(super) async fn apply_all(
     if let Some(settlements) = settlements {
         let distinct: HashSet<ClientId> = settlements.iter().map(|s| s.0).collect();
         if distinct.len() == settlements.len() {
-            return settle_all(tx, &settlements, first_poll_after).await;
+            return settle_all(conn, &settlements, first_poll_after).await;
         }
     }
+    let mut tx = conn.begin().await?;
     let mut replies = Vec::with_capacity(changes.len());
     for change in changes {
-        replies.push(apply(tx, change, first_poll_after).await?);
+        replies.push(apply(&mut tx, change, first_poll_after).await?);
     }
+    tx.commit().await?;
     Ok(replies)
 }
 
@@ -79,7 +83,7 @@ type Settle<'a> = (ClientId, u32, &'a Settlement, DateTime<Utc>);
 /// Claims every id not claimed yet with one INSERT; an id already claimed (before, or
 /// earlier in this group) answers its current record.
 async fn claim_all(
-    tx: &mut Tx<'_>,
+    conn: &mut SqliteConnection,
     claims: &[(ClientId, &Fingerprint, DateTime<Utc>)],
 ) -> Result<Vec<ClaimReply>, StoreError> {
     let mut inserted = HashSet::new();
@@ -94,7 +98,7 @@ async fn claim_all(
                 .push_bind(ms(*at));
         });
         query.push(" ON CONFLICT (client_id) DO NOTHING RETURNING client_id");
-        let rows: Vec<(i64,)> = query.build_query_as().fetch_all(&mut **tx).await?;
+        let rows: Vec<(i64,)> = query.build_query_as().fetch_all(&mut *conn).await?;
         inserted.extend(rows.into_iter().map(|(id,)| id));
     }
     // The first occurrence of an inserted id owns it; every other looks at the record.
@@ -122,7 +126,7 @@ async fn claim_all(
             ids.push_bind(*id);
         }
         query.push(")");
-        for row in query.build().fetch_all(&mut **tx).await? {
+        for row in query.build().fetch_all(&mut *conn).await? {
             let id: i64 = row.try_get("client_id")?;
             records.insert(id, record_from_row(&row)?);
         }
@@ -138,17 +142,48 @@ async fn claim_all(
     Ok(replies.into_iter().flatten().collect())
 }
 
-/// Records the outcomes of distinct ids with one UPDATE (only where the attempt still
-/// matches) and the accepted sends' reconcile rows with one INSERT.
+/// Records the outcomes of distinct ids in one transaction sent as one batch of
+/// statements: the reconcile rows of accepted sends whose attempt still matches, then
+/// the outcomes themselves (only where the attempt matches).
 async fn settle_all(
-    tx: &mut Tx<'_>,
+    conn: &mut SqliteConnection,
     settlements: &[Settle<'_>],
     first_poll_after: Duration,
 ) -> Result<Vec<ClaimReply>, StoreError> {
-    let mut settled = HashSet::new();
+    let after = chrono::Duration::from_std(first_poll_after).unwrap_or(chrono::Duration::MAX);
+    let mut query = sqlx::QueryBuilder::<Sqlite>::new("BEGIN IMMEDIATE;");
     for chunk in super::sqlite::row_chunks(settlements) {
-        let mut query = sqlx::QueryBuilder::<Sqlite>::new(
-            "WITH v (client_id, attempt, state, settled_at_ms, msg_id, parts, payload, recovered, reason) AS (",
+        // Every settlement has a row here (NULL msg_id: nothing to track), so both
+        // statements of a chunk have the same shape and stay in the statement cache.
+        query.push(
+            " WITH m (client_id, attempt, msg_id, channel, sent_at_ms, lifetime_s, next_poll_ms) AS (",
+        );
+        query.push_values(chunk, |mut row, (id, attempt, settlement, _)| {
+            let message: Option<&SentMessage> = match settlement {
+                Settlement::Accepted(_, Some(message)) => Some(message),
+                _ => None,
+            };
+            row.push_bind(id_to_db(*id))
+                .push_bind(i64::from(*attempt))
+                .push_bind(message.map(|m| m.msg_id.clone()))
+                .push_bind(message.map(|m| m.channel.as_str()))
+                .push_bind(message.map(|m| ms(m.sent_at)))
+                .push_bind(message.map(|m| super::sqlite::seconds(m.lifetime)))
+                .push_bind(message.map(|m| ms(m.sent_at + after)));
+        });
+        query.push(
+            ") INSERT INTO messages (client_id, msg_id, channel, sent_at_ms, lifetime_s,
+                                    last_status, is_final, next_poll_ms, polls)
+               SELECT m.client_id, m.msg_id, m.channel, m.sent_at_ms, m.lifetime_s, NULL, 0,
+                      m.next_poll_ms, 0
+                 FROM m JOIN claims c ON c.client_id = m.client_id AND c.attempt = m.attempt
+                WHERE m.msg_id IS NOT NULL
+               ON CONFLICT (client_id) DO UPDATE SET
+                 msg_id = excluded.msg_id, channel = excluded.channel,
+                 sent_at_ms = excluded.sent_at_ms, lifetime_s = excluded.lifetime_s,
+                 last_status = NULL, is_final = 0, next_poll_ms = excluded.next_poll_ms,
+                 polls = 0;
+             WITH v (client_id, attempt, state, settled_at_ms, msg_id, parts, payload, recovered, reason) AS (",
         );
         query.push_values(chunk, |mut row, (id, attempt, settlement, at)| {
             let (state, accepted, reason) = columns(settlement);
@@ -167,20 +202,19 @@ async fn settle_all(
                     msg_id = v.msg_id, parts = v.parts, payload = v.payload,
                     recovered = v.recovered, reason = v.reason
                FROM v WHERE claims.client_id = v.client_id AND claims.attempt = v.attempt
-               RETURNING client_id",
+               RETURNING client_id;",
         );
-        let rows: Vec<(i64,)> = query.build_query_as().fetch_all(&mut **tx).await?;
-        settled.extend(rows.into_iter().map(|(id,)| id));
     }
-    let sent: Vec<&SentMessage> = settlements
-        .iter()
-        .filter(|(id, ..)| settled.contains(&id_to_db(*id)))
-        .filter_map(|(_, _, settlement, _)| match settlement {
-            Settlement::Accepted(_, Some(message)) => Some(message),
-            _ => None,
-        })
-        .collect();
-    super::sqlite::record_sent(tx, &sent, first_poll_after).await?;
+    query.push(" COMMIT");
+    let settled: HashSet<i64> = match query.build_query_as::<(i64,)>().fetch_all(&mut *conn).await {
+        Ok(rows) => rows.into_iter().map(|(id,)| id).collect(),
+        Err(e) => {
+            // The batch stopped at the failing statement: end its transaction here, or
+            // the connection would go back to the pool inside it.
+            let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+            return Err(e.into());
+        }
+    };
     Ok(settlements
         .iter()
         .map(|(id, ..)| {

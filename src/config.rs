@@ -447,3 +447,42 @@ pub fn read_secret(path: &std::path::Path) -> anyhow::Result<String> {
     }
     Ok(text.to_owned())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn serve(args: &[&str]) -> anyhow::Result<Config> {
+        let cli = Cli::try_parse_from(["msgw", "serve"].iter().chain(args))?;
+        match cli.command {
+            Command::Serve(args) => args.into_config(),
+            Command::Sandbox(_) => bail!("not serve"),
+        }
+    }
+
+    #[test]
+    fn upstream_limits_default_to_the_documented_values() {
+        let config = serve(&[]).unwrap();
+        assert_eq!(
+            config.upstream_limits,
+            Limits {
+                connections: 8,
+                batch_max: 50,
+                queue_max: 10_000
+            }
+        );
+    }
+
+    #[test]
+    fn upstream_limits_out_of_range_are_refused_with_the_flag_named() {
+        for (args, flag) in [
+            (["--upstream-connections", "0"], "--upstream-connections"),
+            (["--upstream-batch-max", "0"], "--upstream-batch-max"),
+            (["--upstream-batch-max", "1001"], "--upstream-batch-max"),
+            (["--upstream-queue-max", "10"], "--upstream-queue-max"),
+        ] {
+            let error = serve(&args).unwrap_err().to_string();
+            assert!(error.contains(flag), "{args:?}: {error}");
+        }
+    }
+}

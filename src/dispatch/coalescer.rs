@@ -457,4 +457,22 @@ mod tests {
         busy.await.unwrap().unwrap();
         assert_eq!(*runner.envelopes.lock().unwrap(), vec![1]);
     }
+
+    #[tokio::test]
+    async fn a_caller_that_leaves_while_queued_is_never_run() {
+        let runner = echo(Duration::from_millis(100));
+        let metrics = Metrics::new();
+        let c = Coalescer::new(runner.clone(), limits(1, 1, 100), metrics.clone());
+        let busy = tokio::spawn({
+            let c = c.clone();
+            async move { c.call(ops(1), None).await }
+        });
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let gone = tokio::time::timeout(Duration::from_millis(20), c.call(ops(2), None)).await;
+        assert!(gone.is_err(), "the caller gave up");
+        assert_eq!(metrics.queue_depth.get(), 0, "its call left the queue");
+        busy.await.unwrap().unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(*runner.envelopes.lock().unwrap(), vec![1]);
+    }
 }

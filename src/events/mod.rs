@@ -128,9 +128,12 @@ impl EventLog {
             let metrics = log.metrics.clone();
             let _open = scopeguard(move || metrics.open_streams.dec());
             let mut closing = log.closing.subscribe();
+            // A filtered stream may never send again: notice the client leaving
+            // without waiting for the next matching event.
             let ended = tokio::select! {
                 r = log.pump(after, &filter, live, &tx) => r,
                 _ = closing.wait_for(|c| *c) => Err(shutting_down()),
+                () = tx.closed() => Ok(()),
             };
             if let Err(e) = ended {
                 // The client may be gone already; nothing more to do then.
@@ -151,15 +154,18 @@ impl EventLog {
                 .map_err(store_error)?
                 .map_or(latest, |c| c - 1)),
             Start::After(cursor) => {
-                if cursor > latest {
-                    return Err(Error::CursorOutOfRange {
-                        oldest_available: latest,
-                        detail: format!("cursor {cursor} is ahead of the newest event ({latest})"),
-                    });
-                }
                 let oldest = self.store.oldest_cursor().await.map_err(store_error)?;
                 // Resuming after `cursor` needs every event from cursor + 1 on.
                 let first_kept = oldest.unwrap_or(latest + 1);
+                if cursor > latest {
+                    return Err(Error::CursorOutOfRange {
+                        oldest_available: first_kept - 1,
+                        detail: format!(
+                            "cursor {cursor} is ahead of the newest event ({latest}); the oldest cursor to resume after is {}",
+                            first_kept - 1
+                        ),
+                    });
+                }
                 if cursor + 1 < first_kept {
                     return Err(Error::CursorOutOfRange {
                         oldest_available: first_kept - 1,

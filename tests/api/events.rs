@@ -415,6 +415,8 @@ async fn cursors_outside_the_retention_are_out_of_range() {
         .await
         .unwrap_err();
     assert_eq!(ahead.code(), Code::OutOfRange);
+    // Events 1..5 are retained: resuming after 0 gets them all.
+    assert_eq!(error_info(&ahead).1["oldest_available_cursor"], "0");
 
     // Keep the newest two events only.
     let store = SqliteStore::open(&app.store_url(), Duration::from_secs(60))
@@ -438,6 +440,20 @@ async fn cursors_outside_the_retention_are_out_of_range() {
         .unwrap_err();
     assert_eq!(old.code(), Code::OutOfRange);
     assert_eq!(error_info(&old).1["oldest_available_cursor"], "3");
+    let ahead = app
+        .events()
+        .stream_status_events(StreamStatusEventsRequest {
+            after_cursor: Some(1041),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(ahead.code(), Code::OutOfRange);
+    assert_eq!(
+        error_info(&ahead).1["oldest_available_cursor"],
+        "3",
+        "the oldest cursor to resume after, not the newest event"
+    );
     // Resuming exactly at the boundary works.
     let mut ok = subscribe(
         &app,
@@ -512,4 +528,60 @@ async fn shutdown_ends_open_streams_with_unavailable() {
         other => panic!("expected UNAVAILABLE, got {other:?}"),
     }
     stopped.await.unwrap().expect("clean stop");
+}
+
+/// `msgw_event_streams_open` as `/metrics` shows it.
+async fn open_streams(app: &TestApp) -> f64 {
+    let text = reqwest::get(format!("http://{}/metrics", app.http_addr))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find(|l| l.starts_with("msgw_event_streams_open "))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(-1.0)
+}
+
+#[tokio::test]
+async fn cancelled_filtered_streams_are_freed_without_waiting_for_an_event() {
+    let app = spawn(Options::default()).await;
+    let baseline = open_streams(&app).await;
+    let mut streams = Vec::new();
+    for _ in 0..500 {
+        let request = StreamStatusEventsRequest {
+            ids: vec![999_999],
+            ..Default::default()
+        };
+        streams.push(
+            app.events()
+                .stream_status_events(request)
+                .await
+                .unwrap()
+                .into_inner(),
+        );
+    }
+    assert_eq!(open_streams(&app).await, baseline + 500.0);
+    drop(streams);
+    // No event ever matches their filter: only the client leaving can end them.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+    while open_streams(&app).await != baseline {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} streams still open a second after their clients left",
+            open_streams(&app).await - baseline
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Intake is unaffected: a webhook is still stored and streamed.
+    let mut live = subscribe(&app, StreamStatusEventsRequest::default()).await;
+    assert_eq!(
+        app.post_webhook(&app.hook_path(7), webhook(7, "DELIVERED"))
+            .await,
+        200
+    );
+    let event = live.next().await.unwrap().unwrap().event.unwrap();
+    assert_eq!(event.id, 7);
 }

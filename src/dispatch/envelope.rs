@@ -372,7 +372,14 @@ impl Engine {
             let entry = &mut entries[i];
             let result = match outcome {
                 ItemOutcome::Done(output) => Ok(output),
-                ItemOutcome::Rejected(text) => Err(Error::Rejected(text)),
+                // A status query the gateway refuses asks for an id it does not know.
+                ItemOutcome::Rejected(text) => Err(match &entry.op {
+                    Operation::GetMessageStatus(id) => Error::MessageNotFound {
+                        id: id.get(),
+                        upstream_error: text,
+                    },
+                    _ => Error::Rejected(text),
+                }),
                 ItemOutcome::BadPayload(e) => Err(Error::Unavailable {
                     cause: UnavailableCause::BadResponse,
                     // The gateway said it succeeded; only its answer is unreadable.

@@ -40,8 +40,9 @@ pub enum Error {
     /// The gateway refused the operation, with its own text.
     #[error("the gateway rejected the operation: {0}")]
     Rejected(String),
-    /// The gateway could not be asked or answered unusably.
-    #[error("the gateway is unavailable: {detail}")]
+    /// The gateway could not be asked or answered unusably, or msgw's own store failed,
+    /// or msgw is shutting down (`cause` says which).
+    #[error("{}", unavailable_text(*cause, detail))]
     Unavailable {
         /// What happened.
         cause: UnavailableCause,
@@ -55,6 +56,14 @@ pub enum Error {
     DeadlineExceeded {
         /// Whether the operation may have been carried out anyway.
         outcome_unknown: bool,
+    },
+    /// The gateway does not know the message a status query asked for.
+    #[error("the gateway has no message with id {id}: {upstream_error}")]
+    MessageNotFound {
+        /// The client id asked for.
+        id: u64,
+        /// The gateway's text.
+        upstream_error: String,
     },
     /// The id is claimed by a different request (same id, other content).
     #[error("id {id} is already used by a different request; use a new id for a new message")]
@@ -93,6 +102,14 @@ pub enum Error {
     /// A bug in msgw.
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+/// The text of an `Unavailable` error: only a gateway problem is called one.
+fn unavailable_text(cause: UnavailableCause, detail: &str) -> String {
+    match cause {
+        UnavailableCause::Store | UnavailableCause::ShuttingDown => detail.to_owned(),
+        _ => format!("the gateway is unavailable: {detail}"),
+    }
 }
 
 fn summary(violations: &[FieldViolation]) -> String {

@@ -132,7 +132,8 @@ fn finish(metrics: &Metrics, method: &str, started: Instant, error: Option<&Erro
                 | Error::Rejected(_)
                 | Error::IdConflict { .. }
                 | Error::SendInProgress { .. }
-                | Error::Overloaded { .. } => {
+                | Error::Overloaded { .. }
+                | Error::MessageNotFound { .. } => {
                     tracing::info!(error = %e, "rpc refused")
                 }
                 _ => tracing::warn!(error = %e, "rpc failed"),
@@ -160,6 +161,7 @@ fn outcome(e: &Error) -> &'static str {
         Error::SendInProgress { .. } => "send_in_progress",
         Error::ResultLost(_) => "result_lost",
         Error::Overloaded { .. } => "overloaded",
+        Error::MessageNotFound { .. } => "not_found",
         Error::Internal(_) => "internal",
     }
 }

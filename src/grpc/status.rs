@@ -24,6 +24,7 @@ pub fn code(e: &Error) -> Code {
         Error::SendInProgress { .. } => Code::Aborted,
         Error::ResultLost(_) => Code::FailedPrecondition,
         Error::Overloaded { .. } => Code::ResourceExhausted,
+        Error::MessageNotFound { .. } => Code::NotFound,
         Error::Internal(_) => Code::Internal,
     }
 }
@@ -110,6 +111,12 @@ impl From<Error> for Status {
                 Status::with_error_details(Code::Aborted, message, details)
             }
             Error::ResultLost(_) => with_info(Code::FailedPrecondition, message, "RESULT_LOST", []),
+            Error::MessageNotFound { upstream_error, .. } => with_info(
+                Code::NotFound,
+                message,
+                "MESSAGE_NOT_FOUND",
+                [("upstream_error", upstream_error)],
+            ),
             Error::Overloaded { retry_after } => {
                 let mut details = ErrorDetails::with_retry_info(Some(retry_after));
                 details.set_error_info("QUEUE_FULL", ERROR_DOMAIN, HashMap::new());

@@ -201,13 +201,13 @@ impl Gateway {
             .body(body)
             .send()
             .await
-            .map_err(|e| transport_error(&e))?;
+            .map_err(transport_error)?;
         let status = response.status();
         if !status.is_success() {
             return Err(UpstreamError::HttpStatus(status.as_u16()));
         }
         let mut bytes = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(|e| transport_error(&e))? {
+        while let Some(chunk) = response.chunk().await.map_err(transport_error)? {
             if bytes.len() + chunk.len() > MAX_RESPONSE_BYTES {
                 return Err(UpstreamError::BadEnvelope(format!(
                     "body larger than {MAX_RESPONSE_BYTES} bytes"
@@ -255,9 +255,11 @@ fn outcome(result: &Result<Vec<ItemOutcome>, UpstreamError>) -> &'static str {
     }
 }
 
-fn transport_error(e: &reqwest::Error) -> UpstreamError {
-    // reqwest's messages name the URL, never the body, so the key cannot leak here.
-    let text = error_chain(e);
+fn transport_error(e: reqwest::Error) -> UpstreamError {
+    // Callers get the cause; the gateway's address is internal and goes to the log only.
+    tracing::warn!(error = %error_chain(&e), "gateway request failed");
+    let e = e.without_url();
+    let text = error_chain(&e);
     if e.is_connect() {
         UpstreamError::Unreachable(text)
     } else {

@@ -192,6 +192,11 @@ async fn unreachable_gateway_is_unavailable_and_outcome_known() {
         (reason.as_str(), metadata["cause"].as_str()),
         ("UPSTREAM_UNAVAILABLE", "unreachable")
     );
+    assert!(
+        !status.message().contains(&closed.to_string()),
+        "the gateway's internal address leaks to callers: {}",
+        status.message()
+    );
 }
 
 #[tokio::test]

@@ -524,6 +524,11 @@ async fn shutdown_ends_open_streams_with_unavailable() {
         Some(Err(status)) => {
             assert_eq!(status.code(), Code::Unavailable);
             assert_eq!(error_info(&status).0, "SHUTTING_DOWN");
+            assert!(
+                status.message().starts_with("msgw is shutting down"),
+                "not a gateway problem: {}",
+                status.message()
+            );
         }
         other => panic!("expected UNAVAILABLE, got {other:?}"),
     }

@@ -487,15 +487,17 @@ async fn slow_number_is_still_in_flight_when_a_normal_one_is_done() {
 }
 
 #[tokio::test]
-async fn unknown_message_status_is_rejected_by_the_gateway() {
+async fn unknown_message_status_is_not_found() {
     let app = spawn_sandboxed_app(STEP).await;
     let e = app
         .messaging()
         .get_message_status(GetMessageStatusRequest { id: 999 })
         .await
         .unwrap_err();
-    assert_eq!(e.code(), Code::FailedPrecondition);
-    assert_eq!(error_info(&e).1["upstream_error"], "Message not found");
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    let (reason, metadata) = error_info(&e);
+    assert_eq!(reason, "MESSAGE_NOT_FOUND");
+    assert_eq!(metadata["upstream_error"], "Message not found");
 }
 
 #[tokio::test]

@@ -12,7 +12,9 @@ use tonic_health::{ServingStatus, server::HealthReporter};
 use crate::config::{Config, Upstream};
 use crate::dispatch::{Dispatcher, Tracking};
 use crate::events::EventLog;
-use crate::grpc::{Account, Events, Messaging, StampLayer, Templates};
+use crate::grpc::{
+    Account, Events, MAX_REQUEST_BYTES, Messaging, StampLayer, Templates, TooLargeLayer,
+};
 use crate::hooks::{HookSigner, HookUrls};
 use crate::metrics::Metrics;
 use crate::proto::{
@@ -201,17 +203,26 @@ impl Application {
         };
         let server = Server::builder()
             .layer(StampLayer)
+            .layer(TooLargeLayer)
             .add_service(health_service)
             .add_service(reflection_v1()?)
             .add_service(reflection_v1alpha()?)
-            .add_service(MessagingServiceServer::new(Messaging::new(
-                self.dispatcher.clone(),
-            )))
-            .add_service(AccountServiceServer::new(Account::new(
-                self.dispatcher.clone(),
-            )))
-            .add_service(TemplateServiceServer::new(Templates::new(self.dispatcher)))
-            .add_service(EventServiceServer::new(Events::new(self.events.clone())))
+            .add_service(
+                MessagingServiceServer::new(Messaging::new(self.dispatcher.clone()))
+                    .max_decoding_message_size(MAX_REQUEST_BYTES),
+            )
+            .add_service(
+                AccountServiceServer::new(Account::new(self.dispatcher.clone()))
+                    .max_decoding_message_size(MAX_REQUEST_BYTES),
+            )
+            .add_service(
+                TemplateServiceServer::new(Templates::new(self.dispatcher))
+                    .max_decoding_message_size(MAX_REQUEST_BYTES),
+            )
+            .add_service(
+                EventServiceServer::new(Events::new(self.events.clone()))
+                    .max_decoding_message_size(MAX_REQUEST_BYTES),
+            )
             // An incoming stream skips the builder's socket options: ask for TCP_NODELAY
             // here, or Nagle holds back every small streamed event.
             .serve_with_incoming_shutdown(

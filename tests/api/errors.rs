@@ -266,3 +266,30 @@ async fn success_flag_as_integer_is_accepted() {
         .into_inner();
     assert_eq!(r.amount, 12.5);
 }
+
+#[tokio::test]
+async fn oversized_requests_are_resource_exhausted_and_nothing_is_sent() {
+    let app = spawn_app().await;
+    for megabytes in [2, 5, 10] {
+        let mut request = sms();
+        request.message = "x".repeat(megabytes * 1024 * 1024);
+        let status = app.messaging().send_sms(request).await.unwrap_err();
+        assert_eq!(
+            status.code(),
+            Code::ResourceExhausted,
+            "{megabytes} MB: {status:?}"
+        );
+    }
+    // A normal request on the same connection still goes through.
+    let mut request = sms();
+    request.message = "x".repeat(1000);
+    app.messaging()
+        .send_sms(request)
+        .await
+        .expect("a normal request");
+    assert_eq!(
+        app.gateway.requests().len(),
+        1,
+        "only the normal request was sent"
+    );
+}

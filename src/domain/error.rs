@@ -112,12 +112,23 @@ fn unavailable_text(cause: UnavailableCause, detail: &str) -> String {
     }
 }
 
+/// Violations named in an error's message; the details list more (see the gRPC border).
+const SUMMARIZED: usize = 3;
+
 fn summary(violations: &[FieldViolation]) -> String {
-    violations
+    let mut text = violations
         .iter()
+        .take(SUMMARIZED)
         .map(|v| format!("{}: {}", v.field, v.description))
         .collect::<Vec<_>>()
-        .join("; ")
+        .join("; ");
+    if violations.len() > SUMMARIZED {
+        text.push_str(&format!(
+            "; and {} more (see the BadRequest details)",
+            violations.len() - SUMMARIZED
+        ));
+    }
+    text
 }
 
 /// Collects every violation of a request instead of stopping at the first,

@@ -36,12 +36,7 @@ impl From<Error> for Status {
             Error::InvalidArgument(violations) => Status::with_error_details(
                 Code::InvalidArgument,
                 message,
-                ErrorDetails::with_bad_request(
-                    violations
-                        .into_iter()
-                        .map(|v| FieldViolation::new(v.field, v.description))
-                        .collect::<Vec<_>>(),
-                ),
+                ErrorDetails::with_bad_request(bounded(violations)),
             ),
             Error::AccessDenied => {
                 with_info(Code::Unauthenticated, message, "UPSTREAM_ACCESS_DENIED", [])
@@ -125,6 +120,36 @@ impl From<Error> for Status {
             Error::Internal(_) => Status::internal(message),
         }
     }
+}
+
+/// Field violations listed in one status at most.
+const MAX_VIOLATIONS: usize = 50;
+/// Bytes of field paths and descriptions in one status at most: with the message
+/// and framing, the status stays under 8 KiB, below every common client's metadata
+/// limit (grpcio's is 16 KiB), so the details always reach the caller.
+const MAX_VIOLATION_BYTES: usize = 6 * 1024;
+
+/// The first violations that fit the bounds, then one saying how many more there are.
+fn bounded(violations: Vec<crate::domain::FieldViolation>) -> Vec<FieldViolation> {
+    let total = violations.len();
+    let mut bytes = 0;
+    let mut listed: Vec<FieldViolation> = Vec::new();
+    for v in violations {
+        let size = v.field.len() + v.description.len();
+        if listed.len() == MAX_VIOLATIONS || bytes + size > MAX_VIOLATION_BYTES {
+            break;
+        }
+        bytes += size;
+        listed.push(FieldViolation::new(v.field, v.description));
+    }
+    if listed.len() < total {
+        let more = total - listed.len();
+        listed.push(FieldViolation::new(
+            "",
+            format!("and {more} more violations not listed; fix these and send again"),
+        ));
+    }
+    listed
 }
 
 fn with_info<const N: usize>(

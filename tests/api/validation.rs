@@ -665,3 +665,53 @@ async fn accepts_plus_prefixed_phone_and_boundary_values() {
         .unwrap();
     assert_eq!(app.gateway.requests().len(), 4);
 }
+
+/// The bytes a client must accept to read this status: message and details.
+fn status_size(status: &tonic::Status) -> usize {
+    status.message().len() + status.details().len()
+}
+
+#[tokio::test]
+async fn a_flood_of_violations_stays_small_enough_for_every_client() {
+    let app = spawn_app().await;
+    // 100 items, each with a bad phone.
+    let items = (1..=100)
+        .map(|id| BatchItem {
+            operation: Some(batch_item::Operation::SendSms(SendSmsRequest {
+                id,
+                phone: "not-a-phone-number".into(),
+                ..sms()
+            })),
+        })
+        .collect();
+    let status = app
+        .messaging()
+        .batch(BatchRequest { items })
+        .await
+        .unwrap_err();
+    let fields = violations(&status);
+    assert!(
+        status_size(&status) <= 8 * 1024,
+        "{} bytes",
+        status_size(&status)
+    );
+    assert_eq!(fields[0], "items");
+    assert_eq!(fields.last().map(String::as_str), Some(""), "{fields:?}");
+    assert!(status.message().contains("more"), "{}", status.message());
+
+    // 10,000 empty carousel slides.
+    let slides = vec![ViberCarouselSlide::default(); 10_000];
+    let status = app
+        .messaging()
+        .send_viber(viber(carousel(slides)))
+        .await
+        .unwrap_err();
+    let fields = violations(&status);
+    assert!(
+        status_size(&status) <= 8 * 1024,
+        "{} bytes",
+        status_size(&status)
+    );
+    assert!(fields.len() <= 51, "{} violations listed", fields.len());
+    assert!(app.gateway.requests().is_empty(), "nothing is sent");
+}

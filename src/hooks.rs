@@ -1,6 +1,7 @@
-//! Hook URLs and their tokens: HMAC-SHA256 over the client id, base64url, so a
-//! webhook proves it is about the message msgw sent, without any lookup. `dispatch/`
-//! signs them into every send; `webhook/` verifies them.
+//! Hook URLs and their tokens: `<client id>.<HMAC-SHA256 over the client id,
+//! base64url>`, so a webhook proves which message it is about before its body is
+//! read, without any lookup. `dispatch/` signs them into every send; `webhook/`
+//! verifies them.
 
 use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
 use hmac::{Hmac, Mac};
@@ -39,16 +40,48 @@ impl HookSigner {
 
     /// The token of a message's hook URL.
     pub fn token(&self, client_id: u64) -> String {
-        URL_SAFE_NO_PAD.encode(self.mac(client_id).finalize().into_bytes())
+        format!(
+            "{client_id}.{}",
+            URL_SAFE_NO_PAD.encode(self.mac(client_id).finalize().into_bytes())
+        )
     }
 
-    /// Whether `token` was issued for `client_id` (constant-time).
-    pub fn verify(&self, client_id: u64, token: &str) -> bool {
-        match URL_SAFE_NO_PAD.decode(token) {
+    /// What a presented token proves (the MAC compared in constant time).
+    pub fn open(&self, token: &str) -> Token {
+        match token.split_once('.') {
+            Some((id, mac)) => match id.parse::<u64>() {
+                Ok(id) if id > 0 && self.mac_matches(id, mac) => Token::Message(id),
+                _ => Token::Forged,
+            },
+            // A token of an earlier msgw version: the MAC alone, the id in the body.
+            None if URL_SAFE_NO_PAD.decode(token).is_ok_and(|b| b.len() == 32) => Token::Legacy,
+            None => Token::Forged,
+        }
+    }
+
+    /// Whether a token of an earlier version (the MAC alone) was issued for `client_id`.
+    pub fn verify_legacy(&self, client_id: u64, token: &str) -> bool {
+        self.mac_matches(client_id, token)
+    }
+
+    fn mac_matches(&self, client_id: u64, mac: &str) -> bool {
+        match URL_SAFE_NO_PAD.decode(mac) {
             Ok(bytes) => self.mac(client_id).verify_slice(&bytes).is_ok(),
             Err(_) => false,
         }
     }
+}
+
+/// What a per-message hook token proves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Token {
+    /// Issued by this secret for this client id.
+    Message(u64),
+    /// The format of an earlier version (hooks of messages sent before an upgrade): the
+    /// client id comes from the body and is verified against it.
+    Legacy,
+    /// Not issued by this secret.
+    Forged,
 }
 
 /// The URLs the gateway posts statuses to.
@@ -97,17 +130,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tokens_verify_only_for_their_message_and_secret() {
+    fn tokens_prove_their_message_only_with_their_secret() {
         let signer = HookSigner::new(&SecretString::from("s3cret"));
         let token = signer.token(100500);
-        assert!(signer.verify(100500, &token));
-        assert!(!signer.verify(100501, &token));
-        assert!(!signer.verify(100500, "not-a-token"));
-        assert!(!HookSigner::new(&SecretString::from("other")).verify(100500, &token));
+        assert_eq!(signer.open(&token), Token::Message(100500));
+        let (_, mac) = token.split_once('.').unwrap();
+        assert_eq!(signer.open(&format!("100501.{mac}")), Token::Forged);
+        assert_eq!(signer.open("0.AAAA"), Token::Forged);
+        assert_eq!(signer.open("not-a-token"), Token::Forged);
+        assert_eq!(
+            HookSigner::new(&SecretString::from("other")).open(&token),
+            Token::Forged
+        );
         assert!(
             !token.contains(['+', '/', '=']),
-            "base64url without padding: {token}"
+            "URL-safe without padding: {token}"
         );
+        // The format before the id was part of the token still verifies, by the body's id.
+        assert_eq!(signer.open(mac), Token::Legacy);
+        assert!(signer.verify_legacy(100500, mac));
+        assert!(!signer.verify_legacy(100501, mac));
     }
 
     #[test]

@@ -45,6 +45,11 @@ pub fn parse_webhook(body: &[u8]) -> Result<DeliveryReport, WebhookError> {
         return Err(WebhookError("expected a JSON object".into()));
     }
     let b = WebhookBody::deserialize(&value).map_err(|e| WebhookError(e.to_string()))?;
+    // Without a status there is nothing to record, and an event without one would
+    // count as final and stop reconcile for the message.
+    if b.status.as_deref().is_none_or(|s| s.trim().is_empty()) {
+        return Err(WebhookError("status is required".into()));
+    }
     if b.duration.is_some_and(|d| !d.is_finite() || d < 0.0) {
         return Err(WebhookError(
             "duration must be a non-negative number".into(),
@@ -98,6 +103,8 @@ mod tests {
             br#"{"success":"maybe"}"#,
             br#"{"success":true,"id":"abc"}"#,
             br#"{"success":true,"duration":-1}"#,
+            br#"{"success":true,"id":"1","type":"sms"}"#,
+            br#"{"success":true,"id":"1","type":"sms","status":" "}"#,
         ] {
             assert!(
                 parse_webhook(bad).is_err(),

@@ -22,7 +22,7 @@ use crate::metrics::Metrics;
 use crate::store::Store;
 use crate::upstream::parse_webhook;
 
-use crate::hooks::{HookSigner, same_token};
+use crate::hooks::{HookSigner, Token, same_token};
 
 /// Largest webhook body accepted; the gateway's reports are a few hundred bytes.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -99,6 +99,7 @@ fn answer(state: &WebhookState, endpoint: &str, outcome: Result<Taken, Refusal>)
             let result = match r.code {
                 StatusCode::UNAUTHORIZED => "unauthorized",
                 StatusCode::PAYLOAD_TOO_LARGE => "too_large",
+                StatusCode::NOT_FOUND => "unknown_message",
                 StatusCode::SERVICE_UNAVAILABLE => "store_error",
                 _ => "bad_request",
             };
@@ -138,13 +139,27 @@ async fn take_status(
     token: &str,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Taken, Refusal> {
+    // The token first: nothing of a forged request is parsed or looked up.
+    let proven = match state.signer.open(token) {
+        Token::Forged => return Err(Refusal::unauthorized()),
+        Token::Message(id) => Some(id),
+        Token::Legacy => None,
+    };
     let body = body_bytes(body)?;
     let mut report =
         parse_webhook(&body).map_err(|e| Refusal::new(StatusCode::BAD_REQUEST, e.to_string()))?;
-    resolve_client_id(state, &mut report).await?;
-    // The token is an HMAC of the client id, so only the message's own hook verifies.
-    if report.client_id == 0 || !state.signer.verify(report.client_id, token) {
-        return Err(Refusal::unauthorized());
+    match proven {
+        // The token names the message; a body naming another one is not its report.
+        Some(id) if report.client_id != 0 && report.client_id != id => {
+            return Err(Refusal::unauthorized());
+        }
+        Some(id) => report.client_id = id,
+        None => {
+            resolve_client_id(state, &mut report).await?;
+            if report.client_id == 0 || !state.signer.verify_legacy(report.client_id, token) {
+                return Err(Refusal::unauthorized());
+            }
+        }
     }
     record(state, report).await
 }
@@ -169,11 +184,19 @@ async fn take_account(
     let mut report =
         parse_webhook(&body).map_err(|e| Refusal::new(StatusCode::BAD_REQUEST, e.to_string()))?;
     resolve_client_id(state, &mut report).await?;
-    if report.client_id == 0 && report.msg_id.is_none() {
-        return Err(Refusal::new(
-            StatusCode::BAD_REQUEST,
-            "neither id nor msg_id: the status names no message",
-        ));
+    if report.client_id == 0 {
+        // Never stored under a made-up id. Not found rather than refused: a status can
+        // arrive a moment before msgw has recorded the send, and the gateway retries.
+        return Err(match report.msg_id {
+            Some(msg_id) => Refusal::new(
+                StatusCode::NOT_FOUND,
+                format!("no message with msg_id {msg_id} was sent through msgw"),
+            ),
+            None => Refusal::new(
+                StatusCode::BAD_REQUEST,
+                "neither id nor msg_id: the status names no message",
+            ),
+        });
     }
     record(state, report).await
 }

@@ -590,3 +590,83 @@ async fn cancelled_filtered_streams_are_freed_without_waiting_for_an_event() {
     let event = live.next().await.unwrap().unwrap().event.unwrap();
     assert_eq!(event.id, 7);
 }
+
+/// Posts a valid webhook for `id` and checks it is the next event on `stream`: whatever
+/// was refused before it produced no event.
+async fn next_is_sentinel(
+    app: &TestApp,
+    stream: &mut Streaming<StreamStatusEventsResponse>,
+    id: u64,
+) {
+    assert_eq!(
+        app.post_webhook(&app.hook_path(id), webhook(id, "DELIVERED"))
+            .await,
+        200
+    );
+    let event = stream.next().await.unwrap().unwrap().event.unwrap();
+    assert_eq!(event.id, id, "an earlier refused webhook produced an event");
+}
+
+#[tokio::test]
+async fn webhooks_prove_their_message_before_anything_else_and_need_a_status() {
+    let app = spawn(Options::default()).await;
+    let mut stream = subscribe(&app, StreamStatusEventsRequest::default()).await;
+    // A forged token is refused before the body is read: garbage gets 401, not 400.
+    let mac = app.hook_path(5).rsplit_once('.').unwrap().1.to_owned();
+    assert_eq!(
+        app.post_webhook(&format!("/v1/webhooks/status/6.{mac}"), "not json")
+            .await,
+        401
+    );
+    // A body about another message than its token's.
+    assert_eq!(
+        app.post_webhook(&app.hook_path(5), webhook(6, "DELIVERED"))
+            .await,
+        401
+    );
+    // No status: nothing to record (it would have counted as final).
+    assert_eq!(
+        app.post_webhook(
+            &app.hook_path(5),
+            r#"{"success":true,"id":"5","msg_id":"m5","type":"sms"}"#
+        )
+        .await,
+        400
+    );
+    // A body with only msg_id is the token's message.
+    assert_eq!(
+        app.post_webhook(
+            &app.hook_path(5),
+            r#"{"success":true,"msg_id":"m5","type":"sms","status":"DELIVERED"}"#
+        )
+        .await,
+        200
+    );
+    let event = stream.next().await.unwrap().unwrap().event.unwrap();
+    assert_eq!((event.id, event.msg_id.as_str()), (5, "m5"));
+    // A hook URL from before the client id was part of the token still works.
+    assert_eq!(
+        app.post_webhook(&format!("/v1/webhooks/status/{mac}"), webhook(5, "READ"))
+            .await,
+        200
+    );
+    assert_eq!(stream.next().await.unwrap().unwrap().event.unwrap().id, 5);
+    next_is_sentinel(&app, &mut stream, 8).await;
+}
+
+#[tokio::test]
+async fn an_account_status_of_a_message_msgw_never_sent_is_not_stored() {
+    let app = spawn(Options::default()).await;
+    let mut stream = subscribe(&app, StreamStatusEventsRequest::default()).await;
+    let body =
+        json!({"success": true, "msg_id": "never-sent", "type": "sms", "status": "DELIVERED"});
+    assert_eq!(
+        app.post_webhook(
+            &format!("/v1/webhooks/account/{ACCOUNT_TOKEN}"),
+            body.to_string()
+        )
+        .await,
+        404
+    );
+    next_is_sentinel(&app, &mut stream, 9).await;
+}

@@ -4,6 +4,16 @@ use chrono::{DateTime, Utc};
 
 use super::{Channel, Reply, ReportedStatus};
 
+/// The longest duration `google.protobuf.Duration` holds (10,000 years), seconds.
+pub const MAX_DURATION_SECS: f64 = 315_576_000_000.0;
+
+/// Whether every client can represent `t`: years 1 to 9999 in UTC, the range of
+/// `google.protobuf.Timestamp` and of RFC 3339 itself.
+pub fn representable(t: &DateTime<Utc>) -> bool {
+    use chrono::Datelike;
+    (1..=9999).contains(&t.year())
+}
+
 /// What the gateway said about one message's delivery.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeliveryReport {

@@ -10,7 +10,9 @@ mod status;
 mod values;
 
 pub use error::{Error, FieldViolation, Scope, UnavailableCause, Violations};
-pub use events::{DeliveryReport, EventSource, NewEvent, StatusEvent};
+pub use events::{
+    DeliveryReport, EventSource, MAX_DURATION_SECS, NewEvent, StatusEvent, representable,
+};
 pub use ops::{
     CAROUSEL_SLIDES, Gender, Operation, PipelineSend, PipelineStep, RcsFallback, RcsSend,
     Recipient, Slide, SmsFallback, SmsSend, TelegramOtp, TemplateSelector, ViberContent, ViberKind,

@@ -126,10 +126,14 @@ pub fn event(e: StatusEvent) -> proto::StatusEvent {
         error: r.error.unwrap_or_default(),
         updated: r.updated.map(timestamp),
         reply: r.reply.unwrap_or_default(),
-        duration: r.duration_secs.map(|s| prost_types::Duration {
-            seconds: s.trunc() as i64,
-            nanos: (s.fract() * 1e9) as i32,
-        }),
+        // Stored before msgw bounded durations at intake: what a client cannot hold is left out.
+        duration: r
+            .duration_secs
+            .filter(|s| (0.0..=domain::MAX_DURATION_SECS).contains(s))
+            .map(|s| prost_types::Duration {
+                seconds: s.trunc() as i64,
+                nanos: (s.fract() * 1e9) as i32,
+            }),
         request_id: r.request_id.unwrap_or_default(),
         replies: r.replies.into_iter().map(reply).collect(),
         receive_time: Some(timestamp(e.event.received_at)),

@@ -189,17 +189,25 @@ fn event_from_row(row: &SqliteRow) -> Result<StatusEvent, StoreError> {
                 status: status.map(ReportedStatus::new),
                 success: row.try_get("success")?,
                 error: row.try_get("error")?,
-                updated: updated
-                    .map(|u| {
-                        DateTime::parse_from_rfc3339(&u)
-                            .map(|t| t.with_timezone(&Utc))
-                            .map_err(|e| StoreError::Corrupt(format!("updated {u:?}: {e}")))
-                    })
-                    .transpose()?,
+                // An optional field that does not read back is left out, logged: one
+                // bad row must never stop a replay for every subscriber.
+                updated: updated.and_then(|u| {
+                    let parsed = DateTime::parse_from_rfc3339(&u)
+                        .ok()
+                        .map(|t| t.with_timezone(&Utc))
+                        .filter(crate::domain::representable);
+                    if parsed.is_none() {
+                        tracing::warn!(cursor, updated = %u, "stored event: unreadable `updated` left out");
+                    }
+                    parsed
+                }),
                 reply: row.try_get("reply")?,
                 duration_secs: row.try_get("duration_s")?,
                 request_id: row.try_get("request_id")?,
-                replies: replies_from_json(&replies)?,
+                replies: replies_from_json(&replies).unwrap_or_else(|e| {
+                    tracing::warn!(cursor, error = %e, "stored event: unreadable `replies` left out");
+                    Vec::new()
+                }),
             },
             received_at: from_ms(row.try_get("received_at_ms")?)?,
             source: EventSource::from_name(&source)

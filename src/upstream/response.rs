@@ -192,10 +192,13 @@ fn kind_of(v: &Value) -> &'static str {
 }
 
 /// Parses an ISO 8601 / RFC 3339 date-time with offset; an unparseable value stays in `raw`.
+/// So does one outside years 1 to 9999 in UTC: what `google.protobuf.Timestamp` (and
+/// RFC 3339 itself) can represent, so every client can read what msgw passes on.
 pub(crate) fn timestamp(s: &str) -> Option<DateTime<Utc>> {
     DateTime::parse_from_rfc3339(s)
         .ok()
         .map(|t| t.with_timezone(&Utc))
+        .filter(crate::domain::representable)
 }
 
 fn sms_template(data: Value) -> Result<SmsTemplate, String> {

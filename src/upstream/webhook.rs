@@ -4,7 +4,7 @@
 use serde::Deserialize;
 
 use super::response::{ReplyPayload, flex, timestamp};
-use crate::domain::{DeliveryReport, Reply, ReportedStatus};
+use crate::domain::{DeliveryReport, MAX_DURATION_SECS, Reply, ReportedStatus};
 
 #[derive(Deserialize)]
 struct WebhookBody {
@@ -50,10 +50,12 @@ pub fn parse_webhook(body: &[u8]) -> Result<DeliveryReport, WebhookError> {
     if b.status.as_deref().is_none_or(|s| s.trim().is_empty()) {
         return Err(WebhookError("status is required".into()));
     }
-    if b.duration.is_some_and(|d| !d.is_finite() || d < 0.0) {
-        return Err(WebhookError(
-            "duration must be a non-negative number".into(),
-        ));
+    if b.duration
+        .is_some_and(|d| !d.is_finite() || !(0.0..=MAX_DURATION_SECS).contains(&d))
+    {
+        return Err(WebhookError(format!(
+            "duration must be a number of seconds from 0 to {MAX_DURATION_SECS}"
+        )));
     }
     Ok(DeliveryReport {
         client_id: b.id.unwrap_or(0),
@@ -74,6 +76,23 @@ pub fn parse_webhook(body: &[u8]) -> Result<DeliveryReport, WebhookError> {
 mod tests {
     use super::*;
     use crate::domain::Status;
+
+    #[test]
+    fn a_time_no_client_can_represent_is_left_out_and_the_status_kept() {
+        for updated in ["9999-12-31T23:59:59-23:59", "0000-01-01T00:00:00+00:00"] {
+            let body = format!(
+                r#"{{"success":true,"id":"2","type":"sms","status":"DELIVERED","updated":"{updated}"}}"#
+            );
+            let r = parse_webhook(body.as_bytes()).unwrap();
+            assert_eq!(r.updated, None, "{updated}");
+            assert!(r.status.is_some());
+        }
+        let r = parse_webhook(
+            br#"{"success":true,"id":"2","status":"DELIVERED","updated":"9999-12-31T23:59:59+00:00"}"#,
+        )
+        .unwrap();
+        assert!(r.updated.is_some(), "the last representable second is kept");
+    }
 
     #[test]
     fn parses_every_documented_field() {
@@ -104,6 +123,7 @@ mod tests {
             br#"{"success":true,"id":"abc"}"#,
             br#"{"success":true,"duration":-1}"#,
             br#"{"success":true,"id":"1","type":"sms"}"#,
+            br#"{"success":true,"id":"1","status":"DELIVERED","duration":1e300}"#,
             br#"{"success":true,"id":"1","type":"sms","status":" "}"#,
         ] {
             assert!(

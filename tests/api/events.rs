@@ -670,3 +670,83 @@ async fn an_account_status_of_a_message_msgw_never_sent_is_not_stored() {
     );
     next_is_sentinel(&app, &mut stream, 9).await;
 }
+
+#[tokio::test]
+async fn a_webhook_with_an_unrepresentable_time_or_duration_cannot_break_replay() {
+    let app = spawn(Options::default()).await;
+    let account = format!("/v1/webhooks/account/{ACCOUNT_TOKEN}");
+    for (id, updated) in [
+        (2, "9999-12-31T23:59:59-23:59"),
+        (3, "0000-01-01T00:00:00+00:00"),
+    ] {
+        let body = json!({"success": true, "id": id.to_string(), "type": "sms",
+                          "status": "DELIVERED", "updated": updated});
+        assert_eq!(app.post_webhook(&account, body.to_string()).await, 200);
+    }
+    let huge = json!({"success": true, "id": "4", "type": "voice", "status": "DELIVERED",
+                      "duration": 1e300});
+    assert_eq!(app.post_webhook(&account, huge.to_string()).await, 400);
+    let mut replay = subscribe(
+        &app,
+        StreamStatusEventsRequest {
+            from_oldest: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    for id in [2, 3] {
+        let event = replay
+            .next()
+            .await
+            .unwrap()
+            .expect("replay works")
+            .event
+            .unwrap();
+        assert_eq!((event.id, event.updated), (id, None));
+    }
+}
+
+#[tokio::test]
+async fn one_unreadable_stored_row_does_not_block_the_replay() {
+    let app = spawn(Options::default()).await;
+    for id in 1..=3 {
+        assert_eq!(
+            app.post_webhook(&app.hook_path(id), webhook(id, "DELIVERED"))
+                .await,
+            200
+        );
+    }
+    // A row written before msgw bounded its fields: a year no client can hold, a
+    // duration no Duration can hold, replies that are not JSON.
+    let pool = sqlx::SqlitePool::connect(&app.store_url()).await.unwrap();
+    sqlx::query(
+        "UPDATE events SET updated = '+10000-12-31T23:59:59Z', duration_s = 1e300,
+                           replies = 'not json' WHERE client_id = 2",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    let mut replay = subscribe(
+        &app,
+        StreamStatusEventsRequest {
+            from_oldest: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    for id in 1..=3 {
+        let event = replay
+            .next()
+            .await
+            .unwrap()
+            .expect("replay works")
+            .event
+            .unwrap();
+        assert_eq!(event.id, id);
+        if id == 2 {
+            assert_eq!((event.updated, event.duration), (None, None));
+            assert!(event.replies.is_empty());
+        }
+    }
+}

@@ -39,6 +39,7 @@ pub struct Application {
     store: Arc<dyn Store>,
     events: Arc<EventLog>,
     webhooks: WebhookState,
+    webhook_limits: webhook::ListenerLimits,
     reconcile: ReconcileConfig,
     retention: Retention,
     shutdown_grace: Duration,
@@ -119,7 +120,9 @@ impl Application {
                 events: events.clone(),
                 store: store.clone(),
                 metrics,
+                body_timeout: config.webhook_limits.body_timeout,
             },
+            webhook_limits: config.webhook_limits,
             store,
             events,
             reconcile: config.reconcile,
@@ -161,13 +164,9 @@ impl Application {
         let http_task = tokio::spawn({
             let router = webhook::router(self.webhooks);
             let mut stop = stop.clone();
-            async move {
-                axum::serve(self.http, router)
-                    .with_graceful_shutdown(async move {
-                        let _ = stop.wait_for(|s| *s).await;
-                    })
-                    .await
-            }
+            webhook::serve(self.http, router, self.webhook_limits, async move {
+                let _ = stop.wait_for(|s| *s).await;
+            })
         });
         let reconcile_task = tokio::spawn(
             Reconciler::new(
@@ -242,10 +241,7 @@ impl Application {
             () = grace_over => tracing::warn!(?grace, "grace period over: dropping the calls still in flight"),
         }
 
-        http_task
-            .await
-            .context("HTTP task")?
-            .context("HTTP server")?;
+        http_task.await.context("HTTP task")?;
         reconcile_task.await.context("reconcile task")?;
         retention_task.await.context("retention task")?;
         balance_task.await.context("balance task")?;

@@ -10,6 +10,7 @@ use crate::dispatch::Limits;
 use crate::reconcile::ReconcileConfig;
 use crate::sandbox::{DEFAULT_API_KEY, SandboxConfig};
 use crate::store::Retention;
+use crate::webhook::ListenerLimits;
 
 /// msgw: a typed gRPC facade for a multi-channel messaging gateway.
 #[derive(Debug, Parser)]
@@ -156,6 +157,16 @@ pub struct ServeArgs {
     /// HTTP listen address: gateway webhooks (and metrics).
     #[arg(long, env = "MSGW_HTTP_ADDR", default_value = "0.0.0.0:8080")]
     pub http_addr: SocketAddr,
+    /// Webhook listener: time a client has to send a request's headers; also the
+    /// longest a keep-alive connection may sit idle between requests.
+    #[arg(long, env = "MSGW_WEBHOOK_HEADER_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub webhook_header_timeout: Duration,
+    /// Webhook listener: time a client has to send a request's body.
+    #[arg(long, env = "MSGW_WEBHOOK_BODY_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub webhook_body_timeout: Duration,
+    /// Webhook listener: connections open at once; more wait to be accepted.
+    #[arg(long, env = "MSGW_WEBHOOK_MAX_CONNECTIONS", default_value_t = 1024)]
+    pub webhook_max_connections: usize,
     /// Base URL where the gateway reaches the HTTP listener; hook URLs are built from it.
     /// Default: the listener's own address (loopback when bound to all interfaces).
     #[arg(long, env = "MSGW_PUBLIC_URL")]
@@ -272,6 +283,8 @@ pub struct Config {
     pub upstream_timeout: Duration,
     /// Gateway requests in flight, operations per request and queued operations, at most.
     pub upstream_limits: Limits,
+    /// Timeouts and connection limit of the webhook listener.
+    pub webhook_limits: ListenerLimits,
 }
 
 impl ServeArgs {
@@ -279,6 +292,17 @@ impl ServeArgs {
     pub fn into_config(self) -> anyhow::Result<Config> {
         if self.upstream_timeout.is_zero() {
             bail!("--upstream-timeout must be greater than zero");
+        }
+        for (flag, d) in [
+            ("--webhook-header-timeout", self.webhook_header_timeout),
+            ("--webhook-body-timeout", self.webhook_body_timeout),
+        ] {
+            if d.is_zero() {
+                bail!("{flag} must be greater than zero");
+            }
+        }
+        if self.webhook_max_connections == 0 {
+            bail!("--webhook-max-connections must be at least 1");
         }
         if !(1..=MAX_UPSTREAM_CONNECTIONS).contains(&self.upstream_connections) {
             bail!(
@@ -404,6 +428,11 @@ impl ServeArgs {
                 connections: self.upstream_connections,
                 batch_max: self.upstream_batch_max,
                 queue_max: self.upstream_queue_max,
+            },
+            webhook_limits: ListenerLimits {
+                header_timeout: self.webhook_header_timeout,
+                body_timeout: self.webhook_body_timeout,
+                max_connections: self.webhook_max_connections,
             },
         })
     }

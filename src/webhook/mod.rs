@@ -3,12 +3,14 @@
 //! `POST /v1/webhooks/account/{account_token}` for pipeline statuses.
 //! A webhook is answered 200 only once its event is committed to the store.
 
-use std::sync::Arc;
+mod listener;
+
+use std::{sync::Arc, time::Duration};
 
 use axum::{
     Router,
-    body::Bytes,
-    extract::{DefaultBodyLimit, Path, State, rejection::BytesRejection},
+    body::{Body, Bytes},
+    extract::{Path, State},
     http::StatusCode,
     response::{IntoResponse, Response},
     routing::post,
@@ -23,6 +25,8 @@ use crate::store::Store;
 use crate::upstream::parse_webhook;
 
 use crate::hooks::{HookSigner, Token, same_token};
+
+pub use listener::{ListenerLimits, serve};
 
 /// Largest webhook body accepted; the gateway's reports are a few hundred bytes.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -40,6 +44,8 @@ pub struct WebhookState {
     pub store: Arc<dyn Store>,
     /// Where webhooks are counted, and what `/metrics` serves.
     pub metrics: Arc<Metrics>,
+    /// Time a client has to send a webhook's body.
+    pub body_timeout: Duration,
 }
 
 /// Routes of the webhook listener.
@@ -49,7 +55,6 @@ pub fn router(state: WebhookState) -> Router {
         .route("/v1/webhooks/account/{token}", post(account_webhook))
         .route("/v1/webhooks/status/", post(missing_token))
         .route("/v1/webhooks/account/", post(missing_token))
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state.clone())
         .route(
             "/metrics",
@@ -100,6 +105,7 @@ fn answer(state: &WebhookState, endpoint: &str, outcome: Result<Taken, Refusal>)
                 StatusCode::UNAUTHORIZED => "unauthorized",
                 StatusCode::PAYLOAD_TOO_LARGE => "too_large",
                 StatusCode::NOT_FOUND => "unknown_message",
+                StatusCode::REQUEST_TIMEOUT => "timeout",
                 StatusCode::SERVICE_UNAVAILABLE => "store_error",
                 _ => "bad_request",
             };
@@ -122,30 +128,53 @@ async fn missing_token(State(state): State<WebhookState>) -> Response {
     )
 }
 
-fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, Refusal> {
-    body.map_err(|e| Refusal::new(e.status(), e.body_text()))
+/// Reads a body of at most [`MAX_BODY_BYTES`] within the body timeout.
+async fn body_bytes(state: &WebhookState, body: Body) -> Result<Bytes, Refusal> {
+    match tokio::time::timeout(
+        state.body_timeout,
+        axum::body::to_bytes(body, MAX_BODY_BYTES),
+    )
+    .await
+    {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(e)) => {
+            let too_large = std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+            Err(if too_large {
+                Refusal::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("body larger than {MAX_BODY_BYTES} bytes"),
+                )
+            } else {
+                Refusal::new(
+                    StatusCode::BAD_REQUEST,
+                    format!("cannot read the body: {e}"),
+                )
+            })
+        }
+        Err(_) => Err(Refusal::new(
+            StatusCode::REQUEST_TIMEOUT,
+            format!("body not received within {:?}", state.body_timeout),
+        )),
+    }
 }
 
 async fn status_webhook(
     State(state): State<WebhookState>,
     Path(token): Path<String>,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Response {
     answer(&state, "status", take_status(&state, &token, body).await)
 }
 
-async fn take_status(
-    state: &WebhookState,
-    token: &str,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Taken, Refusal> {
+async fn take_status(state: &WebhookState, token: &str, body: Body) -> Result<Taken, Refusal> {
     // The token first: nothing of a forged request is parsed or looked up.
     let proven = match state.signer.open(token) {
         Token::Forged => return Err(Refusal::unauthorized()),
         Token::Message(id) => Some(id),
         Token::Legacy => None,
     };
-    let body = body_bytes(body)?;
+    let body = body_bytes(state, body).await?;
     let mut report =
         parse_webhook(&body).map_err(|e| Refusal::new(StatusCode::BAD_REQUEST, e.to_string()))?;
     match proven {
@@ -167,20 +196,16 @@ async fn take_status(
 async fn account_webhook(
     State(state): State<WebhookState>,
     Path(token): Path<String>,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Response {
     answer(&state, "account", take_account(&state, &token, body).await)
 }
 
-async fn take_account(
-    state: &WebhookState,
-    token: &str,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Taken, Refusal> {
+async fn take_account(state: &WebhookState, token: &str, body: Body) -> Result<Taken, Refusal> {
     if !same_token(token, &state.account_token) {
         return Err(Refusal::unauthorized());
     }
-    let body = body_bytes(body)?;
+    let body = body_bytes(state, body).await?;
     let mut report =
         parse_webhook(&body).map_err(|e| Refusal::new(StatusCode::BAD_REQUEST, e.to_string()))?;
     resolve_client_id(state, &mut report).await?;

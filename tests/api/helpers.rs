@@ -21,7 +21,7 @@ use msgw::{
 };
 use msgw::{
     dispatch::Limits, hooks::HookSigner, reconcile::ReconcileConfig, sandbox::SandboxConfig,
-    store::Retention,
+    store::Retention, webhook::ListenerLimits,
 };
 use serde_json::{Value, json};
 use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
@@ -313,6 +313,8 @@ pub struct Options {
     pub balance_refresh: Duration,
     /// Gateway requests in flight, operations per request, queued operations.
     pub limits: Limits,
+    /// Timeouts and connection limit of the webhook listener.
+    pub webhook_limits: ListenerLimits,
 }
 
 impl Default for Options {
@@ -333,6 +335,7 @@ impl Default for Options {
             fan_out: 4096,
             balance_refresh: Duration::ZERO,
             limits: Limits::default(),
+            webhook_limits: ListenerLimits::default(),
         }
     }
 }
@@ -401,6 +404,7 @@ pub async fn spawn(options: Options) -> TestApp {
         upstream,
         upstream_timeout: options.upstream_timeout,
         upstream_limits: options.limits,
+        webhook_limits: options.webhook_limits,
     };
     let app = Application::build(config).await.expect("app builds");
     let addr = app.grpc_addr().unwrap();

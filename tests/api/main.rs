@@ -7,6 +7,7 @@ mod fixtures;
 mod helpers;
 mod idempotency;
 mod lifecycle;
+mod listener;
 mod operations;
 mod sandboxed;
 mod tools;

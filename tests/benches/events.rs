@@ -87,6 +87,7 @@ async fn main() -> anyhow::Result<()> {
         upstream: Upstream::Sandbox(SandboxConfig::default()),
         upstream_timeout: Duration::from_secs(5),
         upstream_limits: msgw::dispatch::Limits::default(),
+        webhook_limits: msgw::webhook::ListenerLimits::default(),
     };
     let app = Application::build(config).await?;
     let (grpc, http) = (app.grpc_addr()?, app.http_addr()?);

@@ -28,8 +28,17 @@ impl ClientId {
         if id == 0 {
             return Err(ValueError::new("required: a message id greater than 0"));
         }
+        if id > Self::MAX {
+            return Err(ValueError::new(format!(
+                "must be at most {} (the gateway holds ids as signed 64-bit numbers)",
+                Self::MAX
+            )));
+        }
         Ok(Self(id))
     }
+
+    /// The largest id: JSON numbers above it do not fit the gateway's signed 64-bit ids.
+    pub const MAX: u64 = i64::MAX as u64;
 
     /// The id as the gateway sees it.
     pub fn get(self) -> u64 {
@@ -97,20 +106,36 @@ impl Phone {
 pub struct Text(String);
 
 impl Text {
-    /// Refuses empty and whitespace-only text; the text is kept as given.
-    pub fn parse(input: &str) -> Result<Self, ValueError> {
+    /// Message bodies (SMS, Viber, RCS, voice, templates): above every channel's
+    /// longest message (Viber takes 1,000 characters; a long SMS is a few dozen parts).
+    pub const MAX_MESSAGE: usize = 5_000;
+    /// Short texts (button, caption, voice profile, template name or id).
+    pub const MAX_SHORT: usize = 256;
+    /// Sender names: an SMS alpha name has 11 characters, other channels' names are short.
+    pub const MAX_SIGNATURE: usize = 64;
+
+    /// Refuses empty and whitespace-only text, and text of more than `max` characters;
+    /// the text is kept as given.
+    pub fn parse(input: &str, max: usize) -> Result<Self, ValueError> {
         if input.trim().is_empty() {
             return Err(ValueError::new("required: must not be empty"));
+        }
+        // Bytes bound characters from above: count only when it can matter.
+        if input.len() > max && input.chars().count() > max {
+            return Err(ValueError::new(format!(
+                "must be at most {max} characters, has {}",
+                input.chars().count()
+            )));
         }
         Ok(Self(input.to_owned()))
     }
 
     /// `None` for empty input, for fields that are optional.
-    pub fn optional(input: &str) -> Result<Option<Self>, ValueError> {
+    pub fn optional(input: &str, max: usize) -> Result<Option<Self>, ValueError> {
         if input.is_empty() {
             Ok(None)
         } else {
-            Self::parse(input).map(Some)
+            Self::parse(input, max).map(Some)
         }
     }
 
@@ -125,10 +150,19 @@ impl Text {
 pub struct HttpUrl(String);
 
 impl HttpUrl {
+    /// The longest URL msgw passes on: what browsers and servers reliably handle.
+    pub const MAX_LEN: usize = 2_048;
+
     /// Accepts absolute `http` and `https` URLs with a host.
     pub fn parse(input: &str) -> Result<Self, ValueError> {
         if input.is_empty() {
             return Err(ValueError::new("required: an absolute http(s) URL"));
+        }
+        if input.len() > Self::MAX_LEN {
+            return Err(ValueError::new(format!(
+                "must be at most {} characters (longer URLs break browsers and servers)",
+                Self::MAX_LEN
+            )));
         }
         let url = url::Url::parse(input)
             .map_err(|e| ValueError::new(format!("must be an absolute http(s) URL ({e})")))?;
@@ -266,8 +300,26 @@ mod tests {
 
     #[test]
     fn text_must_not_be_blank() {
-        assert!(Text::parse(" \t").is_err());
-        assert_eq!(Text::optional("").unwrap(), None);
-        assert!(Text::optional(" ").is_err());
+        assert!(Text::parse(" \t", 10).is_err());
+        assert_eq!(Text::optional("", 10).unwrap(), None);
+        assert!(Text::optional(" ", 10).is_err());
+    }
+
+    #[test]
+    fn text_is_bounded_in_characters_not_bytes() {
+        assert!(
+            Text::parse(&"я".repeat(10), 10).is_ok(),
+            "20 bytes, 10 characters"
+        );
+        assert!(Text::parse(&"я".repeat(11), 10).is_err());
+        assert!(Text::parse(&"x".repeat(11), 10).is_err());
+    }
+
+    #[test]
+    fn ids_fit_the_gateways_signed_64_bit_numbers() {
+        assert!(ClientId::new(i64::MAX as u64).is_ok());
+        assert!(ClientId::new(1 << 63).is_err());
+        assert!(ClientId::new(u64::MAX).is_err());
+        assert!(HttpUrl::parse(&format!("https://e.com/{}", "a".repeat(2_100))).is_err());
     }
 }

@@ -502,7 +502,10 @@ mod tests {
     #[tokio::test]
     async fn an_accepted_outcome_reads_back_exactly() {
         let store = store().await;
-        store.apply_claims(&[claim(u64::MAX, A)]).await.unwrap();
+        store
+            .apply_claims(&[claim(ClientId::MAX, A)])
+            .await
+            .unwrap();
         let outcome = AcceptedOutcome {
             msg_id: Some("123456789".into()),
             parts: 3,
@@ -510,7 +513,7 @@ mod tests {
             recovered: false,
         };
         let settle = ClaimChange::Settle {
-            id: id(u64::MAX),
+            id: id(ClientId::MAX),
             attempt: 1,
             settlement: Settlement::Accepted(outcome.clone(), None),
             at: Utc::now(),
@@ -519,7 +522,7 @@ mod tests {
             store.apply_claims(&[settle]).await.unwrap(),
             [ClaimReply::Settled]
         );
-        let record = store.claim_of(id(u64::MAX)).await.unwrap().unwrap();
+        let record = store.claim_of(id(ClientId::MAX)).await.unwrap().unwrap();
         assert_eq!(record.state, ClaimState::Accepted(outcome));
         assert_eq!(record.fingerprint, A);
     }

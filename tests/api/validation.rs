@@ -715,3 +715,58 @@ async fn a_flood_of_violations_stays_small_enough_for_every_client() {
     assert!(fields.len() <= 51, "{} violations listed", fields.len());
     assert!(app.gateway.requests().is_empty(), "nothing is sent");
 }
+
+#[tokio::test]
+async fn texts_urls_signatures_and_ids_beyond_their_bounds_are_refused() {
+    let app = spawn_app().await;
+    let long = |n: usize| "x".repeat(n);
+    let cases: Vec<(SendSmsRequest, &str)> = vec![
+        (
+            SendSmsRequest {
+                message: long(5_001),
+                ..sms()
+            },
+            "message",
+        ),
+        (
+            SendSmsRequest {
+                signature: long(100_000),
+                ..sms()
+            },
+            "signature",
+        ),
+        (
+            SendSmsRequest {
+                id: 1 << 63,
+                ..sms()
+            },
+            "id",
+        ),
+    ];
+    for (request, field) in cases {
+        let status = app.messaging().send_sms(request).await.unwrap_err();
+        assert_eq!(violations(&status), [field]);
+    }
+    let mut image = viber(send_viber_request::Content::Image(ViberImage {
+        image_url: format!("https://example.com/{}", long(3_000)),
+    }));
+    image.id = 2;
+    let status = app.messaging().send_viber(image).await.unwrap_err();
+    assert_eq!(violations(&status), ["image.image_url"]);
+    // At the bounds, everything is accepted.
+    let at_bounds = SendSmsRequest {
+        id: i64::MAX as u64,
+        message: long(5_000),
+        signature: long(64),
+        ..sms()
+    };
+    app.messaging()
+        .send_sms(at_bounds)
+        .await
+        .expect("within every bound");
+    assert_eq!(
+        app.gateway.requests().len(),
+        1,
+        "nothing beyond a bound was sent"
+    );
+}

@@ -28,7 +28,16 @@ fn recipient(id: u64, phone: &str, s: &mut Scope<'_>) -> Option<Recipient> {
 }
 
 fn text(s: &mut Scope<'_>, field: &str, value: &str) -> Option<Text> {
-    s.check(field, Text::parse(value))
+    s.check(field, Text::parse(value, max_chars(field)))
+}
+
+/// The bound of a text field, by what the field holds.
+fn max_chars(field: &str) -> usize {
+    match field {
+        "message" | "text" => Text::MAX_MESSAGE,
+        "signature" => Text::MAX_SIGNATURE,
+        _ => Text::MAX_SHORT,
+    }
 }
 
 fn url(s: &mut Scope<'_>, field: &str, value: &str) -> Option<HttpUrl> {
@@ -536,7 +545,7 @@ impl IntoOperation for proto::LookupHlrRequest {
 impl IntoOperation for proto::CreateSmsTemplateRequest {
     fn into_operation(self, s: &mut Scope<'_>) -> Option<Operation> {
         let body = text(s, "text", &self.text);
-        let name = s.check("name", Text::optional(&self.name));
+        let name = s.check("name", Text::optional(&self.name, max_chars("name")));
         Some(Operation::CreateSmsTemplate {
             text: body?,
             name: name?,
@@ -552,8 +561,8 @@ impl IntoOperation for proto::ListSmsTemplatesRequest {
 
 impl IntoOperation for proto::DeleteSmsTemplatesRequest {
     fn into_operation(self, s: &mut Scope<'_>) -> Option<Operation> {
-        let id = s.check("id", Text::optional(&self.id));
-        let body = s.check("text", Text::optional(&self.text));
+        let id = s.check("id", Text::optional(&self.id, max_chars("id")));
+        let body = s.check("text", Text::optional(&self.text, max_chars("text")));
         selector(s, id?, body?).map(Operation::DeleteSmsTemplates)
     }
 }
@@ -561,7 +570,10 @@ impl IntoOperation for proto::DeleteSmsTemplatesRequest {
 impl IntoOperation for proto::CreateViberTemplateRequest {
     fn into_operation(self, s: &mut Scope<'_>) -> Option<Operation> {
         let body = text(s, "text", &self.text);
-        let signature = s.check("signature", Text::optional(&self.signature));
+        let signature = s.check(
+            "signature",
+            Text::optional(&self.signature, max_chars("signature")),
+        );
         Some(Operation::CreateViberTemplate {
             text: body?,
             signature: signature?,
@@ -577,7 +589,7 @@ impl IntoOperation for proto::ListViberTemplatesRequest {
 
 impl IntoOperation for proto::DeleteViberTemplatesRequest {
     fn into_operation(self, s: &mut Scope<'_>) -> Option<Operation> {
-        let body = s.check("text", Text::optional(&self.text));
+        let body = s.check("text", Text::optional(&self.text, max_chars("text")));
         selector(s, (self.id != 0).then_some(self.id), body?).map(Operation::DeleteViberTemplates)
     }
 }

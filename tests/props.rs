@@ -126,12 +126,11 @@ proptest! {
     #[test]
     fn gateway_status_answers_never_panic_and_stay_representable(payload in any_json(), id in 1u64..1000) {
         let op = Operation::GetMessageStatus(ClientId::new(id).unwrap());
-        if let Ok(output) = parse_output(&op, payload) {
-            if let Ok(response) = proto::GetMessageStatusResponse::from_output(output) {
-                if let Some(t) = &response.updated {
-                    prop_assert!(timestamp_in_range(t), "{t:?}");
-                }
-            }
+        if let Ok(output) = parse_output(&op, payload)
+            && let Ok(response) = proto::GetMessageStatusResponse::from_output(output)
+            && let Some(t) = &response.updated
+        {
+            prop_assert!(timestamp_in_range(t), "{t:?}");
         }
     }
 

@@ -92,19 +92,8 @@ async fn occupy(app: &TestApp, id: u64) -> tokio::task::JoinHandle<Result<u64, C
 /// Waits until `n` calls queue in msgw behind the busy connection.
 async fn queued(app: &TestApp, n: usize) {
     for _ in 0..500 {
-        let text = reqwest::get(format!("http://{}/metrics", app.http_addr))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        let depth = text
-            .lines()
-            .find(|l| l.starts_with("msgw_upstream_queue_operations "))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or_default();
-        if depth >= n as f64 {
+        let depth = app.metric("msgw_upstream_queue_operations").await;
+        if depth.is_some_and(|d| d >= n as f64) {
             return;
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -240,15 +229,9 @@ async fn a_full_queue_answers_resource_exhausted_with_retry_info() {
     for call in waiting {
         call.await.unwrap().expect("queued calls still go out");
     }
-    let text = reqwest::get(format!("http://{}/metrics", app.http_addr))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(
-        text.contains("msgw_upstream_queue_rejected_total 1"),
-        "{text}"
+    assert_eq!(
+        app.metric("msgw_upstream_queue_rejected_total").await,
+        Some(1.0)
     );
     // The refused id was never claimed: it can be sent later.
     app.messaging().send_sms(sms(4)).await.expect("sent later");

@@ -537,17 +537,7 @@ async fn shutdown_ends_open_streams_with_unavailable() {
 
 /// `msgw_event_streams_open` as `/metrics` shows it.
 async fn open_streams(app: &TestApp) -> f64 {
-    let text = reqwest::get(format!("http://{}/metrics", app.http_addr))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find(|l| l.starts_with("msgw_event_streams_open "))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(-1.0)
+    app.metric("msgw_event_streams_open").await.unwrap_or(-1.0)
 }
 
 #[tokio::test]

@@ -249,6 +249,24 @@ impl TestApp {
     }
 
     /// The per-message hook path msgw gives the gateway for `client_id`.
+    /// The value of the first sample of `series` (name and labels as printed) on
+    /// `/metrics`, if there is one.
+    pub async fn metric(&self, series: &str) -> Option<f64> {
+        let text = reqwest::get(format!("http://{}/metrics", self.http_addr))
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        text.lines()
+            .find(|l| {
+                l.strip_prefix(series)
+                    .is_some_and(|rest| rest.starts_with(' '))
+            })
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+    }
+
     pub fn hook_path(&self, client_id: u64) -> String {
         let signer = HookSigner::new(&WEBHOOK_SECRET.to_owned().into());
         format!("/v1/webhooks/status/{}", signer.token(client_id))

@@ -1,7 +1,7 @@
 //! One envelope, start to end: the calls the coalescer took are claimed together (one
-//! store transaction), unknown earlier outcomes are resolved by one `status` request,
-//! what this envelope now owns goes to the gateway in one request, and every outcome,
-//! with the messages reconcile tracks, is recorded in one transaction.
+//! store call), unknown earlier outcomes are resolved by one `status` request, what
+//! this envelope now owns goes to the gateway in one request, and every outcome, with
+//! the messages reconcile tracks, is recorded in one transaction.
 
 use std::sync::Arc;
 
@@ -116,7 +116,7 @@ impl Runner for Engine {
     }
 }
 
-/// Claims every keyed operation's id in one transaction, then takes over (in a second
+/// Claims every keyed operation's id in one store call, then takes over (in a second
 /// one, only when needed) the claims that were released, unknown or stale.
 async fn acquire(claims: &Claims, entries: &mut [Entry]) {
     let at = Utc::now();

@@ -133,13 +133,12 @@ impl Dispatcher {
                 )));
             }
             pending = Vec::new();
-            let mut stale_at = None;
+            let mut stale_at: Option<chrono::DateTime<chrono::Utc>> = None;
             for (i, answer) in indices.into_iter().zip(answers) {
                 match answer {
                     Answer::Done(result) => results[i] = Some(result),
                     Answer::Wait { op, stale_at: s } => {
-                        stale_at =
-                            Some(stale_at.map_or(s, |t: chrono::DateTime<chrono::Utc>| t.min(s)));
+                        stale_at = Some(stale_at.map_or(s, |t| t.min(s)));
                         pending.push((i, op));
                     }
                 }

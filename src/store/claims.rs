@@ -66,7 +66,8 @@ pub enum Settlement {
     Unknown,
 }
 
-/// One change of the claims; a group of changes commits in one transaction.
+/// One change of the claims. Settlements and take-overs of a group commit together;
+/// each claim is atomic on its own (insert-if-absent), so a group of claims need not.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ClaimChange {
     /// Claims `id` unless a claim exists.

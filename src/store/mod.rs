@@ -95,8 +95,9 @@ pub struct Retention {
 /// msgw's durable state.
 #[tonic::async_trait]
 pub trait Store: std::fmt::Debug + Send + Sync + 'static {
-    /// Applies claim changes in one transaction, in order, one reply each. Settling an
-    /// accepted send also records its message for reconcile, in the same transaction.
+    /// Applies claim changes in order, one reply each: settlements and take-overs of
+    /// a group in one transaction, claims each atomic on its own. Settling an accepted
+    /// send also records its message for reconcile, in the same transaction.
     async fn apply_claims(&self, changes: &[ClaimChange]) -> Result<Vec<ClaimReply>, StoreError>;
 
     /// The claim of `id`, if any.

@@ -396,6 +396,20 @@ async fn filters_select_by_id_msg_id_channel_and_finality() {
     assert_eq!(bad.code(), Code::InvalidArgument);
 }
 
+/// Resumes after `cursor`, which must be OUT_OF_RANGE; the cursor msgw offers instead.
+async fn oldest_available(app: &TestApp, cursor: u64) -> String {
+    let status = app
+        .events()
+        .stream_status_events(StreamStatusEventsRequest {
+            after_cursor: Some(cursor),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::OutOfRange, "{status:?}");
+    error_info(&status).1["oldest_available_cursor"].clone()
+}
+
 #[tokio::test]
 async fn cursors_outside_the_retention_are_out_of_range() {
     let app = spawn(Options::default()).await;
@@ -406,17 +420,8 @@ async fn cursors_outside_the_retention_are_out_of_range() {
             200
         );
     }
-    let ahead = app
-        .events()
-        .stream_status_events(StreamStatusEventsRequest {
-            after_cursor: Some(99),
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(ahead.code(), Code::OutOfRange);
     // Events 1..5 are retained: resuming after 0 gets them all.
-    assert_eq!(error_info(&ahead).1["oldest_available_cursor"], "0");
+    assert_eq!(oldest_available(&app, 99).await, "0");
 
     // Keep the newest two events only.
     let store = SqliteStore::open(&app.store_url(), Duration::from_secs(60))
@@ -430,27 +435,9 @@ async fn cursors_outside_the_retention_are_out_of_range() {
     assert_eq!(store.prune(retention, chrono::Utc::now()).await.unwrap(), 3);
     store.close().await;
 
-    let old = app
-        .events()
-        .stream_status_events(StreamStatusEventsRequest {
-            after_cursor: Some(1),
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(old.code(), Code::OutOfRange);
-    assert_eq!(error_info(&old).1["oldest_available_cursor"], "3");
-    let ahead = app
-        .events()
-        .stream_status_events(StreamStatusEventsRequest {
-            after_cursor: Some(1041),
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(ahead.code(), Code::OutOfRange);
+    assert_eq!(oldest_available(&app, 1).await, "3");
     assert_eq!(
-        error_info(&ahead).1["oldest_available_cursor"],
+        oldest_available(&app, 1041).await,
         "3",
         "the oldest cursor to resume after, not the newest event"
     );

@@ -17,6 +17,7 @@ use crate::grpc::{
 };
 use crate::hooks::{HookSigner, HookUrls};
 use crate::metrics::Metrics;
+use crate::periodic::Leased;
 use crate::proto::{
     self, account_service_server::AccountServiceServer, event_service_server::EventServiceServer,
     messaging_service_server::MessagingServiceServer,
@@ -45,6 +46,8 @@ pub struct Application {
     shutdown_grace: Duration,
     balance_refresh: Duration,
     sandbox: Option<SandboxTask>,
+    /// This replica's name among those sharing the store (holder of leases).
+    replica: String,
 }
 
 /// The in-process sandbox gateway and the handle that stops it.
@@ -93,9 +96,13 @@ impl Application {
             tracing::info!("no {secret} configured: generated a random one for this run");
         }
 
-        let store = crate::store::open(&config.store_url, config.reconcile.first_after)
-            .await
-            .with_context(|| format!("cannot open the store {}", redact(&config.store_url)))?;
+        let store = crate::store::open(
+            &config.store_url,
+            config.store_password.as_ref(),
+            config.reconcile.first_after,
+        )
+        .await
+        .with_context(|| format!("cannot open the store {}", redact(&config.store_url)))?;
         tracing::info!(store = %redact(&config.store_url), "store open");
         let events = EventLog::new(store.clone(), config.event_fan_out, metrics.clone());
         let dispatcher = Dispatcher::new(gateway, config.upstream_limits, metrics.clone())
@@ -130,6 +137,7 @@ impl Application {
             shutdown_grace: config.shutdown_grace,
             balance_refresh: config.balance_refresh,
             sandbox,
+            replica: replica_name(),
         })
     }
 
@@ -180,11 +188,18 @@ impl Application {
         let balance_task = tokio::spawn(crate::balance::refresh(
             self.dispatcher.clone(),
             self.balance_refresh,
+            Leased::new(
+                self.store.clone(),
+                "balance",
+                self.replica.clone(),
+                self.balance_refresh,
+            ),
             stop.clone(),
         ));
         let retention_task = tokio::spawn(self.events.clone().run_retention(
             self.retention,
             RETENTION_EVERY,
+            self.replica.clone(),
             stop.clone(),
         ));
         tracing::info!(%grpc_addr, %http_addr, "msgw serving");
@@ -298,6 +313,13 @@ const SERVICES: [&str; 4] = [
     "msgw.v1.TemplateService",
     "msgw.v1.EventService",
 ];
+
+/// A name for this process among the replicas: the pod's host name (for operators
+/// reading the leases table) plus a random suffix (unique even across restarts).
+fn replica_name() -> String {
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "msgw".into());
+    format!("{host}-{:08x}", rand::random::<u32>())
+}
 
 /// The HTTP listener's own URL; loopback when it listens on all interfaces.
 fn own_url(addr: SocketAddr) -> anyhow::Result<url::Url> {

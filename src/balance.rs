@@ -1,17 +1,20 @@
 //! The balance gauge: msgw reads the account balance periodically, so operators can
-//! alert before sends start failing for lack of funds.
+//! alert before sends start failing for lack of funds. Replicas sharing a store take
+//! turns: the one holding the lease reads and exports the gauge, the others export
+//! none (so `max(msgw_balance)` over the replicas is the balance).
 
 use std::time::Duration;
 
 use crate::dispatch::Dispatcher;
 use crate::domain::{Operation, Output};
-use crate::periodic::Periodic;
+use crate::periodic::{Leased, Periodic};
 
 /// Reads the balance every `every` into the `msgw_balance` gauge until `stop`
-/// turns true; a zero period turns it off.
+/// turns true, on the replica holding the balance lease; a zero period turns it off.
 pub async fn refresh(
     dispatcher: Dispatcher,
     every: Duration,
+    lease: Leased,
     stop: tokio::sync::watch::Receiver<bool>,
 ) {
     if every.is_zero() {
@@ -20,6 +23,11 @@ pub async fn refresh(
     let metrics = dispatcher.metrics().clone();
     let mut ticks = Periodic::new(every, stop);
     while ticks.next().await {
+        if !lease.held().await {
+            // Another replica reads it: a gauge left here would go stale.
+            metrics.balance.reset();
+            continue;
+        }
         match dispatcher
             .execute(Operation::GetBalance, None)
             .await

@@ -194,9 +194,13 @@ pub struct ServeArgs {
     /// File holding the account webhook token.
     #[arg(long, env = "MSGW_ACCOUNT_TOKEN_FILE")]
     pub account_token_file: Option<PathBuf>,
-    /// The store: `sqlite://PATH` (created on first start) or `sqlite::memory:`.
+    /// The store: `sqlite://PATH` (created on first start), `sqlite::memory:`, or
+    /// `postgres://USER@HOST/DB?sslmode=...` (shared by several replicas).
     #[arg(long, env = "MSGW_STORE_URL", default_value = "sqlite://msgw.db")]
     pub store_url: String,
+    /// File holding the PostgreSQL password (instead of one in the store URL).
+    #[arg(long, env = "MSGW_STORE_PASSWORD_FILE")]
+    pub store_password_file: Option<PathBuf>,
     /// Events older than this are dropped from the log (e.g. `7d`, `12h`).
     #[arg(long, env = "MSGW_EVENT_RETENTION", default_value = "7d", value_parser = humantime::parse_duration)]
     pub event_retention: Duration,
@@ -267,6 +271,8 @@ pub struct Config {
     pub generated_secrets: Vec<&'static str>,
     /// The store URL.
     pub store_url: String,
+    /// The PostgreSQL password, when read from a file.
+    pub store_password: Option<SecretString>,
     /// Event log bounds.
     pub retention: Retention,
     /// Events kept in memory for live subscribers.
@@ -371,6 +377,22 @@ impl ServeArgs {
         if self.event_retention_count == 0 {
             bail!("--event-retention-count must be at least 1");
         }
+        let shared_store = crate::store::is_shared(&self.store_url);
+        if !shared_store && !self.store_url.starts_with("sqlite:") {
+            bail!(
+                "--store-url must be sqlite://PATH, sqlite::memory: or postgres://..., got {:?}",
+                self.store_url.split(':').next().unwrap_or_default()
+            );
+        }
+        let store_password = match &self.store_password_file {
+            Some(_) if !shared_store => {
+                bail!("--store-password-file is for a postgres:// store URL only")
+            }
+            Some(path) => Some(SecretString::from(
+                read_secret(path).context("--store-password-file")?,
+            )),
+            None => None,
+        };
         let (webhook_secret, webhook_secret_generated) = secret_or_random(
             "webhook secret (MSGW_WEBHOOK_SECRET)",
             self.webhook_secret,
@@ -389,6 +411,26 @@ impl ServeArgs {
             },
             "at least 16 of A-Z a-z 0-9 - _ . ~",
         )?;
+        // Replicas sharing a store verify each other's hook tokens: a secret generated
+        // per start would make every webhook of a message another replica sent a 401.
+        if shared_store {
+            for (name, generated) in [
+                (
+                    "MSGW_WEBHOOK_SECRET (or MSGW_WEBHOOK_SECRET_FILE)",
+                    webhook_secret_generated,
+                ),
+                (
+                    "MSGW_ACCOUNT_TOKEN (or MSGW_ACCOUNT_TOKEN_FILE)",
+                    account_token_generated,
+                ),
+            ] {
+                if generated {
+                    bail!(
+                        "a PostgreSQL store is shared by replicas, which must verify each other's webhooks: set {name} to the same value on every replica"
+                    );
+                }
+            }
+        }
         Ok(Config {
             grpc_addr: self.grpc_addr,
             http_addr: self.http_addr,
@@ -409,6 +451,7 @@ impl ServeArgs {
             .filter_map(|(name, generated)| generated.then_some(name))
             .collect(),
             store_url: self.store_url,
+            store_password,
             retention: Retention {
                 max_age: self.event_retention,
                 max_events: self.event_retention_count,

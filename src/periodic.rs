@@ -31,3 +31,45 @@ impl Periodic {
         }
     }
 }
+
+/// Work that replicas sharing a store take turns at: a round runs on the replica
+/// holding the store's lease `name`, renewed every round; when that replica stops,
+/// another takes over once the lease (two periods) runs out.
+pub struct Leased {
+    store: std::sync::Arc<dyn crate::store::Store>,
+    name: &'static str,
+    replica: String,
+    ttl: Duration,
+}
+
+impl Leased {
+    /// The lease `name`, held by `replica` for two periods at a time.
+    pub fn new(
+        store: std::sync::Arc<dyn crate::store::Store>,
+        name: &'static str,
+        replica: String,
+        period: Duration,
+    ) -> Self {
+        Self {
+            store,
+            name,
+            replica,
+            ttl: period.saturating_mul(2),
+        }
+    }
+
+    /// Takes or renews the lease: whether this replica runs the round.
+    pub async fn held(&self) -> bool {
+        match self
+            .store
+            .try_lease(self.name, &self.replica, self.ttl, chrono::Utc::now())
+            .await
+        {
+            Ok(held) => held,
+            Err(e) => {
+                tracing::warn!(lease = self.name, error = %e, "cannot take the lease of shared work; skipping this round");
+                false
+            }
+        }
+    }
+}

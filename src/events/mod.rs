@@ -1,15 +1,19 @@
 //! The event log's live side: appends in cursor order, fans events out to
 //! subscribers, and lets each subscriber replay from the store, so a slow or
 //! reconnecting subscriber neither blocks others nor misses anything.
+//!
+//! The live channel carries every event in cursor order without a gap: this
+//! replica's own appends go straight in when they are next in line; everything else
+//! (other replicas' appends, announced by the store) is read from the store first.
 
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
 use chrono::Utc;
-use tokio::sync::{broadcast, mpsc, watch};
+use tokio::sync::{Mutex, broadcast, mpsc, watch};
 
 use crate::domain::{Channel, Error, NewEvent, StatusEvent, UnavailableCause};
 use crate::metrics::Metrics;
-use crate::periodic::Periodic;
+use crate::periodic::{Leased, Periodic};
 use crate::store::{GroupWriter, Retention, Store, StoreError};
 
 /// Where a subscription starts.
@@ -60,11 +64,93 @@ const MAX_GROUP: usize = 256;
 /// The event log: the store plus the in-memory fan-out.
 pub struct EventLog {
     store: Arc<dyn Store>,
-    live: broadcast::Sender<Arc<StatusEvent>>,
-    // One writer task appends and publishes, so events reach the fan-out in cursor order.
+    live: Arc<Tail>,
+    // One writer task appends; its groups reach the fan-out in cursor order.
     writer: GroupWriter<NewEvent, Option<StatusEvent>>,
     closing: watch::Sender<bool>,
     metrics: Arc<Metrics>,
+}
+
+/// The live channel and the newest cursor published on it.
+struct Tail {
+    channel: broadcast::Sender<Arc<StatusEvent>>,
+    /// `None` until the follower has read where the log stands.
+    published: Mutex<Option<u64>>,
+}
+
+impl Tail {
+    /// Publishes this replica's own appended events that are next in line; anything
+    /// after a gap is left to [`follow_store`], which reads it from the store.
+    async fn publish_appended(&self, stored: &[StatusEvent]) {
+        let mut published = self.published.lock().await;
+        let Some(last) = published.as_mut() else {
+            return;
+        };
+        for e in stored {
+            if e.cursor <= *last {
+                continue;
+            }
+            if e.cursor != *last + 1 {
+                return;
+            }
+            // No receiver is fine: subscribers replay from the store.
+            let _ = self.channel.send(Arc::new(e.clone()));
+            *last = e.cursor;
+        }
+    }
+
+    /// Reads from the store and publishes everything up to `target`.
+    async fn catch_up(&self, store: &dyn Store, target: u64) -> Result<(), StoreError> {
+        let mut published = self.published.lock().await;
+        let last = match *published {
+            Some(last) => last,
+            None => *published.insert(store.latest_cursor().await?),
+        };
+        let mut last = last;
+        while last < target {
+            let page = store.events_after(last, REPLAY_PAGE).await?;
+            let Some(newest) = page.last().map(|e| e.cursor) else {
+                // Pruned in between: nothing left to publish up to the target.
+                last = target;
+                break;
+            };
+            for e in page {
+                let _ = self.channel.send(Arc::new(e));
+            }
+            last = newest;
+            *published = Some(last);
+        }
+        *published = Some(last);
+        Ok(())
+    }
+}
+
+/// Publishes what the store announces (other replicas' appends, or own ones that
+/// came after a gap) until the log closes. A failed read is retried: the target
+/// stays until it is published.
+async fn follow_store(store: Arc<dyn Store>, tail: Arc<Tail>, mut closing: watch::Receiver<bool>) {
+    let mut appended = store.appended();
+    let mut retry = Duration::from_millis(50);
+    loop {
+        let target = *appended.borrow_and_update();
+        match tail.catch_up(store.as_ref(), target).await {
+            Ok(()) => {
+                retry = Duration::from_millis(50);
+                tokio::select! {
+                    changed = appended.changed() => if changed.is_err() { return },
+                    _ = closing.wait_for(|c| *c) => return,
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, retry_in = ?retry, "event log: cannot read new events for live subscribers");
+                tokio::select! {
+                    () = tokio::time::sleep(retry) => {}
+                    _ = closing.wait_for(|c| *c) => return,
+                }
+                retry = (retry * 2).min(Duration::from_secs(2));
+            }
+        }
+    }
 }
 
 fn store_error(e: StoreError) -> Error {
@@ -83,12 +169,21 @@ fn shutting_down() -> Error {
 impl EventLog {
     /// An event log over `store`; `fan_out` events are kept in memory for live subscribers.
     pub fn new(store: Arc<dyn Store>, fan_out: usize, metrics: Arc<Metrics>) -> Arc<Self> {
-        let (live, _) = broadcast::channel(fan_out.max(16));
+        let (channel, _) = broadcast::channel(fan_out.max(16));
+        let live = Arc::new(Tail {
+            channel,
+            published: Mutex::new(None),
+        });
         let (closing, _) = watch::channel(false);
         let writer = GroupWriter::spawn(MAX_GROUP, {
             let (store, live, metrics) = (store.clone(), live.clone(), metrics.clone());
             move |events| append_group(store.clone(), live.clone(), metrics.clone(), events)
         });
+        tokio::spawn(follow_store(
+            store.clone(),
+            live.clone(),
+            closing.subscribe(),
+        ));
         Arc::new(Self {
             store,
             live,
@@ -119,7 +214,7 @@ impl EventLog {
         }
         // Subscribe before reading the store: whatever is appended from now on is
         // either in the replay or in the channel, so nothing falls in between.
-        let live = self.live.subscribe();
+        let live = self.live.channel.subscribe();
         let after = self.start_cursor(start).await?;
         let (tx, rx) = mpsc::channel(SUBSCRIBER_BUFFER);
         let log = Arc::clone(self);
@@ -236,15 +331,21 @@ impl EventLog {
         &self.metrics
     }
 
-    /// Applies the retention every `every` until `stop` turns true.
+    /// Applies the retention every `every` until `stop` turns true, whenever `replica`
+    /// holds the retention lease (one replica of those sharing the store at a time).
     pub async fn run_retention(
         self: Arc<Self>,
         retention: Retention,
         every: Duration,
+        replica: String,
         stop: watch::Receiver<bool>,
     ) {
+        let lease = Leased::new(self.store.clone(), "retention", replica, every);
         let mut ticks = Periodic::new(every, stop);
         while ticks.next().await {
+            if !lease.held().await {
+                continue;
+            }
             match self.store.prune(retention, Utc::now()).await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(dropped = n, "event retention applied"),
@@ -257,7 +358,7 @@ impl EventLog {
 /// Commits one group of appends, then publishes the stored events in cursor order.
 async fn append_group(
     store: Arc<dyn Store>,
-    live: broadcast::Sender<Arc<StatusEvent>>,
+    live: Arc<Tail>,
     metrics: Arc<Metrics>,
     events: Vec<NewEvent>,
 ) -> Result<Vec<Option<StatusEvent>>, StoreError> {
@@ -272,11 +373,9 @@ async fn append_group(
             .events_total
             .with_label_values(&[event.source.as_str(), result])
             .inc();
-        if let Some(e) = stored {
-            // No receiver is fine: subscribers replay from the store.
-            let _ = live.send(Arc::new(e.clone()));
-        }
     }
+    let appended: Vec<StatusEvent> = stored.iter().flatten().cloned().collect();
+    live.publish_appended(&appended).await;
     Ok(stored)
 }
 

@@ -31,6 +31,10 @@ pub struct ReconcileConfig {
 /// `MSGW_UPSTREAM_BATCH_MAX` is lower).
 const POLL_BATCH: usize = 50;
 
+/// How long a taken message is left to the replica that took it: it reschedules the
+/// message after its poll; if it stopped before that, another replica polls it then.
+const POLL_LEASE: Duration = Duration::from_secs(60);
+
 /// Polls messages that have no final status.
 pub struct Reconciler {
     store: Arc<dyn Store>,
@@ -83,7 +87,7 @@ impl Reconciler {
         let now = Utc::now();
         let due = self
             .store
-            .due_for_poll(now, self.poll_batch())
+            .take_due_for_poll(now, self.poll_batch(), POLL_LEASE)
             .await
             .map_err(store_error)?;
         if due.is_empty() {

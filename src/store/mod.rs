@@ -1,9 +1,13 @@
 //! Durable state: idempotency claims of keyed operations, the messages msgw sent
-//! (for reconcile) and the event log (for resumable streams). One trait; SQLite is
-//! the embedded implementation.
+//! (for reconcile), the event log (for resumable streams) and the leases that let
+//! one replica at a time do shared work. One trait, two implementations: SQLite (the
+//! embedded default, one replica) and PostgreSQL (several replicas share it).
 
 mod claims;
 mod group;
+mod postgres;
+mod postgres_claims;
+mod rows;
 mod sqlite;
 mod sqlite_claims;
 
@@ -17,6 +21,7 @@ pub use claims::{
     AcceptedOutcome, ClaimChange, ClaimRecord, ClaimReply, ClaimState, Fingerprint, Settlement,
 };
 pub use group::GroupWriter;
+pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
 
 /// A failure of the store.
@@ -107,8 +112,9 @@ pub trait Store: std::fmt::Debug + Send + Sync + 'static {
     async fn client_id_of(&self, msg_id: &str) -> Result<Option<u64>, StoreError>;
 
     /// Appends events in one transaction, each unless the same event is stored already
-    /// (`None` for a duplicate), and returns them with their cursors in order.
-    /// Callers serialize appends, so cursors are handed out in commit order.
+    /// (`None` for a duplicate), and returns them with their cursors in order. Cursors
+    /// are handed out in commit order, across every process that shares the store: once
+    /// a reader has seen cursor N, no event with a cursor at or below N commits later.
     async fn append_batch(
         &self,
         events: &[NewEvent],
@@ -123,15 +129,23 @@ pub trait Store: std::fmt::Debug + Send + Sync + 'static {
     /// The newest cursor ever handed out (0 before the first event), retained or not.
     async fn latest_cursor(&self) -> Result<u64, StoreError>;
 
+    /// The newest committed cursor this store has heard of: its own appends and, on a
+    /// shared store, other replicas' (a hint to read the store, never a replacement for
+    /// it: after a lost notification it is corrected from the store).
+    fn appended(&self) -> tokio::sync::watch::Receiver<u64>;
+
     /// Drops events beyond the retention, messages that no longer need tracking and
     /// claims past their retention; returns how many events were dropped.
     async fn prune(&self, retention: Retention, now: DateTime<Utc>) -> Result<u64, StoreError>;
 
-    /// Up to `limit` non-final messages whose next poll is due at `now`.
-    async fn due_for_poll(
+    /// Takes up to `limit` non-final messages whose next poll is due at `now`, and
+    /// moves their next poll to `now + lease`: a message is polled by one replica at a
+    /// time, and polled again after the lease if that replica never reschedules it.
+    async fn take_due_for_poll(
         &self,
         now: DateTime<Utc>,
         limit: u32,
+        lease: Duration,
     ) -> Result<Vec<PendingMessage>, StoreError>;
 
     /// Schedules the next poll of a message, or stops polling it (`None`).
@@ -141,27 +155,59 @@ pub trait Store: std::fmt::Debug + Send + Sync + 'static {
         next: Option<DateTime<Utc>>,
     ) -> Result<(), StoreError>;
 
+    /// Takes or renews the lease `name` for `holder` until `now + ttl`; true when
+    /// `holder` holds it (nobody else held an unexpired lease).
+    async fn try_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError>;
+
     /// Flushes and closes the store.
     async fn close(&self);
 }
 
-/// Opens the store a URL names: `sqlite://PATH` (created if missing) or `sqlite::memory:`.
+/// Takes or renews a lease (name, holder, until, now): both databases speak this SQL.
+/// A row comes back when `holder` holds the lease.
+const LEASE_SQL: &str = "INSERT INTO leases (name, holder, until_ms) VALUES ($1, $2, $3)
+     ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, until_ms = excluded.until_ms
+      WHERE leases.holder = excluded.holder OR leases.until_ms < $4
+     RETURNING holder";
+
+/// Moves a newest-cursor watch forward to `cursor` (never back), waking its receivers.
+fn advance(newest: &tokio::sync::watch::Sender<u64>, cursor: u64) {
+    newest.send_if_modified(|n| {
+        let newer = cursor > *n;
+        *n = (*n).max(cursor);
+        newer
+    });
+}
+
+/// Whether a store URL names a PostgreSQL database (a store several replicas share).
+pub fn is_shared(url: &str) -> bool {
+    url.starts_with("postgres:") || url.starts_with("postgresql:")
+}
+
+/// Opens the store a URL names: `sqlite://PATH` (created if missing), `sqlite::memory:`,
+/// or `postgres://...` (with `password`, when given, instead of one in the URL).
 pub async fn open(
     url: &str,
+    password: Option<&secrecy::SecretString>,
     first_poll_after: Duration,
 ) -> Result<std::sync::Arc<dyn Store>, StoreError> {
     if url.starts_with("sqlite:") {
         Ok(std::sync::Arc::new(
             SqliteStore::open(url, first_poll_after).await?,
         ))
-    } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
-        Err(StoreError::Config(
-            "PostgreSQL stores are not supported by this build of msgw yet; use sqlite://PATH"
-                .into(),
+    } else if is_shared(url) {
+        Ok(std::sync::Arc::new(
+            PgStore::open(url, password, first_poll_after).await?,
         ))
     } else {
         Err(StoreError::Config(format!(
-            "unsupported store URL {:?}: expected sqlite://PATH",
+            "unsupported store URL {:?}: expected sqlite://PATH or postgres://...",
             url.split(':').next().unwrap_or_default()
         )))
     }

@@ -2,23 +2,21 @@
 
 use std::{str::FromStr, time::Duration};
 
-use chrono::{DateTime, TimeZone, Utc};
-use serde::{Deserialize, Serialize};
-use sqlx::{
-    Row,
-    sqlite::{
-        SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
-        SqliteSynchronous,
-    },
+use chrono::{DateTime, Utc};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
+use tokio::sync::watch;
 
+use super::rows::{
+    ClaimRow, DueRow, EventRow, cursor_from_db, cursor_to_db, id_to_db, millis, ms,
+    pending_from_row, replies_to_json, seconds,
+};
 use super::{
     ClaimChange, ClaimRecord, ClaimReply, PendingMessage, Retention, SentMessage, Store,
     StoreError, sqlite_claims,
 };
-use crate::domain::{
-    ClientId, DeliveryReport, EventSource, Media, NewEvent, Reply, ReportedStatus, StatusEvent,
-};
+use crate::domain::{ClientId, NewEvent, StatusEvent};
 
 /// SQLite implementation of [`Store`].
 #[derive(Debug, Clone)]
@@ -30,6 +28,8 @@ pub struct SqliteStore {
     /// steps of milliseconds while another write transaction holds the lock.
     writer: SqlitePool,
     first_poll_after: Duration,
+    /// The newest cursor appended (one process owns the file: its own appends are all).
+    appended: watch::Sender<u64>,
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("src/store/migrations/sqlite");
@@ -69,11 +69,14 @@ impl SqliteStore {
         if !in_memory {
             tokio::spawn(checkpoint_wal(pool.clone()));
         }
-        Ok(Self {
+        let store = Self {
             pool,
             writer,
             first_poll_after,
-        })
+            appended: watch::Sender::new(0),
+        };
+        super::advance(&store.appended, store.latest_cursor().await?);
+        Ok(store)
     }
 }
 
@@ -102,120 +105,6 @@ async fn checkpoint_wal(pool: SqlitePool) {
     }
 }
 
-fn ms(t: DateTime<Utc>) -> i64 {
-    t.timestamp_millis()
-}
-
-fn from_ms(v: i64) -> Result<DateTime<Utc>, StoreError> {
-    Utc.timestamp_millis_opt(v)
-        .single()
-        .ok_or_else(|| StoreError::Corrupt(format!("timestamp {v}")))
-}
-
-pub(super) fn seconds(d: Duration) -> i64 {
-    i64::try_from(d.as_secs()).unwrap_or(i64::MAX)
-}
-
-/// Client ids are u64 on the wire and INTEGER (i64) in SQLite: stored bit for bit.
-fn id_to_db(id: u64) -> i64 {
-    id as i64
-}
-
-fn id_from_db(v: i64) -> u64 {
-    v as u64
-}
-
-#[derive(Serialize, Deserialize)]
-struct ReplyRow {
-    datetime: Option<DateTime<Utc>>,
-    message: Option<String>,
-    media: Option<MediaRow>,
-}
-
-#[derive(Serialize, Deserialize)]
-struct MediaRow {
-    url: String,
-    filename: String,
-    filesize: u64,
-}
-
-fn replies_to_json(replies: &[Reply]) -> String {
-    let rows: Vec<ReplyRow> = replies
-        .iter()
-        .map(|r| ReplyRow {
-            datetime: r.datetime,
-            message: r.message.clone(),
-            media: r.media.as_ref().map(|m| MediaRow {
-                url: m.url.clone(),
-                filename: m.filename.clone(),
-                filesize: m.filesize,
-            }),
-        })
-        .collect();
-    serde_json::to_string(&rows).unwrap_or_else(|_| "[]".into())
-}
-
-fn replies_from_json(text: &str) -> Result<Vec<Reply>, StoreError> {
-    let rows: Vec<ReplyRow> =
-        serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("replies: {e}")))?;
-    Ok(rows
-        .into_iter()
-        .map(|r| Reply {
-            datetime: r.datetime,
-            message: r.message,
-            media: r.media.map(|m| Media {
-                url: m.url,
-                filename: m.filename,
-                filesize: m.filesize,
-            }),
-        })
-        .collect())
-}
-
-fn event_from_row(row: &SqliteRow) -> Result<StatusEvent, StoreError> {
-    let source: String = row.try_get("source")?;
-    let updated: Option<String> = row.try_get("updated")?;
-    let status: Option<String> = row.try_get("status")?;
-    let replies: String = row.try_get("replies")?;
-    let cursor: i64 = row.try_get("cursor")?;
-    Ok(StatusEvent {
-        cursor: u64::try_from(cursor)
-            .map_err(|_| StoreError::Corrupt(format!("cursor {cursor}")))?,
-        event: NewEvent {
-            report: DeliveryReport {
-                client_id: id_from_db(row.try_get("client_id")?),
-                msg_id: row.try_get("msg_id")?,
-                channel_raw: row.try_get("channel")?,
-                status: status.map(ReportedStatus::new),
-                success: row.try_get("success")?,
-                error: row.try_get("error")?,
-                // An optional field that does not read back is left out, logged: one
-                // bad row must never stop a replay for every subscriber.
-                updated: updated.and_then(|u| {
-                    let parsed = DateTime::parse_from_rfc3339(&u)
-                        .ok()
-                        .map(|t| t.with_timezone(&Utc))
-                        .filter(crate::domain::representable);
-                    if parsed.is_none() {
-                        tracing::warn!(cursor, updated = %u, "stored event: unreadable `updated` left out");
-                    }
-                    parsed
-                }),
-                reply: row.try_get("reply")?,
-                duration_secs: row.try_get("duration_s")?,
-                request_id: row.try_get("request_id")?,
-                replies: replies_from_json(&replies).unwrap_or_else(|e| {
-                    tracing::warn!(cursor, error = %e, "stored event: unreadable `replies` left out");
-                    Vec::new()
-                }),
-            },
-            received_at: from_ms(row.try_get("received_at_ms")?)?,
-            source: EventSource::from_name(&source)
-                .ok_or_else(|| StoreError::Corrupt(format!("source {source:?}")))?,
-        },
-    })
-}
-
 /// Remembers a sent message for reconcile (a resend with the same client id replaces it).
 /// Its first poll is due `first_poll_after` after sending.
 pub(super) async fn record_sent(
@@ -229,7 +118,7 @@ pub(super) async fn record_sent(
             "INSERT INTO messages (client_id, msg_id, channel, sent_at_ms, lifetime_s, last_status, is_final, next_poll_ms, polls) ",
         );
         query.push_values(chunk, |mut row, m| {
-            row.push_bind(sqlite_claims::id_to_db(m.client_id))
+            row.push_bind(id_to_db(m.client_id.get()))
                 .push_bind(m.msg_id.as_str())
                 .push_bind(m.channel.as_str())
                 .push_bind(ms(m.sent_at))
@@ -270,37 +159,58 @@ pub(super) fn row_chunks<T>(mut items: &[T]) -> impl Iterator<Item = &[T]> {
 }
 
 /// Inserts events with one multi-row statement; duplicates (already stored, or twice in
-/// `events`) come back as `None`. Rows are inserted in order, so cursors ascend with them.
+/// `events`) come back as `None`. Duplicates are found first and never inserted: an
+/// `INSERT` that conflicts would still use up a cursor, and a gap in the cursors costs
+/// every live subscriber a replay from the store.
 async fn insert_events(
     tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
     events: &[NewEvent],
 ) -> Result<Vec<Option<StatusEvent>>, StoreError> {
     let keys: Vec<String> = events.iter().map(NewEvent::dedup_key).collect();
     let mut query = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
-        "INSERT INTO events (dedup_key, client_id, msg_id, channel, status, success, error, updated, reply,
-                             duration_s, request_id, replies, received_at_ms, source, is_final) ",
+        "SELECT dedup_key FROM events WHERE dedup_key IN (",
     );
-    query.push_values(events.iter().zip(&keys), |mut row, (event, key)| {
-        let r = &event.report;
-        row.push_bind(key.as_str())
-            .push_bind(id_to_db(r.client_id))
-            .push_bind(r.msg_id.as_deref())
-            .push_bind(r.channel_raw.as_deref())
-            .push_bind(r.status.as_ref().map(|s| s.raw.as_str()))
-            .push_bind(r.success)
-            .push_bind(r.error.as_deref())
-            .push_bind(r.updated.map(|u| u.to_rfc3339()))
-            .push_bind(r.reply.as_deref())
-            .push_bind(r.duration_secs)
-            .push_bind(r.request_id.as_deref())
-            .push_bind(replies_to_json(&r.replies))
-            .push_bind(ms(event.received_at))
-            .push_bind(event.source.as_str())
-            .push_bind(event.is_final());
-    });
-    query.push(" ON CONFLICT (dedup_key) DO NOTHING RETURNING dedup_key, cursor");
-    let rows: Vec<(String, i64)> = query.build_query_as().fetch_all(&mut **tx).await?;
-    let mut cursors: std::collections::HashMap<String, i64> = rows.into_iter().collect();
+    let mut list = query.separated(", ");
+    for key in &keys {
+        list.push_bind(key.as_str());
+    }
+    query.push(")");
+    let stored: Vec<(String,)> = query.build_query_as().fetch_all(&mut **tx).await?;
+    let mut seen: std::collections::HashSet<&str> = stored.iter().map(|(k,)| k.as_str()).collect();
+    let fresh: Vec<(&NewEvent, &str)> = events
+        .iter()
+        .zip(&keys)
+        .filter(|(_, key)| seen.insert(key.as_str()))
+        .map(|(event, key)| (event, key.as_str()))
+        .collect();
+    let mut cursors: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
+    if !fresh.is_empty() {
+        let mut query = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+            "INSERT INTO events (dedup_key, client_id, msg_id, channel, status, success, error, updated, reply,
+                                 duration_s, request_id, replies, received_at_ms, source, is_final) ",
+        );
+        query.push_values(&fresh, |mut row, (event, key)| {
+            let r = &event.report;
+            row.push_bind(*key)
+                .push_bind(id_to_db(r.client_id))
+                .push_bind(r.msg_id.as_deref())
+                .push_bind(r.channel_raw.as_deref())
+                .push_bind(r.status.as_ref().map(|s| s.raw.as_str()))
+                .push_bind(r.success)
+                .push_bind(r.error.as_deref())
+                .push_bind(r.updated.map(|u| u.to_rfc3339()))
+                .push_bind(r.reply.as_deref())
+                .push_bind(r.duration_secs)
+                .push_bind(r.request_id.as_deref())
+                .push_bind(replies_to_json(&r.replies))
+                .push_bind(ms(event.received_at))
+                .push_bind(event.source.as_str())
+                .push_bind(event.is_final());
+        });
+        query.push(" RETURNING dedup_key, cursor");
+        let rows: Vec<(String, i64)> = query.build_query_as().fetch_all(&mut **tx).await?;
+        cursors.extend(rows);
+    }
     events
         .iter()
         .zip(keys)
@@ -310,8 +220,7 @@ async fn insert_events(
                 .remove(&key)
                 .map(|cursor| {
                     Ok(StatusEvent {
-                        cursor: u64::try_from(cursor)
-                            .map_err(|_| StoreError::Corrupt(format!("cursor {cursor}")))?,
+                        cursor: cursor_from_db(cursor)?,
                         event: event.clone(),
                     })
                 })
@@ -328,11 +237,11 @@ impl Store for SqliteStore {
     }
 
     async fn claim_of(&self, id: ClientId) -> Result<Option<ClaimRecord>, StoreError> {
-        sqlx::query("SELECT * FROM claims WHERE client_id = ?")
-            .bind(sqlite_claims::id_to_db(id))
+        sqlx::query_as::<_, ClaimRow>("SELECT * FROM claims WHERE client_id = ?")
+            .bind(id_to_db(id.get()))
             .fetch_optional(&self.pool)
             .await?
-            .map(|row| sqlite_claims::record_from_row(&row))
+            .map(ClaimRecord::try_from)
             .transpose()
     }
 
@@ -342,29 +251,35 @@ impl Store for SqliteStore {
                 .bind(msg_id)
                 .fetch_optional(&self.pool)
                 .await?;
-        Ok(row.map(|(id,)| id_from_db(id)))
+        Ok(row.map(|(id,)| super::rows::id_from_db(id)))
     }
 
     async fn append_batch(
         &self,
         events: &[NewEvent],
     ) -> Result<Vec<Option<StatusEvent>>, StoreError> {
-        let mut tx = self.writer.begin().await?;
+        // IMMEDIATE: the write lock first, so the duplicate check and the insert see
+        // the same log even if another process appends to this file.
+        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
         let mut stored = Vec::with_capacity(events.len());
         for chunk in row_chunks(events) {
             stored.extend(insert_events(&mut tx, chunk).await?);
         }
         tx.commit().await?;
+        if let Some(last) = stored.iter().flatten().map(|e| e.cursor).max() {
+            super::advance(&self.appended, last);
+        }
         Ok(stored)
     }
 
     async fn events_after(&self, cursor: u64, limit: u32) -> Result<Vec<StatusEvent>, StoreError> {
-        let rows = sqlx::query("SELECT * FROM events WHERE cursor > ? ORDER BY cursor LIMIT ?")
-            .bind(i64::try_from(cursor).unwrap_or(i64::MAX))
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter().map(event_from_row).collect()
+        let rows: Vec<EventRow> =
+            sqlx::query_as("SELECT * FROM events WHERE cursor > ? ORDER BY cursor LIMIT ?")
+                .bind(cursor_to_db(cursor))
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await?;
+        rows.into_iter().map(StatusEvent::try_from).collect()
     }
 
     async fn oldest_cursor(&self) -> Result<Option<u64>, StoreError> {
@@ -383,8 +298,12 @@ impl Store for SqliteStore {
         Ok(seq.and_then(|(s,)| u64::try_from(s).ok()).unwrap_or(0))
     }
 
+    fn appended(&self) -> watch::Receiver<u64> {
+        self.appended.subscribe()
+    }
+
     async fn prune(&self, retention: Retention, now: DateTime<Utc>) -> Result<u64, StoreError> {
-        let horizon = ms(now) - i64::try_from(retention.max_age.as_millis()).unwrap_or(i64::MAX);
+        let horizon = ms(now).saturating_sub(millis(retention.max_age));
         let by_age = sqlx::query("DELETE FROM events WHERE received_at_ms < ?")
             .bind(horizon)
             .execute(&self.writer)
@@ -408,8 +327,7 @@ impl Store for SqliteStore {
         .execute(&self.writer)
         .await?;
         // A claim outlives its retention while reconcile still tracks its message.
-        let claims_horizon =
-            ms(now) - i64::try_from(retention.claims_max_age.as_millis()).unwrap_or(i64::MAX);
+        let claims_horizon = ms(now).saturating_sub(millis(retention.claims_max_age));
         sqlx::query(
             "DELETE FROM claims WHERE COALESCE(settled_at_ms, claimed_at_ms) < ?
                AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.client_id = claims.client_id
@@ -422,32 +340,26 @@ impl Store for SqliteStore {
         Ok(by_age + by_count)
     }
 
-    async fn due_for_poll(
+    async fn take_due_for_poll(
         &self,
         now: DateTime<Utc>,
         limit: u32,
+        lease: Duration,
     ) -> Result<Vec<PendingMessage>, StoreError> {
-        let rows: Vec<(i64, i64, i64, i64)> = sqlx::query_as(
-            "SELECT client_id, sent_at_ms, lifetime_s, polls FROM messages
-             WHERE is_final = 0 AND next_poll_ms IS NOT NULL AND next_poll_ms <= ?
-             ORDER BY next_poll_ms LIMIT ?",
+        // One writer: the select and the update cannot interleave with another take.
+        let rows: Vec<DueRow> = sqlx::query_as(
+            "UPDATE messages SET next_poll_ms = ?
+              WHERE client_id IN (SELECT client_id FROM messages
+                                   WHERE is_final = 0 AND next_poll_ms IS NOT NULL AND next_poll_ms <= ?
+                                   ORDER BY next_poll_ms LIMIT ?)
+             RETURNING client_id, sent_at_ms, lifetime_s, polls",
         )
+        .bind(ms(now).saturating_add(millis(lease)))
         .bind(ms(now))
         .bind(i64::from(limit))
-        .fetch_all(&self.pool)
+        .fetch_all(&self.writer)
         .await?;
-        rows.into_iter()
-            .map(|(id, sent, lifetime, polls)| {
-                Ok(PendingMessage {
-                    client_id: ClientId::new(id_from_db(id)).map_err(|_| {
-                        StoreError::Corrupt("tracked message with client id 0".into())
-                    })?,
-                    sent_at: from_ms(sent)?,
-                    lifetime: Duration::from_secs(u64::try_from(lifetime).unwrap_or(0)),
-                    polls: u32::try_from(polls).unwrap_or(u32::MAX),
-                })
-            })
-            .collect()
+        rows.into_iter().map(pending_from_row).collect()
     }
 
     async fn schedule_poll(
@@ -457,10 +369,27 @@ impl Store for SqliteStore {
     ) -> Result<(), StoreError> {
         sqlx::query("UPDATE messages SET next_poll_ms = ?, polls = polls + 1 WHERE client_id = ?")
             .bind(next.map(ms))
-            .bind(sqlite_claims::id_to_db(client_id))
+            .bind(id_to_db(client_id.get()))
             .execute(&self.writer)
             .await?;
         Ok(())
+    }
+
+    async fn try_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let held: Option<(String,)> = sqlx::query_as(super::LEASE_SQL)
+            .bind(name)
+            .bind(holder)
+            .bind(ms(now).saturating_add(millis(ttl)))
+            .bind(ms(now))
+            .fetch_optional(&self.writer)
+            .await?;
+        Ok(held.is_some())
     }
 
     async fn close(&self) {

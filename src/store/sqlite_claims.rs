@@ -6,24 +6,19 @@ use std::{
     time::Duration,
 };
 
-use chrono::{DateTime, TimeZone, Utc};
-use sqlx::{Connection, Row, Sqlite, SqliteConnection, Transaction, sqlite::SqliteRow};
+use chrono::{DateTime, Utc};
+use sqlx::{Connection, Sqlite, SqliteConnection, Transaction};
 
+use super::rows::{ClaimRow, attempt_from_db, ms, settlement_columns as columns};
 use super::{
-    AcceptedOutcome, ClaimChange, ClaimRecord, ClaimReply, ClaimState, Fingerprint, SentMessage,
-    Settlement, StoreError,
+    ClaimChange, ClaimRecord, ClaimReply, Fingerprint, SentMessage, Settlement, StoreError,
 };
 use crate::domain::ClientId;
 
 type Tx<'a> = Transaction<'a, Sqlite>;
 
-/// Client ids are u64 on the wire and INTEGER (i64) in SQLite: stored bit for bit.
-pub(super) fn id_to_db(id: ClientId) -> i64 {
-    id.get() as i64
-}
-
-fn ms(t: DateTime<Utc>) -> i64 {
-    t.timestamp_millis()
+fn id_to_db(id: ClientId) -> i64 {
+    super::rows::id_to_db(id.get())
 }
 
 /// Applies a group of changes in order on the writer connection. What one envelope
@@ -126,9 +121,12 @@ async fn claim_all(
             ids.push_bind(*id);
         }
         query.push(")");
-        for row in query.build().fetch_all(&mut *conn).await? {
-            let id: i64 = row.try_get("client_id")?;
-            records.insert(id, record_from_row(&row)?);
+        for row in query
+            .build_query_as::<ClaimRow>()
+            .fetch_all(&mut *conn)
+            .await?
+        {
+            records.insert(row.client_id, ClaimRecord::try_from(row)?);
         }
     }
     for ((id, _, _), reply) in claims.iter().zip(replies.iter_mut()) {
@@ -168,7 +166,7 @@ async fn settle_all(
                 .push_bind(message.map(|m| m.msg_id.clone()))
                 .push_bind(message.map(|m| m.channel.as_str()))
                 .push_bind(message.map(|m| ms(m.sent_at)))
-                .push_bind(message.map(|m| super::sqlite::seconds(m.lifetime)))
+                .push_bind(message.map(|m| super::rows::seconds(m.lifetime)))
                 .push_bind(message.map(|m| ms(m.sent_at + after)));
         });
         query.push(
@@ -227,15 +225,6 @@ async fn settle_all(
         .collect())
 }
 
-/// The stored state, accepted outcome and release reason of a settlement.
-fn columns(settlement: &Settlement) -> (&'static str, Option<&AcceptedOutcome>, Option<&str>) {
-    match settlement {
-        Settlement::Accepted(outcome, _) => ("accepted", Some(outcome), None),
-        Settlement::Released(reason) => ("released", None, Some(reason.as_str())),
-        Settlement::Unknown => ("unknown", None, None),
-    }
-}
-
 /// Applies one change.
 /// A settled send's first poll is due `first_poll_after` after sending.
 async fn apply(
@@ -274,7 +263,7 @@ async fn apply(
             .await?;
             if let Some((attempt,)) = taken {
                 return Ok(ClaimReply::Claimed {
-                    attempt: db_attempt(attempt)?,
+                    attempt: attempt_from_db(attempt)?,
                 });
             }
             // Pruned since the caller looked: the id is free, claim it anew.
@@ -314,11 +303,11 @@ async fn insert(
 
 /// The current claim of `id` (which exists: the caller's insert just conflicted).
 async fn existing(tx: &mut Tx<'_>, id: ClientId) -> Result<ClaimReply, StoreError> {
-    let row = sqlx::query("SELECT * FROM claims WHERE client_id = ?")
+    let row: ClaimRow = sqlx::query_as("SELECT * FROM claims WHERE client_id = ?")
         .bind(id_to_db(id))
         .fetch_one(&mut **tx)
         .await?;
-    Ok(ClaimReply::Existing(record_from_row(&row)?))
+    Ok(ClaimReply::Existing(row.try_into()?))
 }
 
 async fn settle(
@@ -354,239 +343,4 @@ async fn settle(
         super::sqlite::record_sent(tx, &[message], first_poll_after).await?;
     }
     Ok(ClaimReply::Settled)
-}
-
-fn db_attempt(v: i64) -> Result<u32, StoreError> {
-    u32::try_from(v).map_err(|_| StoreError::Corrupt(format!("claim attempt {v}")))
-}
-
-/// Reads a claims row.
-pub(super) fn record_from_row(row: &SqliteRow) -> Result<ClaimRecord, StoreError> {
-    let fingerprint: Vec<u8> = row.try_get("fingerprint")?;
-    let fingerprint = Fingerprint(
-        fingerprint
-            .try_into()
-            .map_err(|_| StoreError::Corrupt("claim fingerprint is not 32 bytes".into()))?,
-    );
-    let state: String = row.try_get("state")?;
-    let state = match state.as_str() {
-        "in_flight" => {
-            let since: i64 = row.try_get("claimed_at_ms")?;
-            ClaimState::InFlight {
-                since: Utc
-                    .timestamp_millis_opt(since)
-                    .single()
-                    .ok_or_else(|| StoreError::Corrupt(format!("claimed_at_ms {since}")))?,
-            }
-        }
-        "accepted" => {
-            let payload: Option<String> = row.try_get("payload")?;
-            let parts: Option<i64> = row.try_get("parts")?;
-            ClaimState::Accepted(AcceptedOutcome {
-                msg_id: row.try_get("msg_id")?,
-                parts: u32::try_from(parts.unwrap_or(0))
-                    .map_err(|_| StoreError::Corrupt(format!("claim parts {parts:?}")))?,
-                payload: match payload {
-                    Some(text) => serde_json::from_str(&text)
-                        .map_err(|e| StoreError::Corrupt(format!("claim payload: {e}")))?,
-                    None => serde_json::Value::Null,
-                },
-                recovered: row.try_get("recovered")?,
-            })
-        }
-        "released" => ClaimState::Released {
-            reason: row
-                .try_get::<Option<String>, _>("reason")?
-                .unwrap_or_default(),
-        },
-        "unknown" => ClaimState::Unknown,
-        other => return Err(StoreError::Corrupt(format!("claim state {other:?}"))),
-    };
-    Ok(ClaimRecord {
-        fingerprint,
-        attempt: db_attempt(row.try_get("attempt")?)?,
-        state,
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::store::{SqliteStore, Store};
-
-    fn id(n: u64) -> ClientId {
-        ClientId::new(n).unwrap()
-    }
-
-    const A: Fingerprint = Fingerprint([1; 32]);
-    const B: Fingerprint = Fingerprint([2; 32]);
-
-    async fn store() -> SqliteStore {
-        SqliteStore::open("sqlite::memory:", Duration::from_secs(60))
-            .await
-            .unwrap()
-    }
-
-    fn claim(n: u64, fingerprint: Fingerprint) -> ClaimChange {
-        ClaimChange::Claim {
-            id: id(n),
-            fingerprint,
-            at: Utc::now(),
-        }
-    }
-
-    #[tokio::test]
-    async fn the_second_claim_of_an_id_in_one_group_sees_the_first() {
-        let store = store().await;
-        let replies = store
-            .apply_claims(&[claim(1, A), claim(1, A), claim(2, B)])
-            .await
-            .unwrap();
-        assert_eq!(replies[0], ClaimReply::Claimed { attempt: 1 });
-        let ClaimReply::Existing(record) = &replies[1] else {
-            panic!("{:?}", replies[1])
-        };
-        assert_eq!(record.fingerprint, A);
-        assert!(matches!(record.state, ClaimState::InFlight { .. }));
-        assert_eq!(replies[2], ClaimReply::Claimed { attempt: 1 });
-    }
-
-    #[tokio::test]
-    async fn a_take_over_wins_once_and_fences_the_old_owner() {
-        let store = store().await;
-        store.apply_claims(&[claim(1, A)]).await.unwrap();
-        let take = |fingerprint| ClaimChange::TakeOver {
-            id: id(1),
-            fingerprint,
-            attempt: 1,
-            at: Utc::now(),
-        };
-        let replies = store.apply_claims(&[take(B), take(A)]).await.unwrap();
-        assert_eq!(replies[0], ClaimReply::Claimed { attempt: 2 });
-        assert!(
-            matches!(&replies[1], ClaimReply::Existing(r) if r.attempt == 2 && r.fingerprint == B)
-        );
-
-        let settle = |attempt| ClaimChange::Settle {
-            id: id(1),
-            attempt,
-            settlement: Settlement::Released("Error in Sender-name".into()),
-            at: Utc::now(),
-        };
-        let replies = store.apply_claims(&[settle(1), settle(2)]).await.unwrap();
-        assert_eq!(replies, [ClaimReply::Superseded, ClaimReply::Settled]);
-        let record = store.claim_of(id(1)).await.unwrap().unwrap();
-        assert_eq!(
-            record.state,
-            ClaimState::Released {
-                reason: "Error in Sender-name".into()
-            }
-        );
-    }
-
-    #[tokio::test]
-    async fn taking_over_a_pruned_claim_claims_it_anew() {
-        let store = store().await;
-        let take = ClaimChange::TakeOver {
-            id: id(9),
-            fingerprint: A,
-            attempt: 3,
-            at: Utc::now(),
-        };
-        assert_eq!(
-            store.apply_claims(&[take]).await.unwrap(),
-            [ClaimReply::Claimed { attempt: 1 }]
-        );
-    }
-
-    #[tokio::test]
-    async fn an_accepted_outcome_reads_back_exactly() {
-        let store = store().await;
-        store
-            .apply_claims(&[claim(ClientId::MAX, A)])
-            .await
-            .unwrap();
-        let outcome = AcceptedOutcome {
-            msg_id: Some("123456789".into()),
-            parts: 3,
-            payload: serde_json::json!({"id": 1, "msg_id": 123456789, "data": 1, "parts": 3, "x": 0.1}),
-            recovered: false,
-        };
-        let settle = ClaimChange::Settle {
-            id: id(ClientId::MAX),
-            attempt: 1,
-            settlement: Settlement::Accepted(outcome.clone(), None),
-            at: Utc::now(),
-        };
-        assert_eq!(
-            store.apply_claims(&[settle]).await.unwrap(),
-            [ClaimReply::Settled]
-        );
-        let record = store.claim_of(id(ClientId::MAX)).await.unwrap().unwrap();
-        assert_eq!(record.state, ClaimState::Accepted(outcome));
-        assert_eq!(record.fingerprint, A);
-    }
-
-    #[tokio::test]
-    async fn a_group_of_settlements_fences_each_id_and_tracks_only_what_it_settled() {
-        let store = store().await;
-        store
-            .apply_claims(&[claim(1, A), claim(2, A), claim(3, A)])
-            .await
-            .unwrap();
-        let accepted = |n: u64| {
-            Settlement::Accepted(
-                AcceptedOutcome {
-                    msg_id: Some(format!("m{n}")),
-                    parts: 1,
-                    payload: serde_json::json!({"msg_id": format!("m{n}")}),
-                    recovered: false,
-                },
-                Some(SentMessage {
-                    client_id: id(n),
-                    msg_id: format!("m{n}"),
-                    channel: crate::domain::Channel::Sms,
-                    sent_at: Utc::now(),
-                    lifetime: Duration::from_secs(3600),
-                }),
-            )
-        };
-        let settle = |n: u64, attempt, settlement| ClaimChange::Settle {
-            id: id(n),
-            attempt,
-            settlement,
-            at: Utc::now(),
-        };
-        let replies = store
-            .apply_claims(&[
-                settle(1, 1, accepted(1)),
-                // Someone took id 2 over: this outcome must not land, nor its tracking.
-                settle(2, 7, accepted(2)),
-                settle(3, 1, Settlement::Unknown),
-            ])
-            .await
-            .unwrap();
-        assert_eq!(
-            replies,
-            [
-                ClaimReply::Settled,
-                ClaimReply::Superseded,
-                ClaimReply::Settled
-            ]
-        );
-        assert!(matches!(
-            store.claim_of(id(1)).await.unwrap().unwrap().state,
-            ClaimState::Accepted(_)
-        ));
-        assert!(matches!(
-            store.claim_of(id(2)).await.unwrap().unwrap().state,
-            ClaimState::InFlight { .. }
-        ));
-        assert_eq!(
-            store.claim_of(id(3)).await.unwrap().unwrap().state,
-            ClaimState::Unknown
-        );
-        assert_eq!(store.client_id_of("m1").await.unwrap(), Some(1));
-        assert_eq!(store.client_id_of("m2").await.unwrap(), None);
-    }
 }

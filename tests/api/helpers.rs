@@ -410,6 +410,7 @@ pub async fn spawn(options: Options) -> TestApp {
         account_token: ACCOUNT_TOKEN.to_owned().into(),
         generated_secrets: Vec::new(),
         store_url: store_url(&store),
+        store_password: None,
         retention: options.retention,
         event_fan_out: options.fan_out,
         reconcile: ReconcileConfig {

@@ -71,6 +71,7 @@ async fn main() -> anyhow::Result<()> {
             .store
             .clone()
             .unwrap_or_else(|| format!("sqlite://{}", dir.path().join("bench.db").display())),
+        store_password: None,
         retention: Retention {
             max_age: Duration::from_secs(3600),
             max_events: 10_000_000,

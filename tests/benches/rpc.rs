@@ -523,6 +523,7 @@ fn config(gateway_url: &str, store_url: &str, limits: Limits) -> anyhow::Result<
         account_token: "bench-account-token-0123456789".to_owned().into(),
         generated_secrets: Vec::new(),
         store_url: store_url.to_owned(),
+        store_password: None,
         retention: Retention {
             max_age: hour,
             max_events: 10_000_000,

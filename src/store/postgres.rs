@@ -1,0 +1,447 @@
+//! The shared store: PostgreSQL, for several replicas behind one Service. Migrations
+//! ship in the binary and run at start under PostgreSQL's advisory lock (replicas
+//! starting together take turns). Appends hold the lock on `event_head` until they
+//! commit, so cursors commit in order across replicas; each commit NOTIFYs the other
+//! replicas, whose listener wakes their streams.
+
+use std::{collections::HashSet, str::FromStr, time::Duration};
+
+use chrono::{DateTime, Utc};
+use secrecy::{ExposeSecret, SecretString};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
+use tokio::sync::watch;
+
+use super::rows::{
+    ClaimRow, DueRow, EventRow, cursor_from_db, cursor_to_db, id_from_db, id_to_db, millis, ms,
+    pending_from_row, replies_to_json,
+};
+use super::{
+    ClaimChange, ClaimRecord, ClaimReply, PendingMessage, Retention, Store, StoreError, advance,
+    postgres_claims,
+};
+use crate::domain::{ClientId, NewEvent, StatusEvent};
+
+/// PostgreSQL implementation of [`Store`].
+#[derive(Debug, Clone)]
+pub struct PgStore {
+    pool: PgPool,
+    first_poll_after: Duration,
+    /// The NOTIFY channel of this schema's event log.
+    channel: String,
+    appended: watch::Sender<u64>,
+}
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("src/store/migrations/postgres");
+
+/// Connections per replica at most: appends take one at a time (group commit), claims
+/// one per envelope in flight, replays one per catching-up subscriber.
+const MAX_CONNECTIONS: u32 = 16;
+/// How long a store call waits for a connection before it fails (the database is
+/// down or every connection is busy): RPCs then fail UNAVAILABLE instead of hanging.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often the listener also reads the newest cursor, in case a notification was
+/// lost in a way the connection did not notice (a half-open TCP connection).
+const HEAD_CHECK_EVERY: Duration = Duration::from_secs(1);
+
+impl PgStore {
+    /// Connects to the database `url` names (TLS and other options from the URL;
+    /// `password`, when given, replaces one in the URL), migrates it and starts
+    /// listening for other replicas' appends. Sent messages are first polled
+    /// `first_poll_after` after sending.
+    pub async fn open(
+        url: &str,
+        password: Option<&SecretString>,
+        first_poll_after: Duration,
+    ) -> Result<Self, StoreError> {
+        let mut options = PgConnectOptions::from_str(url)?.application_name("msgw");
+        if let Some(password) = password {
+            options = options.password(password.expose_secret());
+        }
+        let pool = PgPoolOptions::new()
+            .max_connections(MAX_CONNECTIONS)
+            .min_connections(1)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            // The ping before each use stays on: a connection the database dropped
+            // (restart, failover, pg_terminate_backend) is replaced before a caller's
+            // query fails on it.
+            .test_before_acquire(true)
+            .connect_with(options)
+            .await?;
+        MIGRATOR.run(&pool).await?;
+        // NOTIFY reaches every session of the database: one channel per schema, so two
+        // msgw deployments in two schemas of one database do not wake each other.
+        let (schema,): (String,) = sqlx::query_as("SELECT current_schema()")
+            .fetch_one(&pool)
+            .await?;
+        let store = Self {
+            pool,
+            first_poll_after,
+            channel: channel_of(&schema),
+            appended: watch::Sender::new(0),
+        };
+        advance(&store.appended, store.latest_cursor().await?);
+        tokio::spawn(follow_appends(
+            store.pool.clone(),
+            store.channel.clone(),
+            store.appended.clone(),
+        ));
+        Ok(store)
+    }
+}
+
+/// The NOTIFY channel of a schema (an identifier of at most 63 bytes).
+fn channel_of(schema: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(schema.as_bytes());
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    format!("msgw_events_{hex}")
+}
+
+/// Keeps `appended` at the newest cursor any replica committed: LISTENs for their
+/// notifications and, whenever the listening connection is (re)established, reads the
+/// newest cursor from the database, so nothing committed while it was away is missed.
+async fn follow_appends(pool: PgPool, channel: String, appended: watch::Sender<u64>) {
+    let mut backoff = Duration::from_millis(100);
+    while !pool.is_closed() {
+        match listen(&pool, &channel).await {
+            Ok(mut listener) => {
+                backoff = Duration::from_millis(100);
+                if let Err(e) = follow(&pool, &mut listener, &appended).await {
+                    if pool.is_closed() {
+                        return;
+                    }
+                    tracing::warn!(error = %e, "store: lost the notification connection; reconnecting and catching up");
+                }
+            }
+            Err(e) => {
+                if pool.is_closed() {
+                    return;
+                }
+                tracing::warn!(error = %e, retry_in = ?backoff, "store: cannot listen for other replicas' events");
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+async fn listen(pool: &PgPool, channel: &str) -> Result<PgListener, sqlx::Error> {
+    let mut listener = PgListener::connect_with(pool).await?;
+    listener.listen(channel).await?;
+    Ok(listener)
+}
+
+/// Follows notifications until the connection is lost.
+async fn follow(
+    pool: &PgPool,
+    listener: &mut PgListener,
+    appended: &watch::Sender<u64>,
+) -> Result<(), StoreError> {
+    // Listening from here on: whatever committed before is in the head.
+    advance(appended, head(pool).await?);
+    let mut check = tokio::time::interval(HEAD_CHECK_EVERY);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            received = listener.try_recv() => match received? {
+                Some(notification) => match notification.payload().parse::<u64>() {
+                    Ok(cursor) => advance(appended, cursor),
+                    Err(_) => tracing::warn!(payload = notification.payload(), "store: unreadable notification ignored"),
+                },
+                None => return Err(StoreError::Append("notification connection closed".into())),
+            },
+            _ = check.tick() => advance(appended, head(pool).await?),
+        }
+    }
+}
+
+async fn head(pool: &PgPool) -> Result<u64, StoreError> {
+    let (cursor,): (i64,) = sqlx::query_as("SELECT cursor FROM event_head")
+        .fetch_one(pool)
+        .await?;
+    cursor_from_db(cursor)
+}
+
+/// Events as columns, for one multi-row `INSERT ... SELECT FROM UNNEST(...)`.
+#[derive(Default)]
+struct EventColumns {
+    cursor: Vec<i64>,
+    dedup_key: Vec<String>,
+    client_id: Vec<i64>,
+    msg_id: Vec<Option<String>>,
+    channel: Vec<Option<String>>,
+    status: Vec<Option<String>>,
+    success: Vec<bool>,
+    error: Vec<Option<String>>,
+    updated: Vec<Option<String>>,
+    reply: Vec<Option<String>>,
+    duration_s: Vec<Option<f64>>,
+    request_id: Vec<Option<String>>,
+    replies: Vec<String>,
+    received_at_ms: Vec<i64>,
+    source: Vec<&'static str>,
+    is_final: Vec<bool>,
+}
+
+impl EventColumns {
+    fn push(&mut self, cursor: u64, key: String, event: &NewEvent) {
+        let r = &event.report;
+        self.cursor.push(cursor_to_db(cursor));
+        self.dedup_key.push(key);
+        self.client_id.push(id_to_db(r.client_id));
+        self.msg_id.push(r.msg_id.clone());
+        self.channel.push(r.channel_raw.clone());
+        self.status.push(r.status.as_ref().map(|s| s.raw.clone()));
+        self.success.push(r.success);
+        self.error.push(r.error.clone());
+        self.updated.push(r.updated.map(|u| u.to_rfc3339()));
+        self.reply.push(r.reply.clone());
+        self.duration_s.push(r.duration_secs);
+        self.request_id.push(r.request_id.clone());
+        self.replies.push(replies_to_json(&r.replies));
+        self.received_at_ms.push(ms(event.received_at));
+        self.source.push(event.source.as_str());
+        self.is_final.push(event.is_final());
+    }
+}
+
+#[tonic::async_trait]
+impl Store for PgStore {
+    async fn apply_claims(&self, changes: &[ClaimChange]) -> Result<Vec<ClaimReply>, StoreError> {
+        postgres_claims::apply_all(&self.pool, changes, self.first_poll_after).await
+    }
+
+    async fn claim_of(&self, id: ClientId) -> Result<Option<ClaimRecord>, StoreError> {
+        sqlx::query_as::<_, ClaimRow>("SELECT * FROM claims WHERE client_id = $1")
+            .bind(id_to_db(id.get()))
+            .fetch_optional(&self.pool)
+            .await?
+            .map(ClaimRecord::try_from)
+            .transpose()
+    }
+
+    async fn client_id_of(&self, msg_id: &str) -> Result<Option<u64>, StoreError> {
+        let row: Option<(i64,)> =
+            sqlx::query_as("SELECT client_id FROM messages WHERE msg_id = $1 LIMIT 1")
+                .bind(msg_id)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(row.map(|(id,)| id_from_db(id)))
+    }
+
+    async fn append_batch(
+        &self,
+        events: &[NewEvent],
+    ) -> Result<Vec<Option<StatusEvent>>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        // Held until commit: appends of every replica take their cursors one after
+        // another, and each commits before the next one reads the head.
+        let (head,): (i64,) = sqlx::query_as("SELECT cursor FROM event_head FOR UPDATE")
+            .fetch_one(&mut *tx)
+            .await?;
+        let head = cursor_from_db(head)?;
+        let keys: Vec<String> = events.iter().map(NewEvent::dedup_key).collect();
+        // Read after taking the lock: every append that could hold one of these keys
+        // has committed.
+        let stored: Vec<(String,)> =
+            sqlx::query_as("SELECT dedup_key FROM events WHERE dedup_key = ANY($1)")
+                .bind(&keys)
+                .fetch_all(&mut *tx)
+                .await?;
+        let mut seen: HashSet<String> = stored.into_iter().map(|(k,)| k).collect();
+        let mut columns = EventColumns::default();
+        let mut next = head;
+        let mut appended = Vec::with_capacity(events.len());
+        for (event, key) in events.iter().zip(keys) {
+            if seen.contains(&key) {
+                appended.push(None);
+                continue;
+            }
+            next += 1;
+            seen.insert(key.clone());
+            columns.push(next, key, event);
+            appended.push(Some(StatusEvent {
+                cursor: next,
+                event: event.clone(),
+            }));
+        }
+        if next > head {
+            let c = columns;
+            sqlx::query(
+                "INSERT INTO events (cursor, dedup_key, client_id, msg_id, channel, status, success,
+                                     error, updated, reply, duration_s, request_id, replies,
+                                     received_at_ms, source, is_final)
+                 SELECT * FROM UNNEST($1::BIGINT[], $2::TEXT[], $3::BIGINT[], $4::TEXT[], $5::TEXT[],
+                                      $6::TEXT[], $7::BOOLEAN[], $8::TEXT[], $9::TEXT[], $10::TEXT[],
+                                      $11::DOUBLE PRECISION[], $12::TEXT[], $13::TEXT[], $14::BIGINT[],
+                                      $15::TEXT[], $16::BOOLEAN[])",
+            )
+            .bind(&c.cursor)
+            .bind(&c.dedup_key)
+            .bind(&c.client_id)
+            .bind(&c.msg_id)
+            .bind(&c.channel)
+            .bind(&c.status)
+            .bind(&c.success)
+            .bind(&c.error)
+            .bind(&c.updated)
+            .bind(&c.reply)
+            .bind(&c.duration_s)
+            .bind(&c.request_id)
+            .bind(&c.replies)
+            .bind(&c.received_at_ms)
+            .bind(&c.source)
+            .bind(&c.is_final)
+            .execute(&mut *tx)
+            .await?;
+            // The notification is delivered when (and only if) the transaction commits.
+            sqlx::query(
+                "WITH h AS (UPDATE event_head SET cursor = $1 RETURNING cursor)
+                 SELECT pg_notify($2, cursor::TEXT) FROM h",
+            )
+            .bind(cursor_to_db(next))
+            .bind(&self.channel)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        advance(&self.appended, next);
+        Ok(appended)
+    }
+
+    async fn events_after(&self, cursor: u64, limit: u32) -> Result<Vec<StatusEvent>, StoreError> {
+        let rows: Vec<EventRow> =
+            sqlx::query_as("SELECT * FROM events WHERE cursor > $1 ORDER BY cursor LIMIT $2")
+                .bind(cursor_to_db(cursor))
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await?;
+        rows.into_iter().map(StatusEvent::try_from).collect()
+    }
+
+    async fn oldest_cursor(&self) -> Result<Option<u64>, StoreError> {
+        let (min,): (Option<i64>,) = sqlx::query_as("SELECT MIN(cursor) FROM events")
+            .fetch_one(&self.pool)
+            .await?;
+        min.map(cursor_from_db).transpose()
+    }
+
+    async fn latest_cursor(&self) -> Result<u64, StoreError> {
+        head(&self.pool).await
+    }
+
+    fn appended(&self) -> watch::Receiver<u64> {
+        self.appended.subscribe()
+    }
+
+    async fn prune(&self, retention: Retention, now: DateTime<Utc>) -> Result<u64, StoreError> {
+        let horizon = ms(now).saturating_sub(millis(retention.max_age));
+        let by_age = sqlx::query("DELETE FROM events WHERE received_at_ms < $1")
+            .bind(horizon)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        let keep = i64::try_from(retention.max_events).unwrap_or(i64::MAX);
+        let by_count = sqlx::query(
+            "DELETE FROM events WHERE cursor <= (SELECT COALESCE(MAX(cursor), 0) FROM events) - $1",
+        )
+        .bind(keep)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        // A message is tracked until it is final or its lifetime is over, then kept as
+        // long as its events for msg_id lookups.
+        sqlx::query(
+            "DELETE FROM messages WHERE sent_at_ms + lifetime_s * 1000 < $1 AND sent_at_ms < $2",
+        )
+        .bind(ms(now))
+        .bind(horizon)
+        .execute(&self.pool)
+        .await?;
+        // A claim outlives its retention while reconcile still tracks its message.
+        let claims_horizon = ms(now).saturating_sub(millis(retention.claims_max_age));
+        sqlx::query(
+            "DELETE FROM claims WHERE COALESCE(settled_at_ms, claimed_at_ms) < $1
+               AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.client_id = claims.client_id
+                                AND NOT m.is_final AND m.sent_at_ms + m.lifetime_s * 1000 >= $2)",
+        )
+        .bind(claims_horizon)
+        .bind(ms(now))
+        .execute(&self.pool)
+        .await?;
+        Ok(by_age + by_count)
+    }
+
+    async fn take_due_for_poll(
+        &self,
+        now: DateTime<Utc>,
+        limit: u32,
+        lease: Duration,
+    ) -> Result<Vec<PendingMessage>, StoreError> {
+        // SKIP LOCKED: replicas taking due messages at the same time take different ones.
+        let rows: Vec<DueRow> = sqlx::query_as(
+            "UPDATE messages SET next_poll_ms = $1
+              WHERE client_id IN (SELECT client_id FROM messages
+                                   WHERE NOT is_final AND next_poll_ms IS NOT NULL AND next_poll_ms <= $2
+                                   ORDER BY next_poll_ms LIMIT $3
+                                   FOR UPDATE SKIP LOCKED)
+             RETURNING client_id, sent_at_ms, lifetime_s, polls",
+        )
+        .bind(ms(now).saturating_add(millis(lease)))
+        .bind(ms(now))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter().map(pending_from_row).collect()
+    }
+
+    async fn schedule_poll(
+        &self,
+        client_id: ClientId,
+        next: Option<DateTime<Utc>>,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE messages SET next_poll_ms = $1, polls = polls + 1 WHERE client_id = $2",
+        )
+        .bind(next.map(ms))
+        .bind(id_to_db(client_id.get()))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn try_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let held: Option<(String,)> = sqlx::query_as(super::LEASE_SQL)
+            .bind(name)
+            .bind(holder)
+            .bind(ms(now).saturating_add(millis(ttl)))
+            .bind(ms(now))
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(held.is_some())
+    }
+
+    async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn channels_are_identifiers_per_schema() {
+        let a = channel_of("public");
+        assert_eq!(a, channel_of("public"));
+        assert_ne!(a, channel_of("msgw_test_1"));
+        assert!(a.len() <= 63);
+        assert!(a.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
+    }
+}

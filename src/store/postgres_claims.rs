@@ -1,0 +1,381 @@
+//! PostgreSQL side of the idempotency claims. The primary key arbitrates between
+//! replicas: a claim is `INSERT ... ON CONFLICT DO NOTHING`, so of two replicas
+//! claiming one id at once, exactly one inserts and the other reads its record.
+
+use std::{
+    collections::{HashMap, HashSet},
+    time::Duration,
+};
+
+use chrono::{DateTime, Utc};
+use sqlx::{PgPool, Postgres, Transaction};
+
+use super::rows::{ClaimRow, attempt_from_db, ms, seconds, settlement_columns};
+use super::{
+    ClaimChange, ClaimRecord, ClaimReply, Fingerprint, SentMessage, Settlement, StoreError,
+};
+use crate::domain::ClientId;
+
+type Tx<'a> = Transaction<'a, Postgres>;
+
+fn id_to_db(id: ClientId) -> i64 {
+    super::rows::id_to_db(id.get())
+}
+
+/// A settlement: id, attempt owned, outcome, when.
+type Settle<'a> = (ClientId, u32, &'a Settlement, DateTime<Utc>);
+
+/// Applies a group of changes in order. What one envelope writes is one statement:
+/// its claims one INSERT (each claim is atomic on its own), its settlements one
+/// UPDATE with the reconcile rows of the accepted sends. Other groups run change by
+/// change in one transaction.
+pub(super) async fn apply_all(
+    pool: &PgPool,
+    changes: &[ClaimChange],
+    first_poll_after: Duration,
+) -> Result<Vec<ClaimReply>, StoreError> {
+    let claims: Option<Vec<(ClientId, &Fingerprint, DateTime<Utc>)>> = changes
+        .iter()
+        .map(|c| match c {
+            ClaimChange::Claim {
+                id,
+                fingerprint,
+                at,
+            } => Some((*id, fingerprint, *at)),
+            _ => None,
+        })
+        .collect();
+    if let Some(claims) = claims {
+        return claim_all(pool, &claims).await;
+    }
+    let settlements: Option<Vec<Settle<'_>>> = changes
+        .iter()
+        .map(|c| match c {
+            ClaimChange::Settle {
+                id,
+                attempt,
+                settlement,
+                at,
+            } => Some((*id, *attempt, settlement, *at)),
+            _ => None,
+        })
+        .collect();
+    if let Some(settlements) = settlements {
+        let distinct: HashSet<ClientId> = settlements.iter().map(|s| s.0).collect();
+        if distinct.len() == settlements.len() {
+            return settle_all(pool, &settlements, first_poll_after).await;
+        }
+    }
+    let mut tx = pool.begin().await?;
+    let mut replies = Vec::with_capacity(changes.len());
+    for change in changes {
+        replies.push(apply(&mut tx, change, first_poll_after).await?);
+    }
+    tx.commit().await?;
+    Ok(replies)
+}
+
+/// Claims every id not claimed yet with one INSERT; an id already claimed (before, by
+/// another replica, or earlier in this group) answers its current record.
+async fn claim_all(
+    pool: &PgPool,
+    claims: &[(ClientId, &Fingerprint, DateTime<Utc>)],
+) -> Result<Vec<ClaimReply>, StoreError> {
+    let ids: Vec<i64> = claims.iter().map(|(id, _, _)| id_to_db(*id)).collect();
+    let fingerprints: Vec<Vec<u8>> = claims.iter().map(|(_, f, _)| f.0.to_vec()).collect();
+    let at: Vec<i64> = claims.iter().map(|(_, _, at)| ms(*at)).collect();
+    // In id order: two replicas inserting overlapping groups wait for each other in
+    // the same order, never in a cycle.
+    let inserted: Vec<(i64,)> = sqlx::query_as(
+        "INSERT INTO claims (client_id, fingerprint, attempt, state, claimed_at_ms)
+         SELECT id, fingerprint, 1, 'in_flight', at
+           FROM UNNEST($1::BIGINT[], $2::BYTEA[], $3::BIGINT[]) AS t (id, fingerprint, at)
+          ORDER BY id
+         ON CONFLICT (client_id) DO NOTHING RETURNING client_id",
+    )
+    .bind(&ids)
+    .bind(&fingerprints)
+    .bind(&at)
+    .fetch_all(pool)
+    .await?;
+    let inserted: HashSet<i64> = inserted.into_iter().map(|(id,)| id).collect();
+    // The first occurrence of an inserted id owns it; every other looks at the record.
+    let mut owned = HashSet::new();
+    let mut replies: Vec<Option<ClaimReply>> = ids
+        .iter()
+        .map(|id| {
+            (inserted.contains(id) && owned.insert(*id))
+                .then_some(ClaimReply::Claimed { attempt: 1 })
+        })
+        .collect();
+    let existing: Vec<i64> = ids
+        .iter()
+        .zip(&replies)
+        .filter(|(_, reply)| reply.is_none())
+        .map(|(id, _)| *id)
+        .collect();
+    let mut records = HashMap::new();
+    if !existing.is_empty() {
+        let rows: Vec<ClaimRow> = sqlx::query_as("SELECT * FROM claims WHERE client_id = ANY($1)")
+            .bind(&existing)
+            .fetch_all(pool)
+            .await?;
+        for row in rows {
+            records.insert(row.client_id, ClaimRecord::try_from(row)?);
+        }
+    }
+    for (id, reply) in ids.iter().zip(replies.iter_mut()) {
+        if reply.is_none() {
+            let record = records.get(id).cloned().ok_or_else(|| {
+                StoreError::Corrupt(format!("claim of {id} conflicted but cannot be read"))
+            })?;
+            *reply = Some(ClaimReply::Existing(record));
+        }
+    }
+    Ok(replies.into_iter().flatten().collect())
+}
+
+/// Records the outcomes of distinct ids in one statement: the outcomes (only where the
+/// attempt still matches), and the reconcile rows of exactly the accepted sends whose
+/// outcome landed.
+async fn settle_all(
+    pool: &PgPool,
+    settlements: &[Settle<'_>],
+    first_poll_after: Duration,
+) -> Result<Vec<ClaimReply>, StoreError> {
+    let after = chrono::Duration::from_std(first_poll_after).unwrap_or(chrono::Duration::MAX);
+    let n = settlements.len();
+    let (mut ids, mut attempts, mut states, mut settled_at) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (mut msg_ids, mut parts, mut payloads, mut recovered, mut reasons) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (mut tracked, mut channels, mut sent_at, mut lifetimes, mut next_polls) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    for (id, attempt, settlement, at) in settlements {
+        let (state, accepted, reason) = settlement_columns(settlement);
+        ids.push(id_to_db(*id));
+        attempts.push(i64::from(*attempt));
+        states.push(state);
+        settled_at.push(ms(*at));
+        msg_ids.push(accepted.and_then(|a| a.msg_id.clone()));
+        parts.push(accepted.map(|a| i64::from(a.parts)));
+        payloads.push(accepted.map(|a| a.payload.to_string()));
+        recovered.push(accepted.is_some_and(|a| a.recovered));
+        reasons.push(reason.map(str::to_owned));
+        let message: Option<&SentMessage> = match settlement {
+            Settlement::Accepted(_, Some(message)) => Some(message),
+            _ => None,
+        };
+        tracked.push(message.map(|m| m.msg_id.clone()));
+        channels.push(message.map(|m| m.channel.as_str()));
+        sent_at.push(message.map(|m| ms(m.sent_at)));
+        lifetimes.push(message.map(|m| seconds(m.lifetime)));
+        next_polls.push(message.map(|m| ms(m.sent_at + after)));
+    }
+    let settled: Vec<(i64,)> = sqlx::query_as(
+        "WITH v AS (
+             SELECT * FROM UNNEST($1::BIGINT[], $2::BIGINT[], $3::TEXT[], $4::BIGINT[], $5::TEXT[],
+                                  $6::BIGINT[], $7::TEXT[], $8::BOOLEAN[], $9::TEXT[], $10::TEXT[],
+                                  $11::TEXT[], $12::BIGINT[], $13::BIGINT[], $14::BIGINT[])
+                 AS v (client_id, attempt, state, settled_at_ms, msg_id, parts, payload, recovered,
+                       reason, m_msg_id, m_channel, m_sent_at_ms, m_lifetime_s, m_next_poll_ms)
+         ), settled AS (
+             UPDATE claims c SET state = v.state, settled_at_ms = v.settled_at_ms,
+                    msg_id = v.msg_id, parts = v.parts, payload = v.payload,
+                    recovered = v.recovered, reason = v.reason
+               FROM v WHERE c.client_id = v.client_id AND c.attempt = v.attempt
+             RETURNING c.client_id
+         ), tracked AS (
+             INSERT INTO messages (client_id, msg_id, channel, sent_at_ms, lifetime_s,
+                                   last_status, is_final, next_poll_ms, polls)
+             SELECT v.client_id, v.m_msg_id, v.m_channel, v.m_sent_at_ms, v.m_lifetime_s, NULL,
+                    FALSE, v.m_next_poll_ms, 0
+               FROM v JOIN settled s ON s.client_id = v.client_id
+              WHERE v.m_msg_id IS NOT NULL
+             ON CONFLICT (client_id) DO UPDATE SET
+               msg_id = excluded.msg_id, channel = excluded.channel,
+               sent_at_ms = excluded.sent_at_ms, lifetime_s = excluded.lifetime_s,
+               last_status = NULL, is_final = FALSE, next_poll_ms = excluded.next_poll_ms,
+               polls = 0
+         )
+         SELECT client_id FROM settled",
+    )
+    .bind(&ids)
+    .bind(&attempts)
+    .bind(&states)
+    .bind(&settled_at)
+    .bind(&msg_ids)
+    .bind(&parts)
+    .bind(&payloads)
+    .bind(&recovered)
+    .bind(&reasons)
+    .bind(&tracked)
+    .bind(&channels)
+    .bind(&sent_at)
+    .bind(&lifetimes)
+    .bind(&next_polls)
+    .fetch_all(pool)
+    .await?;
+    let settled: HashSet<i64> = settled.into_iter().map(|(id,)| id).collect();
+    Ok(ids
+        .iter()
+        .map(|id| {
+            if settled.contains(id) {
+                ClaimReply::Settled
+            } else {
+                ClaimReply::Superseded
+            }
+        })
+        .collect())
+}
+
+/// Applies one change inside the group's transaction.
+async fn apply(
+    tx: &mut Tx<'_>,
+    change: &ClaimChange,
+    first_poll_after: Duration,
+) -> Result<ClaimReply, StoreError> {
+    match change {
+        ClaimChange::Claim {
+            id,
+            fingerprint,
+            at,
+        } => {
+            if insert(tx, *id, fingerprint, *at).await? {
+                return Ok(ClaimReply::Claimed { attempt: 1 });
+            }
+            existing(tx, *id).await
+        }
+        ClaimChange::TakeOver {
+            id,
+            fingerprint,
+            attempt,
+            at,
+        } => {
+            let taken: Option<(i64,)> = sqlx::query_as(
+                "UPDATE claims SET fingerprint = $1, attempt = attempt + 1, state = 'in_flight',
+                        claimed_at_ms = $2, settled_at_ms = NULL, msg_id = NULL, parts = NULL,
+                        payload = NULL, recovered = FALSE, reason = NULL
+                  WHERE client_id = $3 AND attempt = $4 RETURNING attempt",
+            )
+            .bind(&fingerprint.0[..])
+            .bind(ms(*at))
+            .bind(id_to_db(*id))
+            .bind(i64::from(*attempt))
+            .fetch_optional(&mut **tx)
+            .await?;
+            if let Some((attempt,)) = taken {
+                return Ok(ClaimReply::Claimed {
+                    attempt: attempt_from_db(attempt)?,
+                });
+            }
+            // Pruned since the caller looked: the id is free, claim it anew.
+            if insert(tx, *id, fingerprint, *at).await? {
+                return Ok(ClaimReply::Claimed { attempt: 1 });
+            }
+            existing(tx, *id).await
+        }
+        ClaimChange::Settle {
+            id,
+            attempt,
+            settlement,
+            at,
+        } => settle(tx, *id, *attempt, settlement, *at, first_poll_after).await,
+    }
+}
+
+/// Inserts a new in-flight claim unless `id` has one; true when inserted.
+async fn insert(
+    tx: &mut Tx<'_>,
+    id: ClientId,
+    fingerprint: &Fingerprint,
+    at: DateTime<Utc>,
+) -> Result<bool, StoreError> {
+    let inserted: Option<(i64,)> = sqlx::query_as(
+        "INSERT INTO claims (client_id, fingerprint, attempt, state, claimed_at_ms)
+         VALUES ($1, $2, 1, 'in_flight', $3)
+         ON CONFLICT (client_id) DO NOTHING RETURNING attempt",
+    )
+    .bind(id_to_db(id))
+    .bind(&fingerprint.0[..])
+    .bind(ms(at))
+    .fetch_optional(&mut **tx)
+    .await?;
+    Ok(inserted.is_some())
+}
+
+/// The current claim of `id` (which exists: the caller's insert just conflicted).
+async fn existing(tx: &mut Tx<'_>, id: ClientId) -> Result<ClaimReply, StoreError> {
+    let row: ClaimRow = sqlx::query_as("SELECT * FROM claims WHERE client_id = $1")
+        .bind(id_to_db(id))
+        .fetch_one(&mut **tx)
+        .await?;
+    Ok(ClaimReply::Existing(row.try_into()?))
+}
+
+async fn settle(
+    tx: &mut Tx<'_>,
+    id: ClientId,
+    attempt: u32,
+    settlement: &Settlement,
+    at: DateTime<Utc>,
+    first_poll_after: Duration,
+) -> Result<ClaimReply, StoreError> {
+    let (state, accepted, reason) = settlement_columns(settlement);
+    let updated = sqlx::query(
+        "UPDATE claims SET state = $1, settled_at_ms = $2, msg_id = $3, parts = $4, payload = $5,
+                recovered = $6, reason = $7
+          WHERE client_id = $8 AND attempt = $9",
+    )
+    .bind(state)
+    .bind(ms(at))
+    .bind(accepted.and_then(|a| a.msg_id.as_deref()))
+    .bind(accepted.map(|a| i64::from(a.parts)))
+    .bind(accepted.map(|a| a.payload.to_string()))
+    .bind(accepted.is_some_and(|a| a.recovered))
+    .bind(reason)
+    .bind(id_to_db(id))
+    .bind(i64::from(attempt))
+    .execute(&mut **tx)
+    .await?
+    .rows_affected();
+    if updated == 0 {
+        return Ok(ClaimReply::Superseded);
+    }
+    if let Settlement::Accepted(_, Some(m)) = settlement {
+        let after = chrono::Duration::from_std(first_poll_after).unwrap_or(chrono::Duration::MAX);
+        sqlx::query(
+            "INSERT INTO messages (client_id, msg_id, channel, sent_at_ms, lifetime_s,
+                                   last_status, is_final, next_poll_ms, polls)
+             VALUES ($1, $2, $3, $4, $5, NULL, FALSE, $6, 0)
+             ON CONFLICT (client_id) DO UPDATE SET
+               msg_id = excluded.msg_id, channel = excluded.channel,
+               sent_at_ms = excluded.sent_at_ms, lifetime_s = excluded.lifetime_s,
+               last_status = NULL, is_final = FALSE, next_poll_ms = excluded.next_poll_ms,
+               polls = 0",
+        )
+        .bind(id_to_db(m.client_id))
+        .bind(&m.msg_id)
+        .bind(m.channel.as_str())
+        .bind(ms(m.sent_at))
+        .bind(seconds(m.lifetime))
+        .bind(ms(m.sent_at + after))
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(ClaimReply::Settled)
+}

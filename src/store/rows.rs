@@ -1,0 +1,253 @@
+//! The stored shape of claims and events, shared by both stores: each store reads a
+//! row into one of these structs, and one conversion turns it into the domain type,
+//! so SQLite and PostgreSQL cannot read the same row differently.
+
+use std::time::Duration;
+
+use chrono::{DateTime, TimeZone, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::{
+    AcceptedOutcome, ClaimRecord, ClaimState, Fingerprint, PendingMessage, Settlement, StoreError,
+};
+use crate::domain::{
+    ClientId, DeliveryReport, EventSource, Media, NewEvent, Reply, ReportedStatus, StatusEvent,
+};
+
+/// Milliseconds since the epoch, as stored.
+pub(super) fn ms(t: DateTime<Utc>) -> i64 {
+    t.timestamp_millis()
+}
+
+/// A stored timestamp.
+pub(super) fn from_ms(v: i64) -> Result<DateTime<Utc>, StoreError> {
+    Utc.timestamp_millis_opt(v)
+        .single()
+        .ok_or_else(|| StoreError::Corrupt(format!("timestamp {v}")))
+}
+
+/// Whole seconds, as stored (saturating).
+pub(super) fn seconds(d: Duration) -> i64 {
+    i64::try_from(d.as_secs()).unwrap_or(i64::MAX)
+}
+
+/// Milliseconds, as stored (saturating).
+pub(super) fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Client ids are u64 on the wire and 64-bit signed integers in both databases:
+/// stored bit for bit.
+pub(super) fn id_to_db(id: u64) -> i64 {
+    id as i64
+}
+
+/// A stored client id.
+pub(super) fn id_from_db(v: i64) -> u64 {
+    v as u64
+}
+
+/// A stored cursor.
+pub(super) fn cursor_from_db(v: i64) -> Result<u64, StoreError> {
+    u64::try_from(v).map_err(|_| StoreError::Corrupt(format!("cursor {v}")))
+}
+
+/// A cursor as stored.
+pub(super) fn cursor_to_db(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+#[derive(Serialize, Deserialize)]
+struct ReplyRow {
+    datetime: Option<DateTime<Utc>>,
+    message: Option<String>,
+    media: Option<MediaRow>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct MediaRow {
+    url: String,
+    filename: String,
+    filesize: u64,
+}
+
+/// The replies of a report, as stored (JSON text).
+pub(super) fn replies_to_json(replies: &[Reply]) -> String {
+    let rows: Vec<ReplyRow> = replies
+        .iter()
+        .map(|r| ReplyRow {
+            datetime: r.datetime,
+            message: r.message.clone(),
+            media: r.media.as_ref().map(|m| MediaRow {
+                url: m.url.clone(),
+                filename: m.filename.clone(),
+                filesize: m.filesize,
+            }),
+        })
+        .collect();
+    serde_json::to_string(&rows).unwrap_or_else(|_| "[]".into())
+}
+
+fn replies_from_json(text: &str) -> Result<Vec<Reply>, StoreError> {
+    let rows: Vec<ReplyRow> =
+        serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("replies: {e}")))?;
+    Ok(rows
+        .into_iter()
+        .map(|r| Reply {
+            datetime: r.datetime,
+            message: r.message,
+            media: r.media.map(|m| Media {
+                url: m.url,
+                filename: m.filename,
+                filesize: m.filesize,
+            }),
+        })
+        .collect())
+}
+
+/// A row of `events`.
+#[derive(Debug, sqlx::FromRow)]
+pub(super) struct EventRow {
+    cursor: i64,
+    client_id: i64,
+    msg_id: Option<String>,
+    channel: Option<String>,
+    status: Option<String>,
+    success: bool,
+    error: Option<String>,
+    updated: Option<String>,
+    reply: Option<String>,
+    duration_s: Option<f64>,
+    request_id: Option<String>,
+    replies: String,
+    received_at_ms: i64,
+    source: String,
+}
+
+impl TryFrom<EventRow> for StatusEvent {
+    type Error = StoreError;
+
+    fn try_from(row: EventRow) -> Result<Self, StoreError> {
+        let cursor = row.cursor;
+        Ok(StatusEvent {
+            cursor: cursor_from_db(cursor)?,
+            event: NewEvent {
+                report: DeliveryReport {
+                    client_id: id_from_db(row.client_id),
+                    msg_id: row.msg_id,
+                    channel_raw: row.channel,
+                    status: row.status.map(ReportedStatus::new),
+                    success: row.success,
+                    error: row.error,
+                    // An optional field that does not read back is left out, logged: one
+                    // bad row must never stop a replay for every subscriber.
+                    updated: row.updated.and_then(|u| {
+                        let parsed = DateTime::parse_from_rfc3339(&u)
+                            .ok()
+                            .map(|t| t.with_timezone(&Utc))
+                            .filter(crate::domain::representable);
+                        if parsed.is_none() {
+                            tracing::warn!(cursor, updated = %u, "stored event: unreadable `updated` left out");
+                        }
+                        parsed
+                    }),
+                    reply: row.reply,
+                    duration_secs: row.duration_s,
+                    request_id: row.request_id,
+                    replies: replies_from_json(&row.replies).unwrap_or_else(|e| {
+                        tracing::warn!(cursor, error = %e, "stored event: unreadable `replies` left out");
+                        Vec::new()
+                    }),
+                },
+                received_at: from_ms(row.received_at_ms)?,
+                source: EventSource::from_name(&row.source)
+                    .ok_or_else(|| StoreError::Corrupt(format!("source {:?}", row.source)))?,
+            },
+        })
+    }
+}
+
+/// A row of `claims`.
+#[derive(Debug, sqlx::FromRow)]
+pub(super) struct ClaimRow {
+    pub(super) client_id: i64,
+    fingerprint: Vec<u8>,
+    attempt: i64,
+    state: String,
+    claimed_at_ms: i64,
+    msg_id: Option<String>,
+    parts: Option<i64>,
+    payload: Option<String>,
+    recovered: bool,
+    reason: Option<String>,
+}
+
+/// A stored claim generation.
+pub(super) fn attempt_from_db(v: i64) -> Result<u32, StoreError> {
+    u32::try_from(v).map_err(|_| StoreError::Corrupt(format!("claim attempt {v}")))
+}
+
+impl TryFrom<ClaimRow> for ClaimRecord {
+    type Error = StoreError;
+
+    fn try_from(row: ClaimRow) -> Result<Self, StoreError> {
+        let fingerprint = Fingerprint(
+            row.fingerprint
+                .try_into()
+                .map_err(|_| StoreError::Corrupt("claim fingerprint is not 32 bytes".into()))?,
+        );
+        let state = match row.state.as_str() {
+            "in_flight" => ClaimState::InFlight {
+                since: from_ms(row.claimed_at_ms)?,
+            },
+            "accepted" => ClaimState::Accepted(AcceptedOutcome {
+                msg_id: row.msg_id,
+                parts: u32::try_from(row.parts.unwrap_or(0))
+                    .map_err(|_| StoreError::Corrupt(format!("claim parts {:?}", row.parts)))?,
+                payload: match row.payload {
+                    Some(text) => serde_json::from_str(&text)
+                        .map_err(|e| StoreError::Corrupt(format!("claim payload: {e}")))?,
+                    None => serde_json::Value::Null,
+                },
+                recovered: row.recovered,
+            }),
+            "released" => ClaimState::Released {
+                reason: row.reason.unwrap_or_default(),
+            },
+            "unknown" => ClaimState::Unknown,
+            other => return Err(StoreError::Corrupt(format!("claim state {other:?}"))),
+        };
+        Ok(ClaimRecord {
+            fingerprint,
+            attempt: attempt_from_db(row.attempt)?,
+            state,
+        })
+    }
+}
+
+/// The stored state, accepted outcome and release reason of a settlement.
+pub(super) fn settlement_columns(
+    settlement: &Settlement,
+) -> (&'static str, Option<&AcceptedOutcome>, Option<&str>) {
+    match settlement {
+        Settlement::Accepted(outcome, _) => ("accepted", Some(outcome), None),
+        Settlement::Released(reason) => ("released", None, Some(reason.as_str())),
+        Settlement::Unknown => ("unknown", None, None),
+    }
+}
+
+/// A row of `messages` due for a poll: client id, sent at, lifetime, polls.
+pub(super) type DueRow = (i64, i64, i64, i64);
+
+/// Reads a message due for a poll.
+pub(super) fn pending_from_row(
+    (id, sent, lifetime, polls): DueRow,
+) -> Result<PendingMessage, StoreError> {
+    Ok(PendingMessage {
+        client_id: ClientId::new(id_from_db(id))
+            .map_err(|_| StoreError::Corrupt("tracked message with client id 0".into()))?,
+        sent_at: from_ms(sent)?,
+        lifetime: Duration::from_secs(u64::try_from(lifetime).unwrap_or(0)),
+        polls: u32::try_from(polls).unwrap_or(u32::MAX),
+    })
+}

@@ -1,0 +1,210 @@
+//! Idempotency claims: insert-if-absent, compare-and-set take-overs and settlements.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use msgw::domain::{Channel, ClientId};
+use msgw::store::{
+    AcceptedOutcome, ClaimChange, ClaimReply, ClaimState, Fingerprint, SentMessage, Settlement,
+};
+
+use crate::Fixture;
+
+fn id(n: u64) -> ClientId {
+    ClientId::new(n).unwrap()
+}
+
+const A: Fingerprint = Fingerprint([1; 32]);
+const B: Fingerprint = Fingerprint([2; 32]);
+
+fn claim(n: u64, fingerprint: Fingerprint) -> ClaimChange {
+    ClaimChange::Claim {
+        id: id(n),
+        fingerprint,
+        at: Utc::now(),
+    }
+}
+
+pub async fn the_second_claim_of_an_id_in_one_group_sees_the_first(fixture: Fixture) {
+    let store = fixture.open().await;
+    let replies = store
+        .apply_claims(&[claim(1, A), claim(1, A), claim(2, B)])
+        .await
+        .unwrap();
+    assert_eq!(replies[0], ClaimReply::Claimed { attempt: 1 });
+    let ClaimReply::Existing(record) = &replies[1] else {
+        panic!("{:?}", replies[1])
+    };
+    assert_eq!(record.fingerprint, A);
+    assert!(matches!(record.state, ClaimState::InFlight { .. }));
+    assert_eq!(replies[2], ClaimReply::Claimed { attempt: 1 });
+}
+
+pub async fn a_take_over_wins_once_and_fences_the_old_owner(fixture: Fixture) {
+    let store = fixture.open().await;
+    store.apply_claims(&[claim(1, A)]).await.unwrap();
+    let take = |fingerprint| ClaimChange::TakeOver {
+        id: id(1),
+        fingerprint,
+        attempt: 1,
+        at: Utc::now(),
+    };
+    let replies = store.apply_claims(&[take(B), take(A)]).await.unwrap();
+    assert_eq!(replies[0], ClaimReply::Claimed { attempt: 2 });
+    assert!(matches!(&replies[1], ClaimReply::Existing(r) if r.attempt == 2 && r.fingerprint == B));
+
+    let settle = |attempt| ClaimChange::Settle {
+        id: id(1),
+        attempt,
+        settlement: Settlement::Released("Error in Sender-name".into()),
+        at: Utc::now(),
+    };
+    let replies = store.apply_claims(&[settle(1), settle(2)]).await.unwrap();
+    assert_eq!(replies, [ClaimReply::Superseded, ClaimReply::Settled]);
+    let record = store.claim_of(id(1)).await.unwrap().unwrap();
+    assert_eq!(
+        record.state,
+        ClaimState::Released {
+            reason: "Error in Sender-name".into()
+        }
+    );
+}
+
+pub async fn taking_over_a_pruned_claim_claims_it_anew(fixture: Fixture) {
+    let store = fixture.open().await;
+    let take = ClaimChange::TakeOver {
+        id: id(9),
+        fingerprint: A,
+        attempt: 3,
+        at: Utc::now(),
+    };
+    assert_eq!(
+        store.apply_claims(&[take]).await.unwrap(),
+        [ClaimReply::Claimed { attempt: 1 }]
+    );
+}
+
+pub async fn an_accepted_outcome_reads_back_exactly(fixture: Fixture) {
+    let store = fixture.open().await;
+    store
+        .apply_claims(&[claim(ClientId::MAX, A)])
+        .await
+        .unwrap();
+    let outcome = AcceptedOutcome {
+        msg_id: Some("123456789".into()),
+        parts: 3,
+        payload: serde_json::json!({"id": 1, "msg_id": 123456789, "data": 1, "parts": 3, "x": 0.1}),
+        recovered: false,
+    };
+    let settle = ClaimChange::Settle {
+        id: id(ClientId::MAX),
+        attempt: 1,
+        settlement: Settlement::Accepted(outcome.clone(), None),
+        at: Utc::now(),
+    };
+    assert_eq!(
+        store.apply_claims(&[settle]).await.unwrap(),
+        [ClaimReply::Settled]
+    );
+    let record = store.claim_of(id(ClientId::MAX)).await.unwrap().unwrap();
+    assert_eq!(record.state, ClaimState::Accepted(outcome));
+    assert_eq!(record.fingerprint, A);
+}
+
+pub async fn a_group_of_settlements_fences_each_id_and_tracks_only_what_it_settled(
+    fixture: Fixture,
+) {
+    let store = fixture.open().await;
+    store
+        .apply_claims(&[claim(1, A), claim(2, A), claim(3, A)])
+        .await
+        .unwrap();
+    let accepted = |n: u64| {
+        Settlement::Accepted(
+            AcceptedOutcome {
+                msg_id: Some(format!("m{n}")),
+                parts: 1,
+                payload: serde_json::json!({"msg_id": format!("m{n}")}),
+                recovered: false,
+            },
+            Some(SentMessage {
+                client_id: id(n),
+                msg_id: format!("m{n}"),
+                channel: Channel::Sms,
+                sent_at: Utc::now(),
+                lifetime: Duration::from_secs(3600),
+            }),
+        )
+    };
+    let settle = |n: u64, attempt, settlement| ClaimChange::Settle {
+        id: id(n),
+        attempt,
+        settlement,
+        at: Utc::now(),
+    };
+    let replies = store
+        .apply_claims(&[
+            settle(1, 1, accepted(1)),
+            // Someone took id 2 over: this outcome must not land, nor its tracking.
+            settle(2, 7, accepted(2)),
+            settle(3, 1, Settlement::Unknown),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(
+        replies,
+        [
+            ClaimReply::Settled,
+            ClaimReply::Superseded,
+            ClaimReply::Settled
+        ]
+    );
+    assert!(matches!(
+        store.claim_of(id(1)).await.unwrap().unwrap().state,
+        ClaimState::Accepted(_)
+    ));
+    assert!(matches!(
+        store.claim_of(id(2)).await.unwrap().unwrap().state,
+        ClaimState::InFlight { .. }
+    ));
+    assert_eq!(
+        store.claim_of(id(3)).await.unwrap().unwrap().state,
+        ClaimState::Unknown
+    );
+    assert_eq!(store.client_id_of("m1").await.unwrap(), Some(1));
+    assert_eq!(store.client_id_of("m2").await.unwrap(), None);
+}
+
+pub async fn replicas_claiming_the_same_ids_at_once_own_each_exactly_once(fixture: Fixture) {
+    let (a, b) = (fixture.open().await, fixture.open().await);
+    let ids: Vec<u64> = (1..=200).collect();
+    let group =
+        |order: Vec<u64>| -> Vec<ClaimChange> { order.into_iter().map(|n| claim(n, A)).collect() };
+    let mut handles = Vec::new();
+    for (i, store) in [a.clone(), b.clone(), a, b].into_iter().enumerate() {
+        // Opposite orders too: overlapping groups must not deadlock.
+        let mut order = ids.clone();
+        if i % 2 == 1 {
+            order.reverse();
+        }
+        let changes = group(order);
+        handles.push(tokio::spawn(async move {
+            let replies = store.apply_claims(&changes).await.unwrap();
+            changes
+                .iter()
+                .zip(replies)
+                .filter(|(_, r)| matches!(r, ClaimReply::Claimed { .. }))
+                .map(|(c, _)| match c {
+                    ClaimChange::Claim { id, .. } => id.get(),
+                    _ => unreachable!(),
+                })
+                .collect::<Vec<u64>>()
+        }));
+    }
+    let mut owned = Vec::new();
+    for handle in handles {
+        owned.extend(handle.await.unwrap());
+    }
+    owned.sort_unstable();
+    assert_eq!(owned, ids, "every id owned by exactly one claimer");
+}

@@ -1,0 +1,84 @@
+//! One store test suite, two stores: every test here runs against SQLite and against
+//! a real PostgreSQL server (a schema of its own per test), so the two cannot drift.
+
+#[path = "../common/postgres.rs"]
+mod postgres;
+
+mod claims;
+mod events;
+mod shared;
+
+use std::{sync::Arc, time::Duration};
+
+use msgw::store::Store;
+
+/// A store under test; `open` returns another handle on it (as another replica would).
+pub struct Fixture {
+    url: String,
+    _dir: Option<tempfile::TempDir>,
+    _schema: Option<postgres::TestSchema>,
+}
+
+impl Fixture {
+    async fn sqlite() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        Self {
+            url: format!("sqlite://{}", dir.path().join("msgw.db").display()),
+            _dir: Some(dir),
+            _schema: None,
+        }
+    }
+
+    async fn postgres() -> Self {
+        let schema = postgres::TestSchema::create().await;
+        Self {
+            url: schema.url.clone(),
+            _dir: None,
+            _schema: Some(schema),
+        }
+    }
+
+    /// A handle on the store (migrated on first open).
+    pub async fn open(&self) -> Arc<dyn Store> {
+        msgw::store::open(&self.url, None, Duration::ZERO)
+            .await
+            .expect("open the store")
+    }
+}
+
+/// Each test, once per store.
+macro_rules! on_both_stores {
+    ($($module:ident :: $test:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    crate::$module::$test(crate::Fixture::sqlite().await).await
+                }
+            )*
+        }
+        mod postgresql {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    crate::$module::$test(crate::Fixture::postgres().await).await
+                }
+            )*
+        }
+    };
+}
+
+on_both_stores!(
+    claims::the_second_claim_of_an_id_in_one_group_sees_the_first,
+    claims::a_take_over_wins_once_and_fences_the_old_owner,
+    claims::taking_over_a_pruned_claim_claims_it_anew,
+    claims::an_accepted_outcome_reads_back_exactly,
+    claims::a_group_of_settlements_fences_each_id_and_tracks_only_what_it_settled,
+    claims::replicas_claiming_the_same_ids_at_once_own_each_exactly_once,
+    events::appends_hand_out_increasing_cursors_and_skip_duplicates,
+    events::every_field_of_an_event_reads_back_exactly,
+    events::retention_drops_old_events_but_never_reuses_a_cursor,
+    events::cursors_commit_in_order_across_concurrent_appenders,
+    shared::a_due_message_is_taken_by_one_replica_until_its_lease_ends,
+    shared::a_lease_is_held_by_one_replica_until_it_expires,
+);

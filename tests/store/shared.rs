@@ -1,0 +1,115 @@
+//! Work replicas share: reconcile polls taken by one replica at a time, and leases.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use msgw::domain::{Channel, ClientId};
+use msgw::store::{AcceptedOutcome, ClaimChange, Fingerprint, SentMessage, Settlement, Store};
+
+use crate::{Fixture, events::event};
+
+/// Claims and accepts `n` sends, so reconcile tracks them (first poll due at once).
+async fn sent(store: &dyn Store, ids: std::ops::RangeInclusive<u64>) {
+    let claims: Vec<ClaimChange> = ids
+        .clone()
+        .map(|n| ClaimChange::Claim {
+            id: ClientId::new(n).unwrap(),
+            fingerprint: Fingerprint([0; 32]),
+            at: Utc::now(),
+        })
+        .collect();
+    store.apply_claims(&claims).await.unwrap();
+    let settlements: Vec<ClaimChange> = ids
+        .map(|n| ClaimChange::Settle {
+            id: ClientId::new(n).unwrap(),
+            attempt: 1,
+            settlement: Settlement::Accepted(
+                AcceptedOutcome {
+                    msg_id: Some(format!("m{n}")),
+                    parts: 1,
+                    payload: serde_json::json!({"msg_id": format!("m{n}")}),
+                    recovered: false,
+                },
+                Some(SentMessage {
+                    client_id: ClientId::new(n).unwrap(),
+                    msg_id: format!("m{n}"),
+                    channel: Channel::Sms,
+                    sent_at: Utc::now() - chrono::Duration::seconds(120),
+                    lifetime: Duration::from_secs(3600),
+                }),
+            ),
+            at: Utc::now(),
+        })
+        .collect();
+    store.apply_claims(&settlements).await.unwrap();
+}
+
+pub async fn a_due_message_is_taken_by_one_replica_until_its_lease_ends(fixture: Fixture) {
+    let (a, b) = (fixture.open().await, fixture.open().await);
+    sent(a.as_ref(), 1..=30).await;
+    let now = Utc::now();
+    let lease = Duration::from_secs(60);
+    let (from_a, from_b) = tokio::join!(
+        a.take_due_for_poll(now, 20, lease),
+        b.take_due_for_poll(now, 20, lease)
+    );
+    let (from_a, from_b) = (from_a.unwrap(), from_b.unwrap());
+    let mut taken: Vec<u64> = from_a
+        .iter()
+        .chain(&from_b)
+        .map(|m| m.client_id.get())
+        .collect();
+    taken.sort_unstable();
+    assert_eq!(taken, (1..=30).collect::<Vec<_>>(), "each exactly once");
+    assert!(
+        a.take_due_for_poll(now, 50, lease)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // The replica that took id 1 stopped without rescheduling it: it is due again
+    // once the lease is over.
+    let after = now + chrono::Duration::seconds(61);
+    assert_eq!(
+        b.take_due_for_poll(after, 50, lease).await.unwrap().len(),
+        30
+    );
+    // A final status stops the polling.
+    a.schedule_poll(ClientId::new(1).unwrap(), Some(now))
+        .await
+        .unwrap();
+    a.append_batch(&[event(1, "DELIVERED")]).await.unwrap();
+    let later = after + chrono::Duration::seconds(61);
+    let due: Vec<u64> = a
+        .take_due_for_poll(later, 50, lease)
+        .await
+        .unwrap()
+        .iter()
+        .map(|m| m.client_id.get())
+        .collect();
+    assert_eq!(due.len(), 29);
+    assert!(!due.contains(&1));
+    assert_eq!(a.client_id_of("m7").await.unwrap(), Some(7));
+}
+
+pub async fn a_lease_is_held_by_one_replica_until_it_expires(fixture: Fixture) {
+    let (a, b) = (fixture.open().await, fixture.open().await);
+    let now = Utc::now();
+    let ttl = Duration::from_secs(10);
+    assert!(a.try_lease("retention", "a", ttl, now).await.unwrap());
+    assert!(!b.try_lease("retention", "b", ttl, now).await.unwrap());
+    assert!(
+        b.try_lease("balance", "b", ttl, now).await.unwrap(),
+        "another name"
+    );
+    let renewed = now + chrono::Duration::seconds(5);
+    assert!(a.try_lease("retention", "a", ttl, renewed).await.unwrap());
+    let not_yet = now + chrono::Duration::seconds(11);
+    assert!(
+        !b.try_lease("retention", "b", ttl, not_yet).await.unwrap(),
+        "renewed by a"
+    );
+    let expired = now + chrono::Duration::seconds(16);
+    assert!(b.try_lease("retention", "b", ttl, expired).await.unwrap());
+    assert!(!a.try_lease("retention", "a", ttl, expired).await.unwrap());
+}

@@ -53,7 +53,11 @@ impl PgStore {
         password: Option<&SecretString>,
         first_poll_after: Duration,
     ) -> Result<Self, StoreError> {
-        let mut options = PgConnectOptions::from_str(url)?.application_name("msgw");
+        let mut options = PgConnectOptions::from_str(url)?;
+        // `msgw` in pg_stat_activity, unless the URL names the connections otherwise.
+        if options.get_application_name().is_none() {
+            options = options.application_name("msgw");
+        }
         if let Some(password) = password {
             options = options.password(password.expose_secret());
         }

@@ -333,6 +333,8 @@ pub struct Options {
     pub limits: Limits,
     /// Timeouts and connection limit of the webhook listener.
     pub webhook_limits: ListenerLimits,
+    /// Another store URL (a PostgreSQL schema shared by replicas) instead of SQLite.
+    pub store_url: Option<String>,
 }
 
 impl Default for Options {
@@ -354,6 +356,7 @@ impl Default for Options {
             balance_refresh: Duration::ZERO,
             limits: Limits::default(),
             webhook_limits: ListenerLimits::default(),
+            store_url: None,
         }
     }
 }
@@ -382,8 +385,8 @@ pub async fn spawn_sandboxed_app(step_delay: Duration) -> TestApp {
     .await
 }
 
-pub async fn spawn(options: Options) -> TestApp {
-    let gateway = FakeGateway::start().await;
+/// The configuration of msgw as a test wants it, and its SQLite directory.
+pub fn config(options: Options, gateway: &FakeGateway) -> (Config, Arc<tempfile::TempDir>) {
     let upstream = match options.sandbox_step {
         Some(step_delay) => Upstream::Sandbox(SandboxConfig {
             step_delay,
@@ -409,7 +412,7 @@ pub async fn spawn(options: Options) -> TestApp {
         webhook_secret: WEBHOOK_SECRET.to_owned().into(),
         account_token: ACCOUNT_TOKEN.to_owned().into(),
         generated_secrets: Vec::new(),
-        store_url: store_url(&store),
+        store_url: options.store_url.unwrap_or_else(|| store_url(&store)),
         store_password: None,
         retention: options.retention,
         event_fan_out: options.fan_out,
@@ -425,6 +428,12 @@ pub async fn spawn(options: Options) -> TestApp {
         upstream_limits: options.limits,
         webhook_limits: options.webhook_limits,
     };
+    (config, store)
+}
+
+pub async fn spawn(options: Options) -> TestApp {
+    let gateway = FakeGateway::start().await;
+    let (config, store) = config(options, &gateway);
     let app = Application::build(config).await.expect("app builds");
     let addr = app.grpc_addr().unwrap();
     let http_addr = app.http_addr().unwrap();

@@ -9,6 +9,9 @@ mod idempotency;
 mod lifecycle;
 mod listener;
 mod operations;
+#[path = "../common/postgres.rs"]
+mod postgres;
+mod replicas;
 mod sandboxed;
 mod tools;
 mod translation;

@@ -3,16 +3,21 @@
 //! local one CI provides; if it cannot be reached the test fails saying how to start
 //! it — it never passes by skipping.
 
+// Each test target uses what it needs of this module.
+#![allow(dead_code)]
+
 use sqlx::Connection;
 
 /// The server tests use unless `MSGW_TEST_POSTGRES_URL` names another.
 pub const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
-/// A schema created for one test.
+/// A schema created for one test, and a login role of its own that owns it (so a
+/// test can cut off its own msgw, and only it, from the database).
 pub struct TestSchema {
-    /// msgw's store URL for this schema (`search_path` set to it).
+    /// msgw's store URL for this schema (`search_path` set to it, logged in as the
+    /// schema's role, connections named after the schema).
     pub url: String,
-    /// The schema's name.
+    /// The schema's name, also its role's.
     pub name: String,
     admin: String,
 }
@@ -43,14 +48,70 @@ impl TestSchema {
         let admin = server_url();
         let mut conn = connect(&admin).await;
         let name = format!("msgw_test_{:016x}", rand::random::<u64>());
-        sqlx::query(&format!("CREATE SCHEMA {name}"))
-            .execute(&mut conn)
-            .await
-            .expect("create the test schema");
+        for statement in [
+            format!("CREATE ROLE {name} LOGIN"),
+            format!("CREATE SCHEMA {name} AUTHORIZATION {name}"),
+        ] {
+            sqlx::query(&statement)
+                .execute(&mut conn)
+                .await
+                .unwrap_or_else(|e| panic!("{statement}: {e}"));
+        }
         let _ = conn.close().await;
-        let separator = if admin.contains('?') { '&' } else { '?' };
-        let url = format!("{admin}{separator}options=-c%20search_path%3D{name}");
-        Self { url, name, admin }
+        let mut url = url::Url::parse(&admin).expect("MSGW_TEST_POSTGRES_URL is a URL");
+        url.set_username(&name).expect("a user in the URL");
+        url.set_password(None).expect("no password");
+        url.query_pairs_mut()
+            .append_pair("options", &format!("-c search_path={name}"))
+            .append_pair("application_name", &name);
+        Self {
+            url: url.to_string(),
+            name,
+            admin,
+        }
+    }
+
+    /// Cuts msgw off: its role may no longer log in, its connections are killed.
+    pub async fn outage(&self) {
+        self.admin(&[
+            format!("ALTER ROLE {} NOLOGIN", self.name),
+            format!(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{}'",
+                self.name
+            ),
+        ])
+        .await;
+    }
+
+    /// Lets msgw log in again.
+    pub async fn recover(&self) {
+        self.admin(&[format!("ALTER ROLE {} LOGIN", self.name)])
+            .await;
+    }
+
+    /// Kills every connection msgw has open (they may reconnect at once).
+    pub async fn kill_connections(&self) -> u64 {
+        let mut conn = connect(&self.admin).await;
+        let (killed,): (i64,) = sqlx::query_as(
+            "SELECT COUNT(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1) t",
+        )
+        .bind(&self.name)
+        .fetch_one(&mut conn)
+        .await
+        .expect("pg_terminate_backend");
+        let _ = conn.close().await;
+        killed as u64
+    }
+
+    async fn admin(&self, statements: &[String]) {
+        let mut conn = connect(&self.admin).await;
+        for statement in statements {
+            sqlx::query(statement)
+                .execute(&mut conn)
+                .await
+                .unwrap_or_else(|e| panic!("{statement}: {e}"));
+        }
+        let _ = conn.close().await;
     }
 }
 
@@ -71,9 +132,26 @@ impl Drop for TestSchema {
                 sqlx::query("SET lock_timeout = '10s'")
                     .execute(&mut conn)
                     .await?;
-                sqlx::query(&format!("DROP SCHEMA IF EXISTS {name} CASCADE"))
+                // No msgw of this test may reconnect while its schema goes away.
+                for statement in [
+                    format!("ALTER ROLE {name} NOLOGIN"),
+                    format!("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{name}'"),
+                    format!("DROP SCHEMA IF EXISTS {name} CASCADE"),
+                ] {
+                    sqlx::query(&statement).execute(&mut conn).await?;
+                }
+                // The terminated sessions take a moment to end.
+                let mut tries = 0;
+                while let Err(e) = sqlx::query(&format!("DROP ROLE IF EXISTS {name}"))
                     .execute(&mut conn)
-                    .await?;
+                    .await
+                {
+                    tries += 1;
+                    if tries == 50 {
+                        return Err(e);
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
                 conn.close().await
             })
         })

@@ -1,0 +1,575 @@
+//! Several msgw replicas on one PostgreSQL database (a schema of its own per test),
+//! with one fake gateway behind them: exactly-once sends, every event on every
+//! replica's streams, a replica dying mid-load, and the database going away.
+//!
+//! Each replica runs in a runtime of its own, so a test can kill one abruptly (its
+//! tasks and sockets dropped mid-flight, no graceful shutdown), as a lost node would.
+
+use std::{
+    collections::{HashMap, HashSet},
+    net::SocketAddr,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use futures_util::{StreamExt as _, stream};
+use msgw::{app::Application, hooks::HookSigner, proto::*};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+use tonic::{Code, transport::Channel};
+
+use crate::helpers::{
+    FakeGateway, Options, Reply, WEBHOOK_SECRET, config, connect, default_reply, error_info,
+};
+use crate::postgres::TestSchema;
+
+/// One msgw process, as far as the test can tell.
+struct Replica {
+    http_addr: SocketAddr,
+    channel: Channel,
+    kill: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Replica {
+    async fn start(schema: &TestSchema, gateway: &FakeGateway) -> Self {
+        let (config, dir) = config(
+            Options {
+                store_url: Some(schema.url.clone()),
+                upstream_timeout: Duration::from_secs(1),
+                ..Options::default()
+            },
+            gateway,
+        );
+        let (ready, started) = tokio::sync::oneshot::channel();
+        let (kill, killed) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("replica runtime");
+            runtime.block_on(async move {
+                let app = Application::build(config).await.expect("replica builds");
+                let addrs = (app.grpc_addr().unwrap(), app.http_addr().unwrap());
+                let _ = ready.send(addrs);
+                tokio::select! {
+                    served = app.run(std::future::pending()) => served.expect("replica serves"),
+                    _ = killed => {}
+                }
+            });
+            // Abruptly: every task and socket of the replica is dropped where it stands.
+            runtime.shutdown_background();
+            drop(dir);
+        });
+        let (addr, http_addr) = started.await.expect("replica started");
+        Self {
+            http_addr,
+            channel: connect(addr).await,
+            kill: Some(kill),
+            thread: Some(thread),
+        }
+    }
+
+    /// Starts `n` replicas at once (their migrations race for the advisory lock).
+    async fn start_all(n: usize, schema: &TestSchema, gateway: &FakeGateway) -> Vec<Self> {
+        futures_util::future::join_all((0..n).map(|_| Self::start(schema, gateway))).await
+    }
+
+    fn messaging(&self) -> messaging_service_client::MessagingServiceClient<Channel> {
+        messaging_service_client::MessagingServiceClient::new(self.channel.clone())
+    }
+
+    /// Kills the replica abruptly.
+    fn kill(&mut self) {
+        if let Some(kill) = self.kill.take() {
+            let _ = kill.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+
+    /// POSTs the delivery webhook of `id`; the HTTP status, or `None` if the replica
+    /// could not be reached.
+    async fn webhook(&self, http: &reqwest::Client, id: u64) -> Option<u16> {
+        let token = HookSigner::new(&WEBHOOK_SECRET.to_owned().into()).token(id);
+        let body = json!({"success": true, "id": id.to_string(), "msg_id": format!("m{id}"),
+                          "type": "sms", "status": "DELIVERED"});
+        http.post(format!(
+            "http://{}/v1/webhooks/status/{token}",
+            self.http_addr
+        ))
+        .json(&body)
+        .send()
+        .await
+        .ok()
+        .map(|r| r.status().as_u16())
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn sms(id: u64) -> SendSmsRequest {
+    SendSmsRequest {
+        id,
+        phone: "380971234567".into(),
+        message: "Your code is 1234".into(),
+        signature: "msgw".into(),
+        ..Default::default()
+    }
+}
+
+/// The client ids of every `sms` operation the gateway received.
+fn sms_sent(gateway: &FakeGateway) -> Vec<u64> {
+    gateway
+        .envelopes()
+        .iter()
+        .flatten()
+        .filter(|op| op["type"] == "sms")
+        .map(|op| op["id"].as_u64().expect("numeric id"))
+        .collect()
+}
+
+/// A gateway that takes `latency` to answer (so calls on different replicas overlap)
+/// and knows what it was sent: a `status` query for an id it never received is
+/// refused, as the real gateway's is, so msgw resends instead of assuming.
+async fn slow_gateway(latency: Duration) -> FakeGateway {
+    let gateway = FakeGateway::start().await;
+    let sent = Arc::new(Mutex::new(HashSet::new()));
+    gateway.respond_with(move |body: &Value| {
+        let Reply::Json(mut answer) = default_reply(body) else {
+            unreachable!("the default reply is JSON")
+        };
+        let mut sent = sent.lock().unwrap();
+        for (i, op) in body["data"].as_array().into_iter().flatten().enumerate() {
+            let id = op["id"].as_u64().unwrap_or_default();
+            match op["type"].as_str() {
+                Some("sms") => {
+                    sent.insert(id);
+                }
+                Some("status") if !sent.contains(&id) => {
+                    answer["data"][i] =
+                        json!({"success": false, "error": "Message not found", "data": {"id": id}});
+                }
+                _ => {}
+            }
+        }
+        Reply::After(latency, Box::new(Reply::Json(answer)))
+    });
+    gateway
+}
+
+/// Sends `SendSms(id)` until it succeeds, moving to the next replica after a failure
+/// (as a client behind a load balancer would retry); the msg_id it got.
+async fn send_until_ok(replicas: &[Replica], first: usize, id: u64, give_up: Instant) -> String {
+    let mut at = first;
+    loop {
+        let mut request = tonic::Request::new(sms(id));
+        request.set_timeout(Duration::from_secs(15));
+        match replicas[at % replicas.len()]
+            .messaging()
+            .send_sms(request)
+            .await
+        {
+            Ok(response) => return response.into_inner().receipt.expect("receipt").msg_id,
+            Err(status) => {
+                assert!(
+                    Instant::now() < give_up,
+                    "SendSms({id}) still failing: {status:?}"
+                );
+                assert!(
+                    matches!(
+                        status.code(),
+                        Code::Unavailable | Code::DeadlineExceeded | Code::Unknown
+                    ),
+                    "only transient failures may happen: {status:?}"
+                );
+                at += 1;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// What a subscriber received: (cursor, client id) in arrival order.
+type Received = Arc<Mutex<Vec<(u64, u64)>>>;
+
+/// Streams from `replicas[first]` after cursor 0 until `want` distinct events arrived;
+/// when its stream breaks (replica gone, database gone) it resumes after the last
+/// cursor it got, on the next replica that is up. Returns how often it resumed.
+async fn follow(
+    channels: Vec<Channel>,
+    first: usize,
+    want: usize,
+    received: Received,
+    give_up: Instant,
+) -> usize {
+    let mut at = first;
+    let mut last = 0;
+    let mut resumed = 0;
+    loop {
+        let request = StreamStatusEventsRequest {
+            after_cursor: Some(last),
+            ..Default::default()
+        };
+        let opened = event_service_client::EventServiceClient::new(channels[at].clone())
+            .stream_status_events(request)
+            .await;
+        if let Ok(response) = opened {
+            let mut stream = response.into_inner();
+            loop {
+                let next = tokio::time::timeout_at(give_up, stream.next()).await;
+                match next.expect("subscriber: all events within the time limit") {
+                    Some(Ok(item)) => {
+                        let event = item.event.expect("event");
+                        last = event.cursor;
+                        let mut got = received.lock().unwrap();
+                        got.push((event.cursor, event.id));
+                        if got.len() >= want {
+                            return resumed;
+                        }
+                    }
+                    Some(Err(_)) | None => break,
+                }
+            }
+        }
+        assert!(Instant::now() < give_up, "subscriber could not resume");
+        resumed += 1;
+        at = (at + 1) % channels.len();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Every event exactly once, in increasing cursor order, and each id of `expected`.
+fn assert_complete(received: &Received, expected: &HashSet<u64>, who: &str) {
+    let got = received.lock().unwrap();
+    assert!(
+        got.windows(2).all(|w| w[0].0 < w[1].0),
+        "{who}: cursors must increase"
+    );
+    let ids: HashSet<u64> = got.iter().map(|(_, id)| *id).collect();
+    assert_eq!(ids.len(), got.len(), "{who}: no event twice");
+    let missing: Vec<&u64> = expected.difference(&ids).collect();
+    assert!(
+        missing.is_empty(),
+        "{who}: missing acknowledged events {missing:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn duplicate_sends_spread_across_replicas_reach_the_gateway_once_per_id() {
+    let schema = TestSchema::create().await;
+    let gateway = slow_gateway(Duration::from_millis(20)).await;
+    let replicas = Replica::start_all(3, &schema, &gateway).await;
+    let give_up = Instant::now() + Duration::from_secs(60);
+    // 1,000 calls over 200 ids: every id five times, on different replicas, at once.
+    let calls: Vec<(usize, u64)> = (0..1000).map(|i| (i, 1 + (i as u64 % 200))).collect();
+    let answers: Vec<(u64, String)> = stream::iter(calls)
+        .map(|(i, id)| {
+            let replicas = &replicas;
+            async move { (id, send_until_ok(replicas, i, id, give_up).await) }
+        })
+        .buffer_unordered(100)
+        .collect()
+        .await;
+    assert_eq!(answers.len(), 1000);
+    let mut sent = sms_sent(&gateway);
+    sent.sort_unstable();
+    assert_eq!(
+        sent,
+        (1..=200).collect::<Vec<_>>(),
+        "exactly one upstream send per id"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn webhooks_posted_to_any_replica_reach_every_replicas_subscribers() {
+    const EVENTS: u64 = 2000;
+    let schema = TestSchema::create().await;
+    let gateway = FakeGateway::start().await;
+    let replicas = Replica::start_all(3, &schema, &gateway).await;
+    let channels: Vec<Channel> = replicas.iter().map(|r| r.channel.clone()).collect();
+    let give_up = Instant::now() + Duration::from_secs(90);
+    let subscribers: Vec<(Received, tokio::task::JoinHandle<usize>)> = (0..replicas.len())
+        .map(|at| {
+            let received = Received::default();
+            let task = tokio::spawn(follow(
+                channels.clone(),
+                at,
+                EVENTS as usize,
+                received.clone(),
+                give_up,
+            ));
+            (received, task)
+        })
+        .collect();
+    let http = reqwest::Client::new();
+    let statuses: Vec<Option<u16>> = stream::iter(1..=EVENTS)
+        .map(|id| {
+            let (replicas, http) = (&replicas, &http);
+            async move {
+                replicas[id as usize % replicas.len()]
+                    .webhook(http, id)
+                    .await
+            }
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    assert!(
+        statuses.iter().all(|s| *s == Some(200)),
+        "every webhook acknowledged"
+    );
+    let expected: HashSet<u64> = (1..=EVENTS).collect();
+    for (at, (received, task)) in subscribers.into_iter().enumerate() {
+        task.await.expect("subscriber");
+        assert_complete(&received, &expected, &format!("subscriber on replica {at}"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_killed_mid_load_loses_nothing_acknowledged_and_its_subscriber_resumes_elsewhere()
+{
+    const EVENTS: u64 = 1500;
+    let schema = TestSchema::create().await;
+    let gateway = FakeGateway::start().await;
+    let mut replicas = Replica::start_all(3, &schema, &gateway).await;
+    let channels: Vec<Channel> = replicas.iter().map(|r| r.channel.clone()).collect();
+    let give_up = Instant::now() + Duration::from_secs(90);
+    // The subscriber on the replica about to die resumes on the next one.
+    let subscribers: Vec<(Received, tokio::task::JoinHandle<usize>)> = (0..replicas.len())
+        .map(|at| {
+            let received = Received::default();
+            let task = tokio::spawn(follow(
+                channels.clone(),
+                at,
+                EVENTS as usize,
+                received.clone(),
+                give_up,
+            ));
+            (received, task)
+        })
+        .collect();
+    let http = reqwest::Client::new();
+    let acknowledged = Arc::new(Mutex::new(HashSet::new()));
+    let post = |replicas: &[Replica], ids: std::ops::RangeInclusive<u64>| {
+        let (http, acknowledged) = (http.clone(), acknowledged.clone());
+        let targets: Vec<(u64, SocketAddr)> = ids
+            .map(|id| (id, replicas[id as usize % replicas.len()].http_addr))
+            .collect();
+        let alive: Vec<SocketAddr> = replicas.iter().map(|r| r.http_addr).collect();
+        async move {
+            stream::iter(targets)
+                .map(|(id, addr)| {
+                    let (http, acknowledged, alive) = (&http, &acknowledged, &alive);
+                    async move {
+                        // Like the gateway: retry a refused or failed webhook, possibly
+                        // reaching another replica behind the Service.
+                        let mut addr = addr;
+                        for attempt in 0..50 {
+                            let token = HookSigner::new(&WEBHOOK_SECRET.to_owned().into()).token(id);
+                            let body = json!({"success": true, "id": id.to_string(), "msg_id": format!("m{id}"),
+                                              "type": "sms", "status": "DELIVERED"});
+                            let sent = http
+                                .post(format!("http://{addr}/v1/webhooks/status/{token}"))
+                                .json(&body)
+                                .send()
+                                .await;
+                            if matches!(&sent, Ok(r) if r.status() == 200) {
+                                acknowledged.lock().unwrap().insert(id);
+                                return;
+                            }
+                            addr = alive[(id as usize + attempt + 1) % alive.len()];
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                        panic!("webhook {id} never acknowledged");
+                    }
+                })
+                .buffer_unordered(24)
+                .collect::<Vec<()>>()
+                .await;
+        }
+    };
+    let first_half = tokio::spawn(post(&replicas, 1..=EVENTS / 2));
+    // Kill replica 2 while webhooks are in flight on it.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    replicas[2].kill();
+    first_half.await.expect("first half posted");
+    let survivors = &replicas[..2];
+    post(survivors, EVENTS / 2 + 1..=EVENTS).await;
+    let expected = acknowledged.lock().unwrap().clone();
+    assert_eq!(expected.len() as u64, EVENTS);
+    for (at, (received, task)) in subscribers.into_iter().enumerate() {
+        let resumed = task.await.expect("subscriber");
+        if at == 2 {
+            assert!(
+                resumed > 0,
+                "the killed replica's subscriber resumed elsewhere"
+            );
+        }
+        assert_complete(
+            &received,
+            &expected,
+            &format!("subscriber started on replica {at}"),
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_send_left_in_flight_by_a_dead_replica_is_resolved_by_another_without_resending() {
+    let schema = TestSchema::create().await;
+    let gateway = FakeGateway::start().await;
+    // The gateway accepts the send but answers too late for the replica that sent it.
+    gateway.respond_with(|body: &Value| {
+        if body["data"][0]["type"] == "sms" {
+            Reply::After(Duration::from_secs(30), Box::new(default_reply(body)))
+        } else {
+            default_reply(body)
+        }
+    });
+    let mut replicas = Replica::start_all(2, &schema, &gateway).await;
+    let doomed = replicas[1].messaging();
+    let in_flight = tokio::spawn(async move { doomed.clone().send_sms(sms(777)).await });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sms_sent(&gateway).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the send never reached the gateway"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    replicas[1].kill();
+    assert!(
+        in_flight.await.unwrap().is_err(),
+        "the caller lost its replica"
+    );
+    // The caller retries on a surviving replica: the claim is in flight with nobody
+    // behind it; once stale, a status query finds the message instead of a resend.
+    let mut retry = tonic::Request::new(sms(777));
+    retry.set_timeout(Duration::from_secs(20));
+    let answer = replicas[0]
+        .messaging()
+        .send_sms(retry)
+        .await
+        .expect("the retry is answered")
+        .into_inner();
+    assert_eq!(answer.receipt.expect("receipt").id, 777);
+    assert_eq!(sms_sent(&gateway), [777], "sent once");
+    let polled: Vec<Value> = gateway
+        .envelopes()
+        .into_iter()
+        .flatten()
+        .filter(|op| op["type"] == "status")
+        .collect();
+    assert_eq!(
+        polled.len(),
+        1,
+        "resolved with one status query: {polled:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn while_the_database_is_away_calls_fail_unavailable_and_msgw_recovers_by_itself() {
+    let schema = TestSchema::create().await;
+    let gateway = slow_gateway(Duration::ZERO).await;
+    let replicas = Replica::start_all(2, &schema, &gateway).await;
+    let http = reqwest::Client::new();
+    let channels: Vec<Channel> = replicas.iter().map(|r| r.channel.clone()).collect();
+    let give_up = Instant::now() + Duration::from_secs(60);
+    let received = Received::default();
+    let subscriber = tokio::spawn(follow(channels, 0, 2, received.clone(), give_up));
+    assert_eq!(replicas[1].webhook(&http, 1).await, Some(200));
+
+    schema.outage().await;
+    let refused = replicas[0]
+        .messaging()
+        .send_sms(sms(10))
+        .await
+        .expect_err("no store, no send");
+    assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+    assert_eq!(error_info(&refused).0, "STORE_UNAVAILABLE");
+    assert_eq!(
+        replicas[1].webhook(&http, 2).await,
+        Some(503),
+        "the gateway must retry"
+    );
+    assert!(
+        sms_sent(&gateway).is_empty(),
+        "nothing sent without a claim"
+    );
+
+    schema.recover().await;
+    send_until_ok(&replicas, 0, 10, give_up).await;
+    loop {
+        if replicas[1].webhook(&http, 2).await == Some(200) {
+            break;
+        }
+        assert!(Instant::now() < give_up, "webhooks never accepted again");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    subscriber.await.expect("subscriber");
+    assert_complete(&received, &HashSet::from([1, 2]), "subscriber");
+    assert_eq!(sms_sent(&gateway), [10]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn connections_killed_mid_load_lose_nothing_and_send_nothing_twice() {
+    const SENDS: u64 = 300;
+    let schema = TestSchema::create().await;
+    let gateway = slow_gateway(Duration::from_millis(5)).await;
+    let replicas = Replica::start_all(2, &schema, &gateway).await;
+    let channels: Vec<Channel> = replicas.iter().map(|r| r.channel.clone()).collect();
+    let give_up = Instant::now() + Duration::from_secs(90);
+    let received = Received::default();
+    let subscriber = tokio::spawn(follow(
+        channels,
+        1,
+        SENDS as usize,
+        received.clone(),
+        give_up,
+    ));
+    let http = reqwest::Client::new();
+    let load = {
+        let replicas = &replicas;
+        let http = &http;
+        stream::iter(1..=SENDS)
+            .map(move |id| async move {
+                let msg_id = send_until_ok(replicas, id as usize, id, give_up).await;
+                let mut at = id as usize;
+                while replicas[at % 2].webhook(http, id).await != Some(200) {
+                    assert!(Instant::now() < give_up, "webhook {id} never acknowledged");
+                    at += 1;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                (id, msg_id)
+            })
+            .buffer_unordered(16)
+            .collect::<Vec<_>>()
+    };
+    let killer = async {
+        let mut killed = 0;
+        for _ in 0..3 {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            killed += schema.kill_connections().await;
+        }
+        killed
+    };
+    let (answers, killed) = tokio::join!(load, killer);
+    assert!(killed > 0, "connections were killed");
+    let answers: HashMap<u64, String> = answers.into_iter().collect();
+    assert_eq!(answers.len() as u64, SENDS);
+    let mut sent = sms_sent(&gateway);
+    sent.sort_unstable();
+    assert_eq!(
+        sent,
+        (1..=SENDS).collect::<Vec<_>>(),
+        "each id sent exactly once"
+    );
+    subscriber.await.expect("subscriber");
+    assert_complete(&received, &(1..=SENDS).collect(), "subscriber");
+}

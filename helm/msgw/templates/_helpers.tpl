@@ -54,6 +54,14 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
 {{/* "true" when an external PostgreSQL store is configured, else "" (embedded SQLite). */}}
+{{/* Whether a PodDisruptionBudget is rendered: as set, or (null) when several replicas may run. */}}
+{{- define "msgw.pdb" -}}
+{{- $enabled := .Values.podDisruptionBudget.enabled }}
+{{- if kindIs "invalid" $enabled }}
+{{- if or .Values.autoscaling.enabled (gt (int .Values.replicaCount) 1) }}true{{ end }}
+{{- else if $enabled }}true{{ end }}
+{{- end }}
+
 {{- define "msgw.postgres" -}}
 {{- if or .Values.store.postgres.url .Values.store.postgres.existingSecret }}true{{ end }}
 {{- end }}
@@ -128,10 +136,13 @@ The chart's own Secret always holds webhook-secret and account-token; api-key on
 {{- fail "msgw: config.upstreamUrl is set but there is no API key: set secrets.apiKey or secrets.existingSecret." }}
 {{- end }}
 {{- $multi := or .Values.autoscaling.enabled (gt (int .Values.replicaCount) 1) }}
-{{- if and $multi .Values.secrets.existingSecret (not .Values.secrets.existingSecretKeys.webhookSecret) }}
-{{- fail "msgw: several replicas must share the webhook secret: set secrets.existingSecretKeys.webhookSecret." }}
+{{- if and $postgres .Values.secrets.existingSecret (not .Values.secrets.existingSecretKeys.webhookSecret) }}
+{{- fail "msgw: replicas sharing PostgreSQL must share the webhook secret: set secrets.existingSecretKeys.webhookSecret." }}
 {{- end }}
-{{- if and .Values.podDisruptionBudget.enabled (not (kindIs "invalid" .Values.podDisruptionBudget.minAvailable)) (not (kindIs "invalid" .Values.podDisruptionBudget.maxUnavailable)) }}
+{{- if and $postgres .Values.secrets.existingSecret (not .Values.secrets.existingSecretKeys.accountToken) }}
+{{- fail "msgw: replicas sharing PostgreSQL must share the account webhook token: set secrets.existingSecretKeys.accountToken." }}
+{{- end }}
+{{- if and (include "msgw.pdb" .) (not (kindIs "invalid" .Values.podDisruptionBudget.minAvailable)) (not (kindIs "invalid" .Values.podDisruptionBudget.maxUnavailable)) }}
 {{- fail "msgw: set podDisruptionBudget.minAvailable or podDisruptionBudget.maxUnavailable, not both." }}
 {{- end }}
 {{- if and .Values.ingress.enabled (not .Values.ingress.host) }}

@@ -5,6 +5,16 @@
 //! a subscriber). Bounded in count and time; stops by itself.
 //!
 //! `cargo bench --bench events -- --rate 2000 --subscribers 100 --seconds 10`
+//!
+//! Across replicas: `--postgres --replicas 2` runs two msgw on one PostgreSQL schema
+//! (created for the run on the server `MSGW_TEST_POSTGRES_URL` names, default the local
+//! one, and dropped after); webhooks go to the first replica, subscribers stream from
+//! the last, so the latency is webhook on replica A → NOTIFY → stream on replica B.
+//!
+//! `cargo bench --bench events -- --postgres --replicas 2 --rate 1000 --subscribers 20`
+
+#[path = "../common/postgres.rs"]
+mod postgres;
 
 use std::{
     sync::{
@@ -46,8 +56,15 @@ struct Args {
     #[arg(long, default_value_t = 256)]
     concurrency: usize,
     /// Store URL; default: a SQLite file in a temp dir.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "postgres")]
     store: Option<String>,
+    /// A fresh PostgreSQL schema for the run (dropped after).
+    #[arg(long)]
+    postgres: bool,
+    /// msgw replicas on the store (more than one needs PostgreSQL): webhooks go to the
+    /// first, subscribers stream from the last.
+    #[arg(long, default_value_t = 1)]
+    replicas: usize,
     /// Ignored (cargo bench passes it).
     #[arg(long, hide = true)]
     bench: bool,
@@ -60,6 +77,22 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let total = args.rate * args.seconds;
     let dir = tempfile::tempdir()?;
+    anyhow::ensure!(
+        args.replicas >= 1 && (args.replicas == 1 || args.postgres),
+        "--replicas above 1 needs --postgres"
+    );
+    let schema = if args.postgres {
+        Some(postgres::TestSchema::create().await)
+    } else {
+        None
+    };
+    let store_url = match &schema {
+        Some(schema) => schema.url.clone(),
+        None => args
+            .store
+            .clone()
+            .unwrap_or_else(|| format!("sqlite://{}", dir.path().join("bench.db").display())),
+    };
     let config = Config {
         grpc_addr: "127.0.0.1:0".parse()?,
         http_addr: "127.0.0.1:0".parse()?,
@@ -67,10 +100,7 @@ async fn main() -> anyhow::Result<()> {
         webhook_secret: SECRET.to_owned().into(),
         account_token: "bench-account-token-0123456789".to_owned().into(),
         generated_secrets: Vec::new(),
-        store_url: args
-            .store
-            .clone()
-            .unwrap_or_else(|| format!("sqlite://{}", dir.path().join("bench.db").display())),
+        store_url,
         store_password: None,
         retention: Retention {
             max_age: Duration::from_secs(3600),
@@ -90,12 +120,19 @@ async fn main() -> anyhow::Result<()> {
         upstream_limits: msgw::dispatch::Limits::default(),
         webhook_limits: msgw::webhook::ListenerLimits::default(),
     };
-    let app = Application::build(config).await?;
-    let (grpc, http) = (app.grpc_addr()?, app.http_addr()?);
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(app.run(async {
-        let _ = stop_rx.await;
-    }));
+    let mut servers = Vec::new();
+    let mut addrs = Vec::new();
+    for _ in 0..args.replicas {
+        let app = Application::build(config.clone()).await?;
+        addrs.push((app.grpc_addr()?, app.http_addr()?));
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(app.run(async {
+            let _ = stop_rx.await;
+        }));
+        servers.push((stop_tx, server));
+    }
+    // Webhooks in on the first replica, events out of the last.
+    let (http, grpc) = (addrs[0].1, addrs[args.replicas - 1].0);
 
     // When each webhook's POST started, in ns since `origin`, indexed by client id.
     let origin = Instant::now();
@@ -201,10 +238,17 @@ async fn main() -> anyhow::Result<()> {
             .unwrap_or_default()
     };
 
-    println!(
-        "msgw events benchmark (webhooks → SQLite → {} gRPC subscribers, loopback, one process)",
-        args.subscribers
-    );
+    let path = if args.replicas > 1 {
+        format!(
+            "webhooks → replica 1 → PostgreSQL → NOTIFY → replica {} → {} gRPC subscribers",
+            args.replicas, args.subscribers
+        )
+    } else if schema.is_some() {
+        format!("webhooks → PostgreSQL → {} gRPC subscribers", args.subscribers)
+    } else {
+        format!("webhooks → SQLite → {} gRPC subscribers", args.subscribers)
+    };
+    println!("msgw events benchmark ({path}, loopback, one process)");
     println!(
         "  target rate        {} webhooks/s for {} s ({total} webhooks)",
         args.rate, args.seconds
@@ -244,7 +288,10 @@ async fn main() -> anyhow::Result<()> {
         all.last().copied().unwrap_or_default().as_secs_f64() * 1e3
     );
 
-    let _ = stop_tx.send(());
-    server.await??;
+    for (stop, server) in servers {
+        let _ = stop.send(());
+        server.await??;
+    }
+    drop(schema);
     Ok(())
 }

@@ -30,6 +30,37 @@ pub enum Command {
     Serve(ServeArgs),
     /// Serve only the sandbox gateway (`POST /api/json.php`), for pointing other code at it.
     Sandbox(SandboxArgs),
+    /// Copy a stopped msgw's SQLite store into an empty PostgreSQL store (claims,
+    /// tracked messages and the event log with its cursors), to move to several replicas.
+    CopyStore(CopyStoreArgs),
+}
+
+/// Flags of `msgw copy-store`.
+#[derive(Debug, Clone, Args)]
+pub struct CopyStoreArgs {
+    /// The SQLite store to copy (`sqlite://PATH`); stop msgw first.
+    #[arg(long)]
+    pub from: String,
+    /// The PostgreSQL store to fill (`postgres://...`); it must be empty.
+    #[arg(long, env = "MSGW_STORE_URL")]
+    pub to: String,
+    /// File holding the PostgreSQL password (instead of one in the URL).
+    #[arg(long, env = "MSGW_STORE_PASSWORD_FILE")]
+    pub to_password_file: Option<PathBuf>,
+}
+
+impl CopyStoreArgs {
+    /// The password from its file, if one is named.
+    pub fn password(&self) -> anyhow::Result<Option<SecretString>> {
+        self.to_password_file
+            .as_deref()
+            .map(|path| {
+                read_secret(path)
+                    .map(SecretString::from)
+                    .context("--to-password-file")
+            })
+            .transpose()
+    }
 }
 
 /// Speeds of the sandbox's simulated delivery.

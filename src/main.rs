@@ -7,7 +7,7 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let configured = match &cli.command {
         Command::Serve(args) => args.worker_threads.map(usize::from),
-        Command::Sandbox(_) => None,
+        Command::Sandbox(_) | Command::CopyStore(_) => None,
     };
     let workers = configured.unwrap_or_else(msgw::cpus::worker_threads);
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -33,6 +33,15 @@ async fn run(cli: Cli, workers: usize, configured: bool) -> anyhow::Result<()> {
             };
             tracing::info!(workers, source, "tokio worker threads");
             app.run(shutdown_signal()).await
+        }
+        Command::CopyStore(args) => {
+            let password = args.password()?;
+            let copied = msgw::store::copy::run(&args.from, &args.to, password.as_ref()).await?;
+            println!(
+                "copied {} claims, {} tracked messages and {} events; the event log continues after cursor {}",
+                copied.claims, copied.messages, copied.events, copied.latest_cursor
+            );
+            Ok(())
         }
         Command::Sandbox(args) => {
             let _telemetry = msgw::telemetry::init(&args.log)?;

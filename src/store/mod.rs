@@ -4,6 +4,7 @@
 //! embedded default, one replica) and PostgreSQL (several replicas share it).
 
 mod claims;
+pub mod copy;
 mod group;
 mod postgres;
 mod postgres_claims;

@@ -209,6 +209,13 @@ impl EventColumns {
     }
 }
 
+impl PgStore {
+    /// The connections that read (for copying the store).
+    pub(super) fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
 #[tonic::async_trait]
 impl Store for PgStore {
     async fn apply_claims(&self, changes: &[ClaimChange]) -> Result<Vec<ClaimReply>, StoreError> {

@@ -229,6 +229,13 @@ async fn insert_events(
         .collect()
 }
 
+impl SqliteStore {
+    /// The connections that read (for copying the store).
+    pub(super) fn reader(&self) -> &SqlitePool {
+        &self.pool
+    }
+}
+
 #[tonic::async_trait]
 impl Store for SqliteStore {
     async fn apply_claims(&self, changes: &[ClaimChange]) -> Result<Vec<ClaimReply>, StoreError> {

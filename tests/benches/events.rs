@@ -244,7 +244,10 @@ async fn main() -> anyhow::Result<()> {
             args.replicas, args.subscribers
         )
     } else if schema.is_some() {
-        format!("webhooks → PostgreSQL → {} gRPC subscribers", args.subscribers)
+        format!(
+            "webhooks → PostgreSQL → {} gRPC subscribers",
+            args.subscribers
+        )
     } else {
         format!("webhooks → SQLite → {} gRPC subscribers", args.subscribers)
     };

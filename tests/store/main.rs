@@ -5,6 +5,7 @@
 mod postgres;
 
 mod claims;
+mod copy;
 mod events;
 mod shared;
 
@@ -36,6 +37,11 @@ impl Fixture {
             _dir: None,
             _schema: Some(schema),
         }
+    }
+
+    /// The store's URL.
+    pub fn url(&self) -> &str {
+        &self.url
     }
 
     /// A handle on the store (migrated on first open).

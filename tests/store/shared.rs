@@ -9,7 +9,7 @@ use msgw::store::{AcceptedOutcome, ClaimChange, Fingerprint, SentMessage, Settle
 use crate::{Fixture, events::event};
 
 /// Claims and accepts `n` sends, so reconcile tracks them (first poll due at once).
-async fn sent(store: &dyn Store, ids: std::ops::RangeInclusive<u64>) {
+pub async fn sent(store: &dyn Store, ids: std::ops::RangeInclusive<u64>) {
     let claims: Vec<ClaimChange> = ids
         .clone()
         .map(|n| ClaimChange::Claim {

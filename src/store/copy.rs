@@ -1,0 +1,330 @@
+//! Moving from SQLite to PostgreSQL: copies a stopped msgw's SQLite file into an
+//! empty PostgreSQL store, with everything that keeps msgw's promises across the
+//! move — the idempotency claims (a retry after the move is still answered, never
+//! sent again), the messages reconcile tracks, and the event log with its cursors
+//! (subscribers resume where they were).
+
+use super::{PgStore, SqliteStore, StoreError};
+
+/// Opens the SQLite file `from` (which must exist) and the PostgreSQL store `to`
+/// (migrating both), copies, and closes both.
+pub async fn run(
+    from: &str,
+    to: &str,
+    password: Option<&secrecy::SecretString>,
+) -> Result<Copied, StoreError> {
+    let Some(path) = from.strip_prefix("sqlite://") else {
+        return Err(StoreError::Config(format!(
+            "copy from a sqlite://PATH store, not {:?}",
+            from.split(':').next().unwrap_or_default()
+        )));
+    };
+    let path = path.split('?').next().unwrap_or_default();
+    if !std::path::Path::new(path).is_file() {
+        return Err(StoreError::Config(format!("no SQLite store at {path}")));
+    }
+    if !super::is_shared(to) {
+        return Err(StoreError::Config("copy to a postgres://... store".into()));
+    }
+    let source = SqliteStore::open(from, std::time::Duration::ZERO).await?;
+    let target = PgStore::open(to, password, std::time::Duration::ZERO).await?;
+    let copied = sqlite_to_postgres(&source, &target).await;
+    super::Store::close(&source).await;
+    super::Store::close(&target).await;
+    copied
+}
+
+/// Rows copied per statement.
+const PAGE: i64 = 1000;
+
+/// What a copy moved.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Copied {
+    /// Idempotency claims.
+    pub claims: u64,
+    /// Messages tracked for reconcile.
+    pub messages: u64,
+    /// Events, cursors kept.
+    pub events: u64,
+    /// The newest cursor ever handed out (the PostgreSQL log continues after it).
+    pub latest_cursor: u64,
+}
+
+type ClaimTuple = (
+    i64,
+    Vec<u8>,
+    i64,
+    String,
+    i64,
+    Option<i64>,
+    Option<String>,
+    Option<i64>,
+    Option<String>,
+    bool,
+    Option<String>,
+);
+type MessageTuple = (
+    i64,
+    String,
+    String,
+    i64,
+    i64,
+    Option<String>,
+    bool,
+    Option<i64>,
+    i64,
+);
+type EventTuple = (
+    i64,
+    String,
+    i64,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    bool,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<f64>,
+    Option<String>,
+    String,
+    i64,
+    String,
+    bool,
+);
+
+/// Copies `from` (SQLite) into `to` (PostgreSQL), which must hold no claims, messages
+/// or events yet; everything is written in one transaction, so a failed copy leaves
+/// the target empty. Stop msgw before copying: what it writes meanwhile is not copied.
+pub async fn sqlite_to_postgres(from: &SqliteStore, to: &PgStore) -> Result<Copied, StoreError> {
+    let (source, target) = (from.reader(), to.pool());
+    let (rows,): (i64,) = sqlx::query_as(
+        "SELECT (SELECT COUNT(*) FROM claims) + (SELECT COUNT(*) FROM messages)
+              + (SELECT COUNT(*) FROM events) + (SELECT cursor FROM event_head)",
+    )
+    .fetch_one(target)
+    .await?;
+    if rows != 0 {
+        return Err(StoreError::Config(
+            "the PostgreSQL store is not empty: msgw copies into a fresh database (or schema) only"
+                .into(),
+        ));
+    }
+    let mut tx = target.begin().await?;
+    let mut copied = Copied::default();
+    let mut after = i64::MIN;
+    loop {
+        let page: Vec<ClaimTuple> = sqlx::query_as(
+            "SELECT client_id, fingerprint, attempt, state, claimed_at_ms, settled_at_ms, msg_id,
+                    parts, payload, recovered, reason
+               FROM claims WHERE client_id > ? ORDER BY client_id LIMIT ?",
+        )
+        .bind(after)
+        .bind(PAGE)
+        .fetch_all(source)
+        .await?;
+        let Some(last) = page.last().map(|r| r.0) else {
+            break;
+        };
+        copied.claims += page.len() as u64;
+        after = last;
+        insert_claims(&mut tx, page).await?;
+    }
+    after = 0;
+    loop {
+        let page: Vec<EventTuple> = sqlx::query_as(
+            "SELECT cursor, dedup_key, client_id, msg_id, channel, status, success, error, updated,
+                    reply, duration_s, request_id, replies, received_at_ms, source, is_final
+               FROM events WHERE cursor > ? ORDER BY cursor LIMIT ?",
+        )
+        .bind(after)
+        .bind(PAGE)
+        .fetch_all(source)
+        .await?;
+        let Some(last) = page.last().map(|r| r.0) else {
+            break;
+        };
+        copied.events += page.len() as u64;
+        after = last;
+        insert_events(&mut tx, page).await?;
+    }
+    // After the events: their trigger finds no message yet, so each message keeps the
+    // status it had.
+    after = i64::MIN;
+    loop {
+        let page: Vec<MessageTuple> = sqlx::query_as(
+            "SELECT client_id, msg_id, channel, sent_at_ms, lifetime_s, last_status, is_final,
+                    next_poll_ms, polls
+               FROM messages WHERE client_id > ? ORDER BY client_id LIMIT ?",
+        )
+        .bind(after)
+        .bind(PAGE)
+        .fetch_all(source)
+        .await?;
+        let Some(last) = page.last().map(|r| r.0) else {
+            break;
+        };
+        copied.messages += page.len() as u64;
+        after = last;
+        insert_messages(&mut tx, page).await?;
+    }
+    copied.latest_cursor = super::Store::latest_cursor(from).await?;
+    sqlx::query("UPDATE event_head SET cursor = $1")
+        .bind(super::rows::cursor_to_db(copied.latest_cursor))
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(copied)
+}
+
+type PgTx<'a> = sqlx::Transaction<'a, sqlx::Postgres>;
+
+async fn insert_claims(tx: &mut PgTx<'_>, rows: Vec<ClaimTuple>) -> Result<(), StoreError> {
+    let mut c: (
+        Vec<i64>,
+        Vec<Vec<u8>>,
+        Vec<i64>,
+        Vec<String>,
+        Vec<i64>,
+        Vec<Option<i64>>,
+        Vec<Option<String>>,
+        Vec<Option<i64>>,
+        Vec<Option<String>>,
+        Vec<bool>,
+        Vec<Option<String>>,
+    ) = Default::default();
+    for r in rows {
+        c.0.push(r.0);
+        c.1.push(r.1);
+        c.2.push(r.2);
+        c.3.push(r.3);
+        c.4.push(r.4);
+        c.5.push(r.5);
+        c.6.push(r.6);
+        c.7.push(r.7);
+        c.8.push(r.8);
+        c.9.push(r.9);
+        c.10.push(r.10);
+    }
+    sqlx::query(
+        "INSERT INTO claims (client_id, fingerprint, attempt, state, claimed_at_ms, settled_at_ms,
+                             msg_id, parts, payload, recovered, reason)
+         SELECT * FROM UNNEST($1::BIGINT[], $2::BYTEA[], $3::BIGINT[], $4::TEXT[], $5::BIGINT[],
+                              $6::BIGINT[], $7::TEXT[], $8::BIGINT[], $9::TEXT[], $10::BOOLEAN[],
+                              $11::TEXT[])",
+    )
+    .bind(c.0)
+    .bind(c.1)
+    .bind(c.2)
+    .bind(c.3)
+    .bind(c.4)
+    .bind(c.5)
+    .bind(c.6)
+    .bind(c.7)
+    .bind(c.8)
+    .bind(c.9)
+    .bind(c.10)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+async fn insert_messages(tx: &mut PgTx<'_>, rows: Vec<MessageTuple>) -> Result<(), StoreError> {
+    let mut c: (
+        Vec<i64>,
+        Vec<String>,
+        Vec<String>,
+        Vec<i64>,
+        Vec<i64>,
+        Vec<Option<String>>,
+        Vec<bool>,
+        Vec<Option<i64>>,
+        Vec<i64>,
+    ) = Default::default();
+    for r in rows {
+        c.0.push(r.0);
+        c.1.push(r.1);
+        c.2.push(r.2);
+        c.3.push(r.3);
+        c.4.push(r.4);
+        c.5.push(r.5);
+        c.6.push(r.6);
+        c.7.push(r.7);
+        c.8.push(r.8);
+    }
+    sqlx::query(
+        "INSERT INTO messages (client_id, msg_id, channel, sent_at_ms, lifetime_s, last_status,
+                               is_final, next_poll_ms, polls)
+         SELECT * FROM UNNEST($1::BIGINT[], $2::TEXT[], $3::TEXT[], $4::BIGINT[], $5::BIGINT[],
+                              $6::TEXT[], $7::BOOLEAN[], $8::BIGINT[], $9::BIGINT[])",
+    )
+    .bind(c.0)
+    .bind(c.1)
+    .bind(c.2)
+    .bind(c.3)
+    .bind(c.4)
+    .bind(c.5)
+    .bind(c.6)
+    .bind(c.7)
+    .bind(c.8)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+async fn insert_events(tx: &mut PgTx<'_>, rows: Vec<EventTuple>) -> Result<(), StoreError> {
+    let n = rows.len();
+    let mut cursor = Vec::with_capacity(n);
+    let mut dedup_key = Vec::with_capacity(n);
+    let mut client_id = Vec::with_capacity(n);
+    let mut text: [Vec<Option<String>>; 7] = Default::default();
+    let mut success = Vec::with_capacity(n);
+    let mut duration_s = Vec::with_capacity(n);
+    let mut replies = Vec::with_capacity(n);
+    let mut received_at_ms = Vec::with_capacity(n);
+    let mut source = Vec::with_capacity(n);
+    let mut is_final = Vec::with_capacity(n);
+    for r in rows {
+        cursor.push(r.0);
+        dedup_key.push(r.1);
+        client_id.push(r.2);
+        for (column, value) in text.iter_mut().zip([r.3, r.4, r.5, r.7, r.8, r.9, r.11]) {
+            column.push(value);
+        }
+        success.push(r.6);
+        duration_s.push(r.10);
+        replies.push(r.12);
+        received_at_ms.push(r.13);
+        source.push(r.14);
+        is_final.push(r.15);
+    }
+    let [msg_id, channel, status, error, updated, reply, request_id] = text;
+    sqlx::query(
+        "INSERT INTO events (cursor, dedup_key, client_id, msg_id, channel, status, success, error,
+                             updated, reply, duration_s, request_id, replies, received_at_ms,
+                             source, is_final)
+         SELECT * FROM UNNEST($1::BIGINT[], $2::TEXT[], $3::BIGINT[], $4::TEXT[], $5::TEXT[],
+                              $6::TEXT[], $7::BOOLEAN[], $8::TEXT[], $9::TEXT[], $10::TEXT[],
+                              $11::DOUBLE PRECISION[], $12::TEXT[], $13::TEXT[], $14::BIGINT[],
+                              $15::TEXT[], $16::BOOLEAN[])",
+    )
+    .bind(cursor)
+    .bind(dedup_key)
+    .bind(client_id)
+    .bind(msg_id)
+    .bind(channel)
+    .bind(status)
+    .bind(success)
+    .bind(error)
+    .bind(updated)
+    .bind(reply)
+    .bind(duration_s)
+    .bind(request_id)
+    .bind(replies)
+    .bind(received_at_ms)
+    .bind(source)
+    .bind(is_final)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}

@@ -559,8 +559,36 @@ mod tests {
         let cli = Cli::try_parse_from(["msgw", "serve"].iter().chain(args))?;
         match cli.command {
             Command::Serve(args) => args.into_config(),
-            Command::Sandbox(_) => bail!("not serve"),
+            Command::Sandbox(_) | Command::CopyStore(_) => bail!("not serve"),
         }
+    }
+
+    #[test]
+    fn a_postgres_store_needs_the_secrets_every_replica_shares() {
+        let pg = ["--store-url", "postgres://msgw@db/msgw"];
+        let error = serve(&pg).unwrap_err().to_string();
+        assert!(error.contains("MSGW_WEBHOOK_SECRET"), "{error}");
+        let secret = ["--webhook-secret", "0123456789abcdef0123"];
+        let error = serve(&[&pg[..], &secret[..]].concat())
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("MSGW_ACCOUNT_TOKEN"), "{error}");
+        let token = ["--account-token", "0123456789abcdef0123"];
+        let config = serve(&[&pg[..], &secret[..], &token[..]].concat()).unwrap();
+        assert_eq!(config.store_url, "postgres://msgw@db/msgw");
+        assert!(config.store_password.is_none());
+    }
+
+    #[test]
+    fn store_urls_and_password_files_are_checked() {
+        let error = serve(&["--store-url", "mysql://db/msgw"])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("sqlite://PATH"), "{error}");
+        let error = serve(&["--store-password-file", "/nonexistent"])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("postgres:// store URL only"), "{error}");
     }
 
     #[test]

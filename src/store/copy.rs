@@ -179,33 +179,19 @@ pub async fn sqlite_to_postgres(from: &SqliteStore, to: &PgStore) -> Result<Copi
 
 type PgTx<'a> = sqlx::Transaction<'a, sqlx::Postgres>;
 
+/// Splits rows into one vector per column, for `UNNEST`.
+macro_rules! columns {
+    ($rows:expr; $($column:ident: $index:tt),+ $(,)?) => {
+        $( let mut $column = Vec::with_capacity($rows.len()); )+
+        for row in $rows {
+            $( $column.push(row.$index); )+
+        }
+    };
+}
+
 async fn insert_claims(tx: &mut PgTx<'_>, rows: Vec<ClaimTuple>) -> Result<(), StoreError> {
-    let mut c: (
-        Vec<i64>,
-        Vec<Vec<u8>>,
-        Vec<i64>,
-        Vec<String>,
-        Vec<i64>,
-        Vec<Option<i64>>,
-        Vec<Option<String>>,
-        Vec<Option<i64>>,
-        Vec<Option<String>>,
-        Vec<bool>,
-        Vec<Option<String>>,
-    ) = Default::default();
-    for r in rows {
-        c.0.push(r.0);
-        c.1.push(r.1);
-        c.2.push(r.2);
-        c.3.push(r.3);
-        c.4.push(r.4);
-        c.5.push(r.5);
-        c.6.push(r.6);
-        c.7.push(r.7);
-        c.8.push(r.8);
-        c.9.push(r.9);
-        c.10.push(r.10);
-    }
+    columns!(rows; id: 0, fingerprint: 1, attempt: 2, state: 3, claimed: 4, settled: 5,
+             msg_id: 6, parts: 7, payload: 8, recovered: 9, reason: 10);
     sqlx::query(
         "INSERT INTO claims (client_id, fingerprint, attempt, state, claimed_at_ms, settled_at_ms,
                              msg_id, parts, payload, recovered, reason)
@@ -213,92 +199,49 @@ async fn insert_claims(tx: &mut PgTx<'_>, rows: Vec<ClaimTuple>) -> Result<(), S
                               $6::BIGINT[], $7::TEXT[], $8::BIGINT[], $9::TEXT[], $10::BOOLEAN[],
                               $11::TEXT[])",
     )
-    .bind(c.0)
-    .bind(c.1)
-    .bind(c.2)
-    .bind(c.3)
-    .bind(c.4)
-    .bind(c.5)
-    .bind(c.6)
-    .bind(c.7)
-    .bind(c.8)
-    .bind(c.9)
-    .bind(c.10)
+    .bind(id)
+    .bind(fingerprint)
+    .bind(attempt)
+    .bind(state)
+    .bind(claimed)
+    .bind(settled)
+    .bind(msg_id)
+    .bind(parts)
+    .bind(payload)
+    .bind(recovered)
+    .bind(reason)
     .execute(&mut **tx)
     .await?;
     Ok(())
 }
 
 async fn insert_messages(tx: &mut PgTx<'_>, rows: Vec<MessageTuple>) -> Result<(), StoreError> {
-    let mut c: (
-        Vec<i64>,
-        Vec<String>,
-        Vec<String>,
-        Vec<i64>,
-        Vec<i64>,
-        Vec<Option<String>>,
-        Vec<bool>,
-        Vec<Option<i64>>,
-        Vec<i64>,
-    ) = Default::default();
-    for r in rows {
-        c.0.push(r.0);
-        c.1.push(r.1);
-        c.2.push(r.2);
-        c.3.push(r.3);
-        c.4.push(r.4);
-        c.5.push(r.5);
-        c.6.push(r.6);
-        c.7.push(r.7);
-        c.8.push(r.8);
-    }
+    columns!(rows; id: 0, msg_id: 1, channel: 2, sent_at: 3, lifetime: 4, last_status: 5,
+             is_final: 6, next_poll: 7, polls: 8);
     sqlx::query(
         "INSERT INTO messages (client_id, msg_id, channel, sent_at_ms, lifetime_s, last_status,
                                is_final, next_poll_ms, polls)
          SELECT * FROM UNNEST($1::BIGINT[], $2::TEXT[], $3::TEXT[], $4::BIGINT[], $5::BIGINT[],
                               $6::TEXT[], $7::BOOLEAN[], $8::BIGINT[], $9::BIGINT[])",
     )
-    .bind(c.0)
-    .bind(c.1)
-    .bind(c.2)
-    .bind(c.3)
-    .bind(c.4)
-    .bind(c.5)
-    .bind(c.6)
-    .bind(c.7)
-    .bind(c.8)
+    .bind(id)
+    .bind(msg_id)
+    .bind(channel)
+    .bind(sent_at)
+    .bind(lifetime)
+    .bind(last_status)
+    .bind(is_final)
+    .bind(next_poll)
+    .bind(polls)
     .execute(&mut **tx)
     .await?;
     Ok(())
 }
 
 async fn insert_events(tx: &mut PgTx<'_>, rows: Vec<EventTuple>) -> Result<(), StoreError> {
-    let n = rows.len();
-    let mut cursor = Vec::with_capacity(n);
-    let mut dedup_key = Vec::with_capacity(n);
-    let mut client_id = Vec::with_capacity(n);
-    let mut text: [Vec<Option<String>>; 7] = Default::default();
-    let mut success = Vec::with_capacity(n);
-    let mut duration_s = Vec::with_capacity(n);
-    let mut replies = Vec::with_capacity(n);
-    let mut received_at_ms = Vec::with_capacity(n);
-    let mut source = Vec::with_capacity(n);
-    let mut is_final = Vec::with_capacity(n);
-    for r in rows {
-        cursor.push(r.0);
-        dedup_key.push(r.1);
-        client_id.push(r.2);
-        for (column, value) in text.iter_mut().zip([r.3, r.4, r.5, r.7, r.8, r.9, r.11]) {
-            column.push(value);
-        }
-        success.push(r.6);
-        duration_s.push(r.10);
-        replies.push(r.12);
-        received_at_ms.push(r.13);
-        source.push(r.14);
-        is_final.push(r.15);
-    }
-    let [msg_id, channel, status, error, updated, reply, request_id] = text;
+    columns!(rows; cursor: 0, dedup_key: 1, client_id: 2, msg_id: 3, channel: 4, status: 5,
+             success: 6, error: 7, updated: 8, reply: 9, duration_s: 10, request_id: 11,
+             replies: 12, received_at_ms: 13, source: 14, is_final: 15);
     sqlx::query(
         "INSERT INTO events (cursor, dedup_key, client_id, msg_id, channel, status, success, error,
                              updated, reply, duration_s, request_id, replies, received_at_ms,

@@ -498,6 +498,19 @@ async fn while_the_database_is_away_calls_fail_unavailable_and_msgw_recovers_by_
         Some(503),
         "the gateway must retry"
     );
+    let balance = account_service_client::AccountServiceClient::new(replicas[0].channel.clone())
+        .get_balance(GetBalanceRequest::default())
+        .await;
+    assert!(
+        balance.is_ok(),
+        "calls without the store keep working: {balance:?}"
+    );
+    let stream = event_service_client::EventServiceClient::new(replicas[0].channel.clone())
+        .stream_status_events(StreamStatusEventsRequest::default())
+        .await
+        .expect_err("no store, no new stream");
+    assert_eq!(stream.code(), Code::Unavailable, "{stream:?}");
+    assert_eq!(error_info(&stream).0, "STORE_UNAVAILABLE");
     assert!(
         sms_sent(&gateway).is_empty(),
         "nothing sent without a claim"

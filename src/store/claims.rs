@@ -2,10 +2,12 @@
 //! The store is the only arbiter (a unique key, insert-if-absent, compare-and-set on
 //! the attempt), so the guarantee holds across restarts and replicas.
 
+use std::collections::{HashMap, HashSet};
+
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use super::SentMessage;
+use super::{SentMessage, StoreError};
 use crate::domain::ClientId;
 
 /// SHA-256 of a request's canonical gateway operation, hook excluded.
@@ -118,4 +120,114 @@ pub enum ClaimReply {
     Settled,
     /// The claim moved on (taken over) before the outcome was recorded.
     Superseded,
+}
+
+/// A settlement as the stores write it: id, attempt owned, outcome, when.
+pub(super) type Settle<'a> = (ClientId, u32, &'a Settlement, DateTime<Utc>);
+
+/// A group of changes, sorted by how a store writes it.
+pub(super) enum Grouped<'a> {
+    /// Only claims (each atomic on its own): one insert-if-absent statement.
+    Claims(Vec<(ClientId, &'a Fingerprint, DateTime<Utc>)>),
+    /// Only settlements, of distinct ids: one transaction, one statement per kind of row.
+    Settlements(Vec<Settle<'a>>),
+    /// Anything else (take-overs, repeated ids): change by change, in one transaction.
+    Mixed,
+}
+
+/// Sorts a group of changes: what one envelope writes is all claims or all
+/// settlements of distinct ids.
+pub(super) fn grouped(changes: &[ClaimChange]) -> Grouped<'_> {
+    let claims: Option<Vec<_>> = changes
+        .iter()
+        .map(|c| match c {
+            ClaimChange::Claim {
+                id,
+                fingerprint,
+                at,
+            } => Some((*id, fingerprint, *at)),
+            _ => None,
+        })
+        .collect();
+    if let Some(claims) = claims {
+        return Grouped::Claims(claims);
+    }
+    let settlements: Option<Vec<Settle<'_>>> = changes
+        .iter()
+        .map(|c| match c {
+            ClaimChange::Settle {
+                id,
+                attempt,
+                settlement,
+                at,
+            } => Some((*id, *attempt, settlement, *at)),
+            _ => None,
+        })
+        .collect();
+    match settlements {
+        Some(settlements)
+            if settlements
+                .iter()
+                .map(|s| s.0)
+                .collect::<HashSet<_>>()
+                .len()
+                == settlements.len() =>
+        {
+            Grouped::Settlements(settlements)
+        }
+        _ => Grouped::Mixed,
+    }
+}
+
+/// What a group of claims owns, once the insert-if-absent said which ids it inserted:
+/// the first occurrence of an inserted id owns it (`None`); every other gets the
+/// record, to be read from the ids this returns.
+pub(super) struct ClaimOutcome {
+    owned: Vec<bool>,
+    ids: Vec<i64>,
+}
+
+impl ClaimOutcome {
+    /// `ids` (as stored, in the group's order) of which `inserted` were inserted.
+    pub(super) fn new(ids: Vec<i64>, inserted: &HashSet<i64>) -> Self {
+        let mut first = HashSet::new();
+        let owned = ids
+            .iter()
+            .map(|id| inserted.contains(id) && first.insert(*id))
+            .collect();
+        Self { owned, ids }
+    }
+
+    /// The ids whose existing record must be read.
+    pub(super) fn to_read(&self) -> Vec<i64> {
+        self.ids
+            .iter()
+            .zip(&self.owned)
+            .filter(|(_, owned)| !**owned)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// One reply per claim, given the records read.
+    pub(super) fn replies(
+        self,
+        records: &HashMap<i64, ClaimRecord>,
+    ) -> Result<Vec<ClaimReply>, StoreError> {
+        self.ids
+            .iter()
+            .zip(self.owned)
+            .map(|(id, owned)| {
+                if owned {
+                    return Ok(ClaimReply::Claimed { attempt: 1 });
+                }
+                records
+                    .get(id)
+                    .cloned()
+                    .map(ClaimReply::Existing)
+                    .ok_or_else(|| {
+                        StoreError::Corrupt(format!("claim of {id} conflicted but cannot be read"))
+                    })
+            })
+            .collect()
+    }
 }

@@ -10,6 +10,7 @@ use std::{
 use chrono::{DateTime, Utc};
 use sqlx::{PgPool, Postgres, Transaction};
 
+use super::claims::{ClaimOutcome, Grouped, Settle, grouped};
 use super::rows::{ClaimRow, attempt_from_db, ms, seconds, settlement_columns};
 use super::{
     ClaimChange, ClaimRecord, ClaimReply, Fingerprint, SentMessage, Settlement, StoreError,
@@ -22,9 +23,6 @@ fn id_to_db(id: ClientId) -> i64 {
     super::rows::id_to_db(id.get())
 }
 
-/// A settlement: id, attempt owned, outcome, when.
-type Settle<'a> = (ClientId, u32, &'a Settlement, DateTime<Utc>);
-
 /// Applies a group of changes in order. What one envelope writes is one statement:
 /// its claims one INSERT (each claim is atomic on its own), its settlements one
 /// UPDATE with the reconcile rows of the accepted sends. Other groups run change by
@@ -34,37 +32,12 @@ pub(super) async fn apply_all(
     changes: &[ClaimChange],
     first_poll_after: Duration,
 ) -> Result<Vec<ClaimReply>, StoreError> {
-    let claims: Option<Vec<(ClientId, &Fingerprint, DateTime<Utc>)>> = changes
-        .iter()
-        .map(|c| match c {
-            ClaimChange::Claim {
-                id,
-                fingerprint,
-                at,
-            } => Some((*id, fingerprint, *at)),
-            _ => None,
-        })
-        .collect();
-    if let Some(claims) = claims {
-        return claim_all(pool, &claims).await;
-    }
-    let settlements: Option<Vec<Settle<'_>>> = changes
-        .iter()
-        .map(|c| match c {
-            ClaimChange::Settle {
-                id,
-                attempt,
-                settlement,
-                at,
-            } => Some((*id, *attempt, settlement, *at)),
-            _ => None,
-        })
-        .collect();
-    if let Some(settlements) = settlements {
-        let distinct: HashSet<ClientId> = settlements.iter().map(|s| s.0).collect();
-        if distinct.len() == settlements.len() {
+    match grouped(changes) {
+        Grouped::Claims(claims) => return claim_all(pool, &claims).await,
+        Grouped::Settlements(settlements) => {
             return settle_all(pool, &settlements, first_poll_after).await;
         }
+        Grouped::Mixed => {}
     }
     let mut tx = pool.begin().await?;
     let mut replies = Vec::with_capacity(changes.len());
@@ -99,21 +72,8 @@ async fn claim_all(
     .fetch_all(pool)
     .await?;
     let inserted: HashSet<i64> = inserted.into_iter().map(|(id,)| id).collect();
-    // The first occurrence of an inserted id owns it; every other looks at the record.
-    let mut owned = HashSet::new();
-    let mut replies: Vec<Option<ClaimReply>> = ids
-        .iter()
-        .map(|id| {
-            (inserted.contains(id) && owned.insert(*id))
-                .then_some(ClaimReply::Claimed { attempt: 1 })
-        })
-        .collect();
-    let existing: Vec<i64> = ids
-        .iter()
-        .zip(&replies)
-        .filter(|(_, reply)| reply.is_none())
-        .map(|(id, _)| *id)
-        .collect();
+    let outcome = ClaimOutcome::new(ids, &inserted);
+    let existing = outcome.to_read();
     let mut records = HashMap::new();
     if !existing.is_empty() {
         let rows: Vec<ClaimRow> = sqlx::query_as("SELECT * FROM claims WHERE client_id = ANY($1)")
@@ -124,15 +84,7 @@ async fn claim_all(
             records.insert(row.client_id, ClaimRecord::try_from(row)?);
         }
     }
-    for (id, reply) in ids.iter().zip(replies.iter_mut()) {
-        if reply.is_none() {
-            let record = records.get(id).cloned().ok_or_else(|| {
-                StoreError::Corrupt(format!("claim of {id} conflicted but cannot be read"))
-            })?;
-            *reply = Some(ClaimReply::Existing(record));
-        }
-    }
-    Ok(replies.into_iter().flatten().collect())
+    outcome.replies(&records)
 }
 
 /// Records the outcomes of distinct ids in one statement: the outcomes (only where the

@@ -9,6 +9,7 @@ use std::{
 use chrono::{DateTime, Utc};
 use sqlx::{Connection, Sqlite, SqliteConnection, Transaction};
 
+use super::claims::{ClaimOutcome, Grouped, Settle, grouped};
 use super::rows::{ClaimRow, attempt_from_db, ms, settlement_columns as columns};
 use super::{
     ClaimChange, ClaimRecord, ClaimReply, Fingerprint, SentMessage, Settlement, StoreError,
@@ -31,37 +32,12 @@ pub(super) async fn apply_all(
     changes: &[ClaimChange],
     first_poll_after: Duration,
 ) -> Result<Vec<ClaimReply>, StoreError> {
-    let claims: Option<Vec<(ClientId, &Fingerprint, DateTime<Utc>)>> = changes
-        .iter()
-        .map(|c| match c {
-            ClaimChange::Claim {
-                id,
-                fingerprint,
-                at,
-            } => Some((*id, fingerprint, *at)),
-            _ => None,
-        })
-        .collect();
-    if let Some(claims) = claims {
-        return claim_all(conn, &claims).await;
-    }
-    let settlements: Option<Vec<Settle<'_>>> = changes
-        .iter()
-        .map(|c| match c {
-            ClaimChange::Settle {
-                id,
-                attempt,
-                settlement,
-                at,
-            } => Some((*id, *attempt, settlement, *at)),
-            _ => None,
-        })
-        .collect();
-    if let Some(settlements) = settlements {
-        let distinct: HashSet<ClientId> = settlements.iter().map(|s| s.0).collect();
-        if distinct.len() == settlements.len() {
+    match grouped(changes) {
+        Grouped::Claims(claims) => return claim_all(conn, &claims).await,
+        Grouped::Settlements(settlements) => {
             return settle_all(conn, &settlements, first_poll_after).await;
         }
+        Grouped::Mixed => {}
     }
     let mut tx = conn.begin().await?;
     let mut replies = Vec::with_capacity(changes.len());
@@ -71,9 +47,6 @@ pub(super) async fn apply_all(
     tx.commit().await?;
     Ok(replies)
 }
-
-/// A settlement: id, attempt owned, outcome, when.
-type Settle<'a> = (ClientId, u32, &'a Settlement, DateTime<Utc>);
 
 /// Claims every id not claimed yet with one INSERT; an id already claimed (before, or
 /// earlier in this group) answers its current record.
@@ -96,22 +69,8 @@ async fn claim_all(
         let rows: Vec<(i64,)> = query.build_query_as().fetch_all(&mut *conn).await?;
         inserted.extend(rows.into_iter().map(|(id,)| id));
     }
-    // The first occurrence of an inserted id owns it; every other looks at the record.
-    let mut owned = HashSet::new();
-    let mut replies: Vec<Option<ClaimReply>> = claims
-        .iter()
-        .map(|(id, _, _)| {
-            let db = id_to_db(*id);
-            (inserted.contains(&db) && owned.insert(db))
-                .then_some(ClaimReply::Claimed { attempt: 1 })
-        })
-        .collect();
-    let existing: Vec<i64> = claims
-        .iter()
-        .zip(&replies)
-        .filter(|(_, reply)| reply.is_none())
-        .map(|((id, _, _), _)| id_to_db(*id))
-        .collect();
+    let outcome = ClaimOutcome::new(claims.iter().map(|c| id_to_db(c.0)).collect(), &inserted);
+    let existing = outcome.to_read();
     let mut records = HashMap::new();
     for chunk in super::sqlite::row_chunks(&existing) {
         let mut query =
@@ -129,15 +88,7 @@ async fn claim_all(
             records.insert(row.client_id, ClaimRecord::try_from(row)?);
         }
     }
-    for ((id, _, _), reply) in claims.iter().zip(replies.iter_mut()) {
-        if reply.is_none() {
-            let record = records.get(&id_to_db(*id)).cloned().ok_or_else(|| {
-                StoreError::Corrupt(format!("claim of {id} conflicted but cannot be read"))
-            })?;
-            *reply = Some(ClaimReply::Existing(record));
-        }
-    }
-    Ok(replies.into_iter().flatten().collect())
+    outcome.replies(&records)
 }
 
 /// Records the outcomes of distinct ids in one transaction sent as one batch of

@@ -245,6 +245,27 @@ async fn follow(
     }
 }
 
+/// One subscriber per replica, each following from cursor 0 until `want` events.
+fn follow_on_each(
+    channels: &[Channel],
+    want: usize,
+    give_up: Instant,
+) -> Vec<(Received, tokio::task::JoinHandle<usize>)> {
+    (0..channels.len())
+        .map(|at| {
+            let received = Received::default();
+            let task = tokio::spawn(follow(
+                channels.to_vec(),
+                at,
+                want,
+                received.clone(),
+                give_up,
+            ));
+            (received, task)
+        })
+        .collect()
+}
+
 /// Every event exactly once, in increasing cursor order, and each id of `expected`.
 fn assert_complete(received: &Received, expected: &HashSet<u64>, who: &str) {
     let got = received.lock().unwrap();
@@ -295,19 +316,7 @@ async fn webhooks_posted_to_any_replica_reach_every_replicas_subscribers() {
     let replicas = Replica::start_all(3, &schema, &gateway).await;
     let channels: Vec<Channel> = replicas.iter().map(|r| r.channel.clone()).collect();
     let give_up = Instant::now() + Duration::from_secs(90);
-    let subscribers: Vec<(Received, tokio::task::JoinHandle<usize>)> = (0..replicas.len())
-        .map(|at| {
-            let received = Received::default();
-            let task = tokio::spawn(follow(
-                channels.clone(),
-                at,
-                EVENTS as usize,
-                received.clone(),
-                give_up,
-            ));
-            (received, task)
-        })
-        .collect();
+    let subscribers = follow_on_each(&channels, EVENTS as usize, give_up);
     let http = reqwest::Client::new();
     let statuses: Vec<Option<u16>> = stream::iter(1..=EVENTS)
         .map(|id| {
@@ -342,19 +351,7 @@ async fn a_replica_killed_mid_load_loses_nothing_acknowledged_and_its_subscriber
     let channels: Vec<Channel> = replicas.iter().map(|r| r.channel.clone()).collect();
     let give_up = Instant::now() + Duration::from_secs(90);
     // The subscriber on the replica about to die resumes on the next one.
-    let subscribers: Vec<(Received, tokio::task::JoinHandle<usize>)> = (0..replicas.len())
-        .map(|at| {
-            let received = Received::default();
-            let task = tokio::spawn(follow(
-                channels.clone(),
-                at,
-                EVENTS as usize,
-                received.clone(),
-                give_up,
-            ));
-            (received, task)
-        })
-        .collect();
+    let subscribers = follow_on_each(&channels, EVENTS as usize, give_up);
     let http = reqwest::Client::new();
     let acknowledged = Arc::new(Mutex::new(HashSet::new()));
     let post = |replicas: &[Replica], ids: std::ops::RangeInclusive<u64>| {

@@ -3,6 +3,7 @@
 //! one replica at a time do shared work. One trait, two implementations: SQLite (the
 //! embedded default, one replica) and PostgreSQL (several replicas share it).
 
+mod claim_changes;
 mod claims;
 pub mod copy;
 mod group;
@@ -176,6 +177,39 @@ const LEASE_SQL: &str = "INSERT INTO leases (name, holder, until_ms) VALUES ($1,
      ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, until_ms = excluded.until_ms
       WHERE leases.holder = excluded.holder OR leases.until_ms < $4
      RETURNING holder";
+
+/// What a prune runs, in order: each statement with its bound values. Both databases
+/// speak this SQL; the first two statements drop events (their row counts are the
+/// result).
+fn prune_statements(retention: Retention, now: DateTime<Utc>) -> [(&'static str, Vec<i64>); 4] {
+    use rows::{millis, ms};
+    let horizon = ms(now).saturating_sub(millis(retention.max_age));
+    let keep = i64::try_from(retention.max_events).unwrap_or(i64::MAX);
+    let claims_horizon = ms(now).saturating_sub(millis(retention.claims_max_age));
+    [
+        (
+            "DELETE FROM events WHERE received_at_ms < $1",
+            vec![horizon],
+        ),
+        (
+            "DELETE FROM events WHERE cursor <= (SELECT COALESCE(MAX(cursor), 0) FROM events) - $1",
+            vec![keep],
+        ),
+        // A message is tracked until it is final or its lifetime is over, then kept as
+        // long as its events, for msg_id lookups.
+        (
+            "DELETE FROM messages WHERE sent_at_ms + lifetime_s * 1000 < $1 AND sent_at_ms < $2",
+            vec![ms(now), horizon],
+        ),
+        // A claim outlives its retention while reconcile still tracks its message.
+        (
+            "DELETE FROM claims WHERE COALESCE(settled_at_ms, claimed_at_ms) < $1
+               AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.client_id = claims.client_id
+                                AND NOT m.is_final AND m.sent_at_ms + m.lifetime_s * 1000 >= $2)",
+            vec![claims_horizon, ms(now)],
+        ),
+    ]
+}
 
 /// Moves a newest-cursor watch forward to `cursor` (never back), waking its receivers.
 fn advance(newest: &tokio::sync::watch::Sender<u64>, cursor: u64) {

@@ -346,41 +346,17 @@ impl Store for PgStore {
     }
 
     async fn prune(&self, retention: Retention, now: DateTime<Utc>) -> Result<u64, StoreError> {
-        let horizon = ms(now).saturating_sub(millis(retention.max_age));
-        let by_age = sqlx::query("DELETE FROM events WHERE received_at_ms < $1")
-            .bind(horizon)
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
-        let keep = i64::try_from(retention.max_events).unwrap_or(i64::MAX);
-        let by_count = sqlx::query(
-            "DELETE FROM events WHERE cursor <= (SELECT COALESCE(MAX(cursor), 0) FROM events) - $1",
-        )
-        .bind(keep)
-        .execute(&self.pool)
-        .await?
-        .rows_affected();
-        // A message is tracked until it is final or its lifetime is over, then kept as
-        // long as its events for msg_id lookups.
-        sqlx::query(
-            "DELETE FROM messages WHERE sent_at_ms + lifetime_s * 1000 < $1 AND sent_at_ms < $2",
-        )
-        .bind(ms(now))
-        .bind(horizon)
-        .execute(&self.pool)
-        .await?;
-        // A claim outlives its retention while reconcile still tracks its message.
-        let claims_horizon = ms(now).saturating_sub(millis(retention.claims_max_age));
-        sqlx::query(
-            "DELETE FROM claims WHERE COALESCE(settled_at_ms, claimed_at_ms) < $1
-               AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.client_id = claims.client_id
-                                AND NOT m.is_final AND m.sent_at_ms + m.lifetime_s * 1000 >= $2)",
-        )
-        .bind(claims_horizon)
-        .bind(ms(now))
-        .execute(&self.pool)
-        .await?;
-        Ok(by_age + by_count)
+        let mut dropped = [0; 4];
+        for ((sql, values), n) in super::prune_statements(retention, now)
+            .into_iter()
+            .zip(&mut dropped)
+        {
+            let query = values
+                .into_iter()
+                .fold(sqlx::query(sql), |query, value| query.bind(value));
+            *n = query.execute(&self.pool).await?.rows_affected();
+        }
+        Ok(dropped[0] + dropped[1])
     }
 
     async fn take_due_for_poll(

@@ -10,11 +10,11 @@ use tokio::sync::watch;
 
 use super::rows::{
     ClaimRow, DueRow, EventRow, cursor_from_db, cursor_to_db, id_to_db, millis, ms,
-    pending_from_row, replies_to_json, seconds,
+    pending_from_row, replies_to_json,
 };
 use super::{
-    ClaimChange, ClaimRecord, ClaimReply, PendingMessage, Retention, SentMessage, Store,
-    StoreError, sqlite_claims,
+    ClaimChange, ClaimRecord, ClaimReply, PendingMessage, Retention, Store, StoreError,
+    sqlite_claims,
 };
 use crate::domain::{ClientId, NewEvent, StatusEvent};
 
@@ -103,39 +103,6 @@ async fn checkpoint_wal(pool: SqlitePool) {
             tracing::warn!(error = %e, "store: WAL checkpoint failed");
         }
     }
-}
-
-/// Remembers a sent message for reconcile (a resend with the same client id replaces it).
-/// Its first poll is due `first_poll_after` after sending.
-pub(super) async fn record_sent(
-    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
-    messages: &[&SentMessage],
-    first_poll_after: Duration,
-) -> Result<(), StoreError> {
-    let after = chrono::Duration::from_std(first_poll_after).unwrap_or(chrono::Duration::MAX);
-    for chunk in row_chunks(messages) {
-        let mut query = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
-            "INSERT INTO messages (client_id, msg_id, channel, sent_at_ms, lifetime_s, last_status, is_final, next_poll_ms, polls) ",
-        );
-        query.push_values(chunk, |mut row, m| {
-            row.push_bind(id_to_db(m.client_id.get()))
-                .push_bind(m.msg_id.as_str())
-                .push_bind(m.channel.as_str())
-                .push_bind(ms(m.sent_at))
-                .push_bind(seconds(m.lifetime))
-                .push("NULL, 0")
-                .push_bind(ms(m.sent_at + after))
-                .push("0");
-        });
-        query.push(
-            " ON CONFLICT (client_id) DO UPDATE SET
-               msg_id = excluded.msg_id, channel = excluded.channel, sent_at_ms = excluded.sent_at_ms,
-               lifetime_s = excluded.lifetime_s, last_status = NULL, is_final = 0,
-               next_poll_ms = excluded.next_poll_ms, polls = 0",
-        );
-        query.build().execute(&mut **tx).await?;
-    }
-    Ok(())
 }
 
 /// Rows per multi-row statement at most (at most 14 bound values each, far below
@@ -310,41 +277,17 @@ impl Store for SqliteStore {
     }
 
     async fn prune(&self, retention: Retention, now: DateTime<Utc>) -> Result<u64, StoreError> {
-        let horizon = ms(now).saturating_sub(millis(retention.max_age));
-        let by_age = sqlx::query("DELETE FROM events WHERE received_at_ms < ?")
-            .bind(horizon)
-            .execute(&self.writer)
-            .await?
-            .rows_affected();
-        let keep = i64::try_from(retention.max_events).unwrap_or(i64::MAX);
-        let by_count = sqlx::query(
-            "DELETE FROM events WHERE cursor <= (SELECT COALESCE(MAX(cursor), 0) FROM events) - ?",
-        )
-        .bind(keep)
-        .execute(&self.writer)
-        .await?
-        .rows_affected();
-        // A message is tracked until it is final or its lifetime is over, then kept as
-        // long as its events for msg_id lookups.
-        sqlx::query(
-            "DELETE FROM messages WHERE sent_at_ms + lifetime_s * 1000 < ? AND sent_at_ms < ?",
-        )
-        .bind(ms(now))
-        .bind(horizon)
-        .execute(&self.writer)
-        .await?;
-        // A claim outlives its retention while reconcile still tracks its message.
-        let claims_horizon = ms(now).saturating_sub(millis(retention.claims_max_age));
-        sqlx::query(
-            "DELETE FROM claims WHERE COALESCE(settled_at_ms, claimed_at_ms) < ?
-               AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.client_id = claims.client_id
-                                AND m.is_final = 0 AND m.sent_at_ms + m.lifetime_s * 1000 >= ?)",
-        )
-        .bind(claims_horizon)
-        .bind(ms(now))
-        .execute(&self.writer)
-        .await?;
-        Ok(by_age + by_count)
+        let mut dropped = [0; 4];
+        for ((sql, values), n) in super::prune_statements(retention, now)
+            .into_iter()
+            .zip(&mut dropped)
+        {
+            let query = values
+                .into_iter()
+                .fold(sqlx::query(sql), |query, value| query.bind(value));
+            *n = query.execute(&self.writer).await?.rows_affected();
+        }
+        Ok(dropped[0] + dropped[1])
     }
 
     async fn take_due_for_poll(

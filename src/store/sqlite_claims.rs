@@ -7,16 +7,14 @@ use std::{
 };
 
 use chrono::{DateTime, Utc};
-use sqlx::{Connection, Sqlite, SqliteConnection, Transaction};
+use sqlx::{Connection, Sqlite, SqliteConnection};
 
 use super::claims::{ClaimOutcome, Grouped, Settle, grouped};
-use super::rows::{ClaimRow, attempt_from_db, ms, settlement_columns as columns};
+use super::rows::{ClaimRow, attempt_from_db, ms, seconds, settlement_columns};
 use super::{
     ClaimChange, ClaimRecord, ClaimReply, Fingerprint, SentMessage, Settlement, StoreError,
 };
 use crate::domain::ClientId;
-
-type Tx<'a> = Transaction<'a, Sqlite>;
 
 fn id_to_db(id: ClientId) -> i64 {
     super::rows::id_to_db(id.get())
@@ -117,7 +115,7 @@ async fn settle_all(
                 .push_bind(message.map(|m| m.msg_id.clone()))
                 .push_bind(message.map(|m| m.channel.as_str()))
                 .push_bind(message.map(|m| ms(m.sent_at)))
-                .push_bind(message.map(|m| super::rows::seconds(m.lifetime)))
+                .push_bind(message.map(|m| seconds(m.lifetime)))
                 .push_bind(message.map(|m| ms(m.sent_at + after)));
         });
         query.push(
@@ -135,7 +133,7 @@ async fn settle_all(
              WITH v (client_id, attempt, state, settled_at_ms, msg_id, parts, payload, recovered, reason) AS (",
         );
         query.push_values(chunk, |mut row, (id, attempt, settlement, at)| {
-            let (state, accepted, reason) = columns(settlement);
+            let (state, accepted, reason) = settlement_columns(settlement);
             row.push_bind(id_to_db(*id))
                 .push_bind(i64::from(*attempt))
                 .push_bind(state)
@@ -176,122 +174,4 @@ async fn settle_all(
         .collect())
 }
 
-/// Applies one change.
-/// A settled send's first poll is due `first_poll_after` after sending.
-async fn apply(
-    tx: &mut Tx<'_>,
-    change: &ClaimChange,
-    first_poll_after: Duration,
-) -> Result<ClaimReply, StoreError> {
-    match change {
-        ClaimChange::Claim {
-            id,
-            fingerprint,
-            at,
-        } => {
-            if insert(tx, *id, fingerprint, *at).await? {
-                return Ok(ClaimReply::Claimed { attempt: 1 });
-            }
-            existing(tx, *id).await
-        }
-        ClaimChange::TakeOver {
-            id,
-            fingerprint,
-            attempt,
-            at,
-        } => {
-            let taken: Option<(i64,)> = sqlx::query_as(
-                "UPDATE claims SET fingerprint = ?, attempt = attempt + 1, state = 'in_flight',
-                        claimed_at_ms = ?, settled_at_ms = NULL, msg_id = NULL, parts = NULL,
-                        payload = NULL, recovered = 0, reason = NULL
-                  WHERE client_id = ? AND attempt = ? RETURNING attempt",
-            )
-            .bind(&fingerprint.0[..])
-            .bind(ms(*at))
-            .bind(id_to_db(*id))
-            .bind(i64::from(*attempt))
-            .fetch_optional(&mut **tx)
-            .await?;
-            if let Some((attempt,)) = taken {
-                return Ok(ClaimReply::Claimed {
-                    attempt: attempt_from_db(attempt)?,
-                });
-            }
-            // Pruned since the caller looked: the id is free, claim it anew.
-            if insert(tx, *id, fingerprint, *at).await? {
-                return Ok(ClaimReply::Claimed { attempt: 1 });
-            }
-            existing(tx, *id).await
-        }
-        ClaimChange::Settle {
-            id,
-            attempt,
-            settlement,
-            at,
-        } => settle(tx, *id, *attempt, settlement, *at, first_poll_after).await,
-    }
-}
-
-/// Inserts a new in-flight claim unless `id` has one; true when inserted.
-async fn insert(
-    tx: &mut Tx<'_>,
-    id: ClientId,
-    fingerprint: &Fingerprint,
-    at: DateTime<Utc>,
-) -> Result<bool, StoreError> {
-    let inserted: Option<(i64,)> = sqlx::query_as(
-        "INSERT INTO claims (client_id, fingerprint, attempt, state, claimed_at_ms)
-         VALUES (?, ?, 1, 'in_flight', ?)
-         ON CONFLICT (client_id) DO NOTHING RETURNING attempt",
-    )
-    .bind(id_to_db(id))
-    .bind(&fingerprint.0[..])
-    .bind(ms(at))
-    .fetch_optional(&mut **tx)
-    .await?;
-    Ok(inserted.is_some())
-}
-
-/// The current claim of `id` (which exists: the caller's insert just conflicted).
-async fn existing(tx: &mut Tx<'_>, id: ClientId) -> Result<ClaimReply, StoreError> {
-    let row: ClaimRow = sqlx::query_as("SELECT * FROM claims WHERE client_id = ?")
-        .bind(id_to_db(id))
-        .fetch_one(&mut **tx)
-        .await?;
-    Ok(ClaimReply::Existing(row.try_into()?))
-}
-
-async fn settle(
-    tx: &mut Tx<'_>,
-    id: ClientId,
-    attempt: u32,
-    settlement: &Settlement,
-    at: DateTime<Utc>,
-    first_poll_after: Duration,
-) -> Result<ClaimReply, StoreError> {
-    let (state, accepted, reason) = columns(settlement);
-    let updated = sqlx::query(
-        "UPDATE claims SET state = ?, settled_at_ms = ?, msg_id = ?, parts = ?, payload = ?,
-                recovered = ?, reason = ?
-          WHERE client_id = ? AND attempt = ?",
-    )
-    .bind(state)
-    .bind(ms(at))
-    .bind(accepted.and_then(|a| a.msg_id.as_deref()))
-    .bind(accepted.map(|a| i64::from(a.parts)))
-    .bind(accepted.map(|a| a.payload.to_string()))
-    .bind(accepted.is_some_and(|a| a.recovered))
-    .bind(reason)
-    .bind(id_to_db(id))
-    .bind(i64::from(attempt))
-    .execute(&mut **tx)
-    .await?
-    .rows_affected();
-    if updated == 0 {
-        return Ok(ClaimReply::Superseded);
-    }
-    if let Settlement::Accepted(_, Some(message)) = settlement {
-        super::sqlite::record_sent(tx, &[message], first_poll_after).await?;
-    }
-    Ok(ClaimReply::Settled)
-}
+super::claim_changes::change_by_change!(Sqlite);

@@ -33,11 +33,16 @@ struct Replica {
 
 impl Replica {
     async fn start(schema: &TestSchema, gateway: &FakeGateway) -> Self {
+        Self::start_with(Options::default(), schema, gateway).await
+    }
+
+    /// A replica with these options, on `schema`, in front of `gateway`.
+    async fn start_with(options: Options, schema: &TestSchema, gateway: &FakeGateway) -> Self {
         let (config, dir) = config(
             Options {
                 store_url: Some(schema.url.clone()),
                 upstream_timeout: Duration::from_secs(1),
-                ..Options::default()
+                ..options
             },
             gateway,
         );
@@ -78,6 +83,16 @@ impl Replica {
 
     fn messaging(&self) -> messaging_service_client::MessagingServiceClient<Channel> {
         messaging_service_client::MessagingServiceClient::new(self.channel.clone())
+    }
+
+    /// The `/metrics` text.
+    async fn metrics(&self) -> String {
+        reqwest::get(format!("http://{}/metrics", self.http_addr))
+            .await
+            .expect("GET /metrics")
+            .text()
+            .await
+            .expect("metrics text")
     }
 
     /// Kills the replica abruptly.
@@ -582,4 +597,55 @@ async fn connections_killed_mid_load_lose_nothing_and_send_nothing_twice() {
     );
     subscriber.await.expect("subscriber");
     assert_complete(&received, &(1..=SENDS).collect(), "subscriber");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_replica_at_a_time_refreshes_the_balance_and_another_takes_over_when_it_dies() {
+    let schema = TestSchema::create().await;
+    let gateway = FakeGateway::start().await;
+    let options = || Options {
+        balance_refresh: Duration::from_millis(100),
+        ..Options::default()
+    };
+    let mut replicas = vec![
+        Replica::start_with(options(), &schema, &gateway).await,
+        Replica::start_with(options(), &schema, &gateway).await,
+    ];
+    let exporting = |texts: &[String]| -> Vec<usize> {
+        texts
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.lines().any(|l| l.starts_with("msgw_balance{")))
+            .map(|(i, _)| i)
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let holder = loop {
+        let texts = vec![replicas[0].metrics().await, replicas[1].metrics().await];
+        if let [one] = exporting(&texts)[..] {
+            break one;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "exactly one replica exports the balance"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let before = gateway.envelopes().len();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let polls = gateway.envelopes().len() - before;
+    assert!(
+        (5..=13).contains(&polls),
+        "one replica refreshes every 100 ms, not both: {polls} balance requests in 1 s"
+    );
+    // The holder dies: the other takes the lease over once it runs out (two periods).
+    replicas.remove(holder).kill();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while exporting(&[replicas[0].metrics().await]).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the survivor took the balance over"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

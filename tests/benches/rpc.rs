@@ -1,5 +1,5 @@
 //! Load benchmark of the send path: a real msgw (gRPC on loopback, SQLite store in a
-//! temp dir) in front of an in-process fake gateway, driven by concurrent callers
+//! temp dir, or a fresh PostgreSQL schema with `--postgres`) in front of an in-process fake gateway, driven by concurrent callers
 //! with distinct ids over HTTP/2 connections. Prints, in one run:
 //!
 //! - a. `grpc.health.v1.Health/Check` RPC/s on the same server (tonic's own cost);
@@ -16,6 +16,9 @@
 //! It asserts nothing; it prints. Bounded in time; stops by itself.
 //!
 //! `cargo bench --bench rpc` (options: `-- --help`)
+
+#[path = "../common/postgres.rs"]
+mod postgres;
 
 use std::{
     sync::{
@@ -67,6 +70,10 @@ struct Args {
     /// Worker threads of msgw's runtime.
     #[arg(long, default_value_t = 2)]
     msgw_workers: usize,
+    /// Store on a fresh PostgreSQL schema (on the tests' server, dropped after)
+    /// instead of a SQLite file.
+    #[arg(long)]
+    postgres: bool,
     /// Ignored (cargo bench passes it).
     #[arg(long, hide = true)]
     bench: bool,
@@ -83,6 +90,7 @@ struct Msgw {
     stop: tokio::sync::oneshot::Sender<()>,
     server: tokio::task::JoinHandle<anyhow::Result<()>>,
     _dir: tempfile::TempDir,
+    _schema: Option<postgres::TestSchema>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -103,8 +111,15 @@ fn main() -> anyhow::Result<()> {
     let (slow_gateway, answered) = gateway_rt.block_on(fake_gateway(latency))?;
 
     println!(
-        "msgw send-path benchmark (msgw on {} worker threads, {} HTTP/2 connections from the callers, {} s per phase)",
-        args.msgw_workers, args.connections, args.seconds
+        "msgw send-path benchmark (msgw on {} worker threads, {} HTTP/2 connections from the callers, {} s per phase, {} store)",
+        args.msgw_workers,
+        args.connections,
+        args.seconds,
+        if args.postgres {
+            "PostgreSQL"
+        } else {
+            "SQLite"
+        }
     );
 
     // a, b, e: a gateway that answers at once, default limits.
@@ -244,11 +259,16 @@ fn start(
     args: &Args,
 ) -> anyhow::Result<Msgw> {
     let dir = tempfile::tempdir()?;
-    let config = config(
-        gateway_url,
-        &format!("sqlite://{}", dir.path().join("bench.db").display()),
-        limits,
-    )?;
+    let schema = if args.postgres {
+        Some(msgw_rt.block_on(postgres::TestSchema::create()))
+    } else {
+        None
+    };
+    let store_url = match &schema {
+        Some(schema) => schema.url.clone(),
+        None => format!("sqlite://{}", dir.path().join("bench.db").display()),
+    };
+    let config = config(gateway_url, &store_url, limits)?;
     let (grpc, http, stop, server) = msgw_rt.block_on(async {
         let app = Application::build(config).await?;
         let (grpc, http) = (app.grpc_addr()?, app.http_addr()?);
@@ -276,6 +296,7 @@ fn start(
         stop,
         server,
         _dir: dir,
+        _schema: schema,
     })
 }
 

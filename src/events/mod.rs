@@ -99,28 +99,35 @@ impl Tail {
         }
     }
 
-    /// Reads from the store and publishes everything up to `target`.
+    /// Reads from the store and publishes everything up to `target`. The store is read
+    /// without holding the tail, so this replica's own appends are not held up by it.
     async fn catch_up(&self, store: &dyn Store, target: u64) -> Result<(), StoreError> {
-        let mut published = self.published.lock().await;
-        let last = match *published {
+        let known = *self.published.lock().await;
+        let mut last = match known {
             Some(last) => last,
-            None => *published.insert(store.latest_cursor().await?),
+            None => {
+                let latest = store.latest_cursor().await?;
+                *self.published.lock().await.get_or_insert(latest)
+            }
         };
-        let mut last = last;
         while last < target {
             let page = store.events_after(last, REPLAY_PAGE).await?;
-            let Some(newest) = page.last().map(|e| e.cursor) else {
-                // Pruned in between: nothing left to publish up to the target.
-                last = target;
-                break;
-            };
+            let short = page.len() < REPLAY_PAGE as usize;
+            let mut published = self.published.lock().await;
+            let current = published.get_or_insert(last);
+            // Own appends may have gone out meanwhile: publish only what lies beyond.
+            // Cursors the store skips were pruned: nothing to wait for.
             for e in page {
-                let _ = self.channel.send(Arc::new(e));
+                if e.cursor > *current {
+                    *current = e.cursor;
+                    let _ = self.channel.send(Arc::new(e));
+                }
             }
-            last = newest;
-            *published = Some(last);
+            if short {
+                *current = (*current).max(target);
+            }
+            last = *current;
         }
-        *published = Some(last);
         Ok(())
     }
 }

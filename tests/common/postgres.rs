@@ -33,9 +33,7 @@ pub async fn connect(url: &str) -> sqlx::PgConnection {
         panic!(
             "PostgreSQL is not reachable at {url}: {e}\n\
              These tests need a real PostgreSQL server (trust auth, database `test`). Start one:\n\
-             \x20 sudo apt-get install -y postgresql && sudo service postgresql start\n\
-             \x20 sudo -u postgres psql -c 'CREATE DATABASE test' \n\
-             \x20 (and `host all all 127.0.0.1/32 trust` in pg_hba.conf)\n\
+             \x20 .ci/start-postgres   (Debian/Ubuntu: installs it with apt, allows local trust auth, creates `test`)\n\
              or: docker run -d -p 5432:5432 -e POSTGRES_HOST_AUTH_METHOD=trust -e POSTGRES_DB=test postgres:16\n\
              or point MSGW_TEST_POSTGRES_URL at another server."
         )

@@ -222,8 +222,11 @@ impl Application {
             .add_service(reflection_v1()?)
             .add_service(reflection_v1alpha()?)
             .add_service(
-                MessagingServiceServer::new(Messaging::new(self.dispatcher.clone()))
-                    .max_decoding_message_size(MAX_REQUEST_BYTES),
+                MessagingServiceServer::new(Messaging::new(
+                    self.dispatcher.clone(),
+                    self.events.clone(),
+                ))
+                .max_decoding_message_size(MAX_REQUEST_BYTES),
             )
             .add_service(
                 AccountServiceServer::new(Account::new(self.dispatcher.clone()))

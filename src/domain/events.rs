@@ -125,3 +125,19 @@ pub struct StatusEvent {
     /// The event.
     pub event: NewEvent,
 }
+
+impl From<DeliveryReport> for super::StatusReport {
+    /// The status a delivery report tells; `raw` is null (no status query was made).
+    fn from(r: DeliveryReport) -> Self {
+        Self {
+            id: r.client_id,
+            msg_id: r.msg_id,
+            channel: r.channel_raw.as_deref().and_then(Channel::from_name),
+            channel_raw: r.channel_raw,
+            status: r.status,
+            updated: r.updated,
+            replies: r.replies,
+            raw: serde_json::Value::Null,
+        }
+    }
+}

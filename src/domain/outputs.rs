@@ -73,6 +73,16 @@ pub struct StatusReport {
     pub raw: Value,
 }
 
+impl StatusReport {
+    /// Whether the status is a known final one.
+    pub fn is_final(&self) -> bool {
+        self.status
+            .as_ref()
+            .and_then(|s| s.known)
+            .is_some_and(super::Status::is_final)
+    }
+}
+
 /// Account balance.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Balance {

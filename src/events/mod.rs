@@ -6,12 +6,14 @@
 //! replica's own appends go straight in when they are next in line; everything else
 //! (other replicas' appends, announced by the store) is read from the store first.
 
+pub mod wait;
+
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
 use chrono::Utc;
 use tokio::sync::{Mutex, broadcast, mpsc, watch};
 
-use crate::domain::{Channel, Error, NewEvent, StatusEvent, UnavailableCause};
+use crate::domain::{Channel, ClientId, Error, NewEvent, StatusEvent, UnavailableCause};
 use crate::metrics::Metrics;
 use crate::periodic::{Leased, Periodic};
 use crate::store::{GroupWriter, Retention, Store, StoreError};
@@ -331,6 +333,14 @@ impl EventLog {
                 }
             }
         }
+    }
+
+    /// The final event of message `id` if one is retained, else its newest.
+    pub async fn last_event_of(&self, id: ClientId) -> Result<Option<StatusEvent>, Error> {
+        self.store
+            .last_event_of(id.get())
+            .await
+            .map_err(store_error)
     }
 
     /// The metrics the log records into.

@@ -63,6 +63,23 @@ pub async fn unary<Req, Resp>(
 where
     Req: Rpc<Resp>,
 {
+    observed(dispatcher.metrics(), method, async move {
+        let deadline = super::deadline::deadline(&request);
+        let (ops, shape) = request.into_inner().plan(dispatcher.batch_max())?;
+        record_operations(&ops);
+        let results = dispatcher.execute_all(ops, deadline).await?;
+        Req::respond(shape, results)
+    })
+    .await
+}
+
+/// Runs the work of one RPC of `method` (the response, and whether it is a replay):
+/// traced, timed and counted like every other RPC.
+pub async fn observed<Resp>(
+    metrics: &Metrics,
+    method: &'static str,
+    work: impl Future<Output = Result<(Resp, bool), Error>>,
+) -> Result<Response<Resp>, Status> {
     let span = tracing::info_span!(
         "rpc",
         method,
@@ -73,18 +90,8 @@ where
     );
     async move {
         let started = Instant::now();
-        let deadline = super::deadline::deadline(&request);
-        let result = match request.into_inner().plan(dispatcher.batch_max()) {
-            Ok((ops, shape)) => {
-                record_operations(&ops);
-                match dispatcher.execute_all(ops, deadline).await {
-                    Ok(results) => Req::respond(shape, results),
-                    Err(e) => Err(e),
-                }
-            }
-            Err(e) => Err(e),
-        };
-        finish(dispatcher.metrics(), method, started, result.as_ref().err());
+        let result = work.await;
+        finish(metrics, method, started, result.as_ref().err());
         let (response, replayed) = result.map_err(Status::from)?;
         let mut response = Response::new(response);
         if replayed {
@@ -99,7 +106,7 @@ where
 }
 
 /// Puts the call's size, and the client id of a lone operation, on the current RPC span.
-fn record_operations(ops: &[Operation]) {
+pub fn record_operations(ops: &[Operation]) {
     let span = tracing::Span::current();
     span.record("operations", ops.len());
     if let [op] = ops

@@ -1,21 +1,30 @@
 //! MessagingService: sends on every channel, Batch, and status queries.
 
+use std::sync::Arc;
+
+use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 
 use super::handler;
 use crate::dispatch::Dispatcher;
+use crate::domain::{Error, Operation};
+use crate::events::{
+    EventLog,
+    wait::{self, MAX_WAIT},
+};
 use crate::proto::{self, messaging_service_server::MessagingService};
 
 /// The MessagingService handlers.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Messaging {
     dispatcher: Dispatcher,
+    events: Arc<EventLog>,
 }
 
 impl Messaging {
-    /// Handlers over `dispatcher`.
-    pub fn new(dispatcher: Dispatcher) -> Self {
-        Self { dispatcher }
+    /// Handlers over `dispatcher`; `events` answers waits for a final status.
+    pub fn new(dispatcher: Dispatcher, events: Arc<EventLog>) -> Self {
+        Self { dispatcher, events }
     }
 }
 
@@ -74,7 +83,27 @@ impl MessagingService for Messaging {
         &self,
         request: Request<proto::GetMessageStatusRequest>,
     ) -> Result<Response<proto::GetMessageStatusResponse>, Status> {
-        handler::unary(&self.dispatcher, "GetMessageStatus", request).await
+        if !request.get_ref().wait_for_final {
+            return handler::unary(&self.dispatcher, "GetMessageStatus", request).await;
+        }
+        let until =
+            super::deadline::deadline(&request).unwrap_or_else(|| Instant::now() + MAX_WAIT);
+        let query = proto::GetMessageStatusRequest {
+            wait_for_final: false,
+            ..request.into_inner()
+        };
+        handler::observed(self.dispatcher.metrics(), "GetMessageStatus", async move {
+            let op = handler::parse(query)?;
+            handler::record_operations(std::slice::from_ref(&op));
+            let Operation::GetMessageStatus(id) = op else {
+                return Err(Error::Internal(format!(
+                    "a status request parsed as {op:?}"
+                )));
+            };
+            let waited = wait::final_status(&self.events, &self.dispatcher, id, until).await?;
+            Ok((waited.into(), false))
+        })
+        .await
     }
 
     async fn batch(

@@ -125,6 +125,9 @@ pub trait Store: std::fmt::Debug + Send + Sync + 'static {
     /// Up to `limit` events with a cursor above `cursor`, in cursor order.
     async fn events_after(&self, cursor: u64, limit: u32) -> Result<Vec<StatusEvent>, StoreError>;
 
+    /// The final event of message `client_id` if one is retained, else its newest.
+    async fn last_event_of(&self, client_id: u64) -> Result<Option<StatusEvent>, StoreError>;
+
     /// The oldest retained cursor, if any event is retained.
     async fn oldest_cursor(&self) -> Result<Option<u64>, StoreError>;
 
@@ -210,6 +213,10 @@ fn prune_statements(retention: Retention, now: DateTime<Utc>) -> [(&'static str,
         ),
     ]
 }
+
+/// The final event of a message if it has one, else its newest (`$1`: the client id).
+const LAST_EVENT_SQL: &str =
+    "SELECT * FROM events WHERE client_id = $1 ORDER BY is_final DESC, cursor DESC LIMIT 1";
 
 /// Moves a newest-cursor watch forward to `cursor` (never back), waking its receivers.
 fn advance(newest: &tokio::sync::watch::Sender<u64>, cursor: u64) {

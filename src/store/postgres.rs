@@ -330,6 +330,15 @@ impl Store for PgStore {
         rows.into_iter().map(StatusEvent::try_from).collect()
     }
 
+    async fn last_event_of(&self, client_id: u64) -> Result<Option<StatusEvent>, StoreError> {
+        sqlx::query_as::<_, EventRow>(super::LAST_EVENT_SQL)
+            .bind(id_to_db(client_id))
+            .fetch_optional(&self.pool)
+            .await?
+            .map(StatusEvent::try_from)
+            .transpose()
+    }
+
     async fn oldest_cursor(&self) -> Result<Option<u64>, StoreError> {
         let (min,): (Option<i64>,) = sqlx::query_as("SELECT MIN(cursor) FROM events")
             .fetch_one(&self.pool)

@@ -109,7 +109,10 @@ async fn status_read_fixture() {
     ));
     let r = app
         .messaging()
-        .get_message_status(GetMessageStatusRequest { id: 10500 })
+        .get_message_status(GetMessageStatusRequest {
+            id: 10500,
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner();
@@ -128,7 +131,10 @@ async fn status_replied_fixture_with_text_and_media_replies() {
     ));
     let r = app
         .messaging()
-        .get_message_status(GetMessageStatusRequest { id: 10500 })
+        .get_message_status(GetMessageStatusRequest {
+            id: 10500,
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner();
@@ -163,7 +169,10 @@ async fn status_with_string_ids_unknown_status_and_extra_fields() {
         "updated":"2024-01-02T03:04:05+00:00","brand_new_field":{"x":1}}}]}));
     let r = app
         .messaging()
-        .get_message_status(GetMessageStatusRequest { id: 10500 })
+        .get_message_status(GetMessageStatusRequest {
+            id: 10500,
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner();

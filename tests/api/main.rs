@@ -16,3 +16,4 @@ mod sandboxed;
 mod tools;
 mod translation;
 mod validation;
+mod waiting;

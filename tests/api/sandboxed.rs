@@ -30,7 +30,10 @@ async fn wait_for(
     let mut last = None;
     for _ in 0..400 {
         let r = client
-            .get_message_status(GetMessageStatusRequest { id })
+            .get_message_status(GetMessageStatusRequest {
+                id,
+                ..Default::default()
+            })
             .await
             .unwrap()
             .into_inner();
@@ -472,7 +475,10 @@ async fn slow_number_is_still_in_flight_when_a_normal_one_is_done() {
         MessageStatus::Delivered
     );
     let slow = m
-        .get_message_status(GetMessageStatusRequest { id: 6 })
+        .get_message_status(GetMessageStatusRequest {
+            id: 6,
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner();
@@ -491,7 +497,10 @@ async fn unknown_message_status_is_not_found() {
     let app = spawn_sandboxed_app(STEP).await;
     let e = app
         .messaging()
-        .get_message_status(GetMessageStatusRequest { id: 999 })
+        .get_message_status(GetMessageStatusRequest {
+            id: 999,
+            ..Default::default()
+        })
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::NotFound, "{e:?}");

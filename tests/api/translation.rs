@@ -452,7 +452,10 @@ async fn account_operations() {
         .await
         .unwrap();
     app.messaging()
-        .get_message_status(GetMessageStatusRequest { id: 10500 })
+        .get_message_status(GetMessageStatusRequest {
+            id: 10500,
+            ..Default::default()
+        })
         .await
         .unwrap();
     let items: Vec<Value> = app

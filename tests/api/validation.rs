@@ -557,9 +557,12 @@ async fn rejects_template_create_without_text() {
 
 #[tokio::test]
 async fn rejects_status_and_hlr_without_valid_ids() {
-    let f = refused!(|app| app
-        .messaging()
-        .get_message_status(GetMessageStatusRequest { id: 0 }));
+    let f = refused!(
+        |app| app.messaging().get_message_status(GetMessageStatusRequest {
+            id: 0,
+            ..Default::default()
+        })
+    );
     assert_eq!(f, ["id"]);
     let f = refused!(|app| app.account().lookup_hlr(LookupHlrRequest {
         id: 0,

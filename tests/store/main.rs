@@ -85,6 +85,7 @@ on_both_stores!(
     events::every_field_of_an_event_reads_back_exactly,
     events::retention_drops_old_events_but_never_reuses_a_cursor,
     events::cursors_commit_in_order_across_concurrent_appenders,
+    events::a_messages_final_event_is_found_before_newer_ones,
     shared::a_due_message_is_taken_by_one_replica_until_its_lease_ends,
     shared::a_lease_is_held_by_one_replica_until_it_expires,
 );

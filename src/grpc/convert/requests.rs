@@ -518,7 +518,15 @@ fn viber_kind(raw: i32) -> Option<ViberKind> {
 }
 
 impl IntoOperation for proto::GetMessageStatusRequest {
+    /// The query itself; waiting (`wait_for_final`) is the RPC's, which clears the flag
+    /// before this, so a flag still set here is a Batch item's.
     fn into_operation(self, s: &mut Scope<'_>) -> Option<Operation> {
+        if self.wait_for_final {
+            s.add(
+                "wait_for_final",
+                "not allowed in a Batch item: call GetMessageStatus to wait",
+            );
+        }
         s.check("id", ClientId::new(self.id))
             .map(Operation::GetMessageStatus)
     }

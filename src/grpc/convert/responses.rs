@@ -5,6 +5,7 @@ use prost_types::{ListValue, Struct, Timestamp, Value as PValue, value::Kind};
 use serde_json::Value;
 
 use crate::domain::{self, Error, Output, ReportedStatus, Status};
+use crate::events::wait::Waited;
 use crate::proto;
 
 /// Converts an operation's output into the response message of its RPC.
@@ -165,18 +166,31 @@ impl FromOutput for proto::GetMessageStatusResponse {
         let Output::Status(r) = output else {
             return Err(mismatch("status", &output));
         };
-        let (status, raw_status) = reported(r.status);
-        Ok(Self {
-            id: r.id,
-            msg_id: r.msg_id.unwrap_or_default(),
-            channel: channel(r.channel).into(),
-            raw_channel: r.channel_raw.unwrap_or_default(),
-            status: status.into(),
-            raw_status,
-            updated: r.updated.map(timestamp),
-            replies: r.replies.into_iter().map(reply).collect(),
-            raw: raw(&r.raw),
-        })
+        let is_final = r.is_final();
+        Ok(status_response(r, is_final))
+    }
+}
+
+impl From<Waited> for proto::GetMessageStatusResponse {
+    fn from(w: Waited) -> Self {
+        // A final webhook with a status msgw does not know is final all the same.
+        status_response(w.report, w.is_final)
+    }
+}
+
+fn status_response(r: domain::StatusReport, is_final: bool) -> proto::GetMessageStatusResponse {
+    let (status, raw_status) = reported(r.status);
+    proto::GetMessageStatusResponse {
+        id: r.id,
+        msg_id: r.msg_id.unwrap_or_default(),
+        channel: channel(r.channel).into(),
+        raw_channel: r.channel_raw.unwrap_or_default(),
+        status: status.into(),
+        raw_status,
+        updated: r.updated.map(timestamp),
+        replies: r.replies.into_iter().map(reply).collect(),
+        raw: raw(&r.raw),
+        is_final,
     }
 }
 

@@ -2,7 +2,7 @@
 # msgw container image: static-ish Rust binary on distroless (no shell, no package manager),
 # running as the non-root user 65532.
 #
-#   docker build -t msgw:0.1.0 .
+#   docker build -t msgw:0.1.0 --build-arg MSGW_REVISION=$(git rev-parse --short=12 HEAD) .
 #   docker run --rm -p 50051:50051 -p 8080:8080 msgw:0.1.0          # sandbox upstream
 
 ARG RUST_IMAGE=rust:1-bookworm
@@ -38,6 +38,9 @@ RUN cargo build --release --locked
 # The real sources. COPY keeps the files' own mtimes, possibly older than the stub build: touch the
 # crate roots so cargo rebuilds msgw itself instead of keeping the stub binary.
 COPY . .
+# .git stays out of the context: pass the revision for msgw_build_info instead
+# (docker build --build-arg MSGW_REVISION=$(git rev-parse --short=12 HEAD) .).
+ARG MSGW_REVISION=unknown
 RUN touch src/main.rs src/lib.rs \
  && cargo build --release --locked --bin msgw \
  && install -D -m 0755 target/release/msgw /out/msgw \

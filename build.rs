@@ -1,5 +1,5 @@
 //! Compiles `proto/` without a system protoc and writes the descriptor set that
-//! gRPC reflection serves.
+//! gRPC reflection serves; records the source revision for `msgw_build_info`.
 
 use std::{env, fs, path::PathBuf};
 
@@ -15,6 +15,7 @@ const PROTOS: &[&str] = &[
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto");
+    println!("cargo:rustc-env=MSGW_REVISION={}", revision());
     let fds = protox::compile(PROTOS, ["proto"])?;
     let out_dir = PathBuf::from(env::var("OUT_DIR")?);
     fs::write(out_dir.join("msgw_descriptor.bin"), fds.encode_to_vec())?;
@@ -22,4 +23,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .extern_path(".google.rpc", "::tonic_types::pb")
         .compile_fds(fds)?;
     Ok(())
+}
+
+/// The source revision: `MSGW_REVISION` when set (an image build without `.git`), else
+/// the git commit, else "unknown".
+fn revision() -> String {
+    println!("cargo:rerun-if-env-changed=MSGW_REVISION");
+    if let Ok(revision) = env::var("MSGW_REVISION") {
+        return revision;
+    }
+    // Only paths that exist: a missing one would rerun this script on every build.
+    for path in [".git/HEAD", ".git/refs/heads", ".git/packed-refs"] {
+        if std::path::Path::new(path).exists() {
+            println!("cargo:rerun-if-changed={path}");
+        }
+    }
+    std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .and_then(|out| String::from_utf8(out.stdout).ok())
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "unknown".into())
 }

@@ -22,11 +22,13 @@ pub struct Metrics {
     registry: Registry,
     /// gRPC calls by method and status code.
     pub rpc_total: IntCounterVec,
-    /// gRPC call latency by method.
+    /// gRPC call latency by method and code.
     pub rpc_seconds: HistogramVec,
+    /// Operations (lone or Batch items) by kind and code.
+    pub operations_total: IntCounterVec,
     /// Gateway requests by operation type and outcome.
     pub upstream_total: IntCounterVec,
-    /// Gateway request latency by operation type.
+    /// Gateway request latency by operation type and outcome.
     pub upstream_seconds: HistogramVec,
     /// Message parts the gateway billed, by channel.
     pub billed_parts_total: IntCounterVec,
@@ -94,7 +96,7 @@ impl Metrics {
                     .unwrap_or_else(|e| unreachable!("metric {name}: {e}"));
             register(&registry, metric)
         };
-        Arc::new(Self {
+        let metrics = Arc::new(Self {
             envelope_operations: plain_histogram(
                 "msgw_upstream_envelope_operations",
                 "Operations per gateway request.",
@@ -132,8 +134,14 @@ impl Metrics {
             rpc_seconds: histogram(
                 &registry,
                 "msgw_rpc_duration_seconds",
-                "gRPC call latency.",
-                &["method"],
+                "gRPC call latency, by method and status code.",
+                &["method", "code"],
+            ),
+            operations_total: counter(
+                &registry,
+                "msgw_operations_total",
+                "Operations by kind (the RPC that asks for it alone) and status code: each item of a Batch counts on its own.",
+                &["operation", "code"],
             ),
             upstream_total: counter(
                 &registry,
@@ -144,8 +152,8 @@ impl Metrics {
             upstream_seconds: histogram(
                 &registry,
                 "msgw_upstream_duration_seconds",
-                "Gateway request latency.",
-                &["operation"],
+                "Gateway request latency, by operation type and outcome.",
+                &["operation", "outcome"],
             ),
             billed_parts_total: counter(
                 &registry,
@@ -187,7 +195,27 @@ impl Metrics {
                 .unwrap_or_else(|e| unreachable!("metric: {e}")),
             ),
             registry,
-        })
+        });
+        let build_info = GaugeVec::new(
+            Opts::new(
+                "msgw_build_info",
+                "Always 1; the labels say which msgw build runs.",
+            ),
+            &["version", "revision"],
+        )
+        .unwrap_or_else(|e| unreachable!("metric: {e}"));
+        build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION"), env!("MSGW_REVISION")])
+            .set(1.0);
+        register(&metrics.registry, build_info);
+        // CPU, memory, open files, start time of this process (Linux).
+        #[cfg(target_os = "linux")]
+        if let Err(e) = metrics.registry.register(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        )) {
+            tracing::warn!(error = %e, "no process metrics");
+        }
+        metrics
     }
 
     /// Counts a finished gRPC call.
@@ -196,8 +224,15 @@ impl Metrics {
             .with_label_values(&[method, code_name(code)])
             .inc();
         self.rpc_seconds
-            .with_label_values(&[method])
+            .with_label_values(&[method, code_name(code)])
             .observe(latency.as_secs_f64());
+    }
+
+    /// Counts the outcome of one operation (a lone RPC's, or a Batch item's).
+    pub fn operation(&self, operation: &str, code: tonic::Code) {
+        self.operations_total
+            .with_label_values(&[operation, code_name(code)])
+            .inc();
     }
 
     /// The text exposition format of every metric.

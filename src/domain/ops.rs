@@ -305,6 +305,29 @@ pub enum Operation {
 }
 
 impl Operation {
+    /// The RPC that asks for this operation alone (its name in metrics).
+    pub fn rpc_name(&self) -> &'static str {
+        match self {
+            Self::SendSms(_) => "SendSms",
+            Self::SendViber(_) => "SendViber",
+            Self::SendRcs(_) => "SendRcs",
+            Self::SendTelegramOtp(_) => "SendTelegramOtp",
+            Self::SendVoice(_) => "SendVoice",
+            Self::SendVoiceOtp(_) => "SendVoiceOtp",
+            Self::SendPipeline(_) => "SendPipeline",
+            Self::GetMessageStatus(_) => "GetMessageStatus",
+            Self::GetBalance => "GetBalance",
+            Self::ListSenders => "ListSenders",
+            Self::LookupHlr(_) => "LookupHlr",
+            Self::CreateSmsTemplate { .. } => "CreateSmsTemplate",
+            Self::ListSmsTemplates => "ListSmsTemplates",
+            Self::DeleteSmsTemplates(_) => "DeleteSmsTemplates",
+            Self::CreateViberTemplate { .. } => "CreateViberTemplate",
+            Self::ListViberTemplates => "ListViberTemplates",
+            Self::DeleteViberTemplates(_) => "DeleteViberTemplates",
+        }
+    }
+
     /// The client message id the operation is about, if any.
     pub fn client_id(&self) -> Option<ClientId> {
         match self {

@@ -67,8 +67,10 @@ where
         let deadline = super::deadline::deadline(&request);
         let (ops, shape) = request.into_inner().plan(dispatcher.batch_max())?;
         record_operations(&ops);
-        let results = dispatcher.execute_all(ops, deadline).await?;
-        Req::respond(shape, results)
+        let names: Vec<&'static str> = ops.iter().map(Operation::rpc_name).collect();
+        let results = dispatcher.execute_all(ops, deadline).await;
+        count_operations(dispatcher.metrics(), &names, &results);
+        Req::respond(shape, results?)
     })
     .await
 }
@@ -103,6 +105,25 @@ pub async fn observed<Resp>(
     }
     .instrument(span)
     .await
+}
+
+/// Counts each operation's outcome: a Batch's items one by one, so one rejected item
+/// of four shows as one rejection and three successes.
+pub fn count_operations(
+    metrics: &Metrics,
+    names: &[&'static str],
+    results: &Result<Vec<Result<Executed, Error>>, Error>,
+) {
+    for (i, name) in names.iter().enumerate() {
+        let outcome = match results {
+            Ok(each) => each.get(i).map_or(tonic::Code::Internal, |r| {
+                r.as_ref()
+                    .map_or_else(super::status::code, |_| tonic::Code::Ok)
+            }),
+            Err(e) => super::status::code(e),
+        };
+        metrics.operation(name, outcome);
+    }
 }
 
 /// Puts the call's size, and the client id of a lone operation, on the current RPC span.

@@ -100,8 +100,14 @@ impl MessagingService for Messaging {
                     "a status request parsed as {op:?}"
                 )));
             };
-            let waited = wait::final_status(&self.events, &self.dispatcher, id, until).await?;
-            Ok((waited.into(), false))
+            let waited = wait::final_status(&self.events, &self.dispatcher, id, until).await;
+            self.dispatcher.metrics().operation(
+                "GetMessageStatus",
+                waited
+                    .as_ref()
+                    .map_or_else(super::status::code, |_| tonic::Code::Ok),
+            );
+            Ok((waited?.into(), false))
         })
         .await
     }

@@ -149,13 +149,14 @@ impl Gateway {
             [op] => type_name(op),
             _ => "batch",
         };
+        let outcome = outcome(&result);
         self.metrics
             .upstream_seconds
-            .with_label_values(&[operation])
+            .with_label_values(&[operation, outcome])
             .observe(started.elapsed().as_secs_f64());
         self.metrics
             .upstream_total
-            .with_label_values(&[operation, outcome(&result)])
+            .with_label_values(&[operation, outcome])
             .inc();
         result
     }

@@ -78,22 +78,96 @@ async fn metrics_expose_rpcs_upstream_billing_webhooks_events_streams_and_balanc
         r#"msgw_rpc_requests_total{code="OK",method="SendSms"} "#,
         r#"msgw_rpc_requests_total{code="INVALID_ARGUMENT",method="SendSms"} "#,
         r#"msgw_rpc_requests_total{code="OK",method="GetBalance"} "#,
-        r#"msgw_rpc_duration_seconds_bucket{method="SendSms",le="+Inf"} "#,
+        r#"msgw_rpc_duration_seconds_bucket{code="OK",method="SendSms",le="+Inf"} "#,
+        r#"msgw_rpc_duration_seconds_count{code="INVALID_ARGUMENT",method="SendSms"} "#,
+        r#"msgw_operations_total{code="OK",operation="SendSms"} "#,
         r#"msgw_upstream_requests_total{operation="sms",outcome="ok"} "#,
-        r#"msgw_upstream_duration_seconds_count{operation="balance"} "#,
+        r#"msgw_upstream_duration_seconds_count{operation="balance",outcome="ok"} "#,
         r#"msgw_billed_parts_total{channel="sms"} "#,
         r#"msgw_webhooks_total{endpoint="status",result="stored"} "#,
         r#"msgw_webhooks_total{endpoint="status",result="unauthorized"} "#,
         r#"msgw_events_total{result="stored",source="webhook"} "#,
         "msgw_event_streams_open ",
         r#"msgw_balance{currency="UAH"} "#,
+        "process_resident_memory_bytes ",
+        "process_start_time_seconds ",
     ] {
         let value =
             sample(&text, series).unwrap_or_else(|| panic!("{series} missing from:\n{text}"));
         assert!(value > 0.0, "{series} is {value}");
     }
+    assert!(
+        sample(&text, "process_cpu_seconds_total ").is_some(),
+        "process metrics"
+    );
+    let build = text
+        .lines()
+        .find(|l| l.starts_with("msgw_build_info{"))
+        .unwrap_or_else(|| panic!("msgw_build_info missing from:\n{text}"));
+    assert!(
+        build.contains(&format!("version=\"{}\"", env!("CARGO_PKG_VERSION")))
+            && build.contains("revision=\"")
+            && build.ends_with(" 1"),
+        "{build}"
+    );
     // 161 GSM-7 characters are two SMS parts.
     assert!(sample(&text, r#"msgw_billed_parts_total{channel="sms"} "#).unwrap() >= 2.0);
+}
+
+#[tokio::test]
+async fn a_batch_counts_each_items_outcome() {
+    let gateway = FakeGateway::start().await;
+    let app = spawn(Options {
+        upstream_url: Some(gateway.url.clone()),
+        ..Options::default()
+    })
+    .await;
+    // The gateway rejects the second of four sends.
+    gateway.respond_with(|body| {
+        let Reply::Json(mut answer) = default_reply(body) else {
+            unreachable!("JSON")
+        };
+        answer["data"][1] = serde_json::json!({"success": false, "error": "Error in Sender-name", "data": {"id": 2}});
+        Reply::Json(answer)
+    });
+    let sms = |id| BatchItem {
+        operation: Some(batch_item::Operation::SendSms(SendSmsRequest {
+            id,
+            phone: "380971234567".into(),
+            message: "Hi".into(),
+            signature: "msgw".into(),
+            ..Default::default()
+        })),
+    };
+    app.messaging()
+        .batch(BatchRequest {
+            items: (1..=4).map(sms).collect(),
+        })
+        .await
+        .unwrap();
+    let text = metrics(&app).await;
+    assert_eq!(
+        sample(
+            &text,
+            r#"msgw_operations_total{code="OK",operation="SendSms"} "#
+        ),
+        Some(3.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            r#"msgw_operations_total{code="FAILED_PRECONDITION",operation="SendSms"} "#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            r#"msgw_rpc_requests_total{code="OK",method="Batch"} "#
+        ),
+        Some(1.0),
+        "the Batch call itself succeeded"
+    );
 }
 
 /// A running `msgw serve` process and its gRPC address, read from its JSON log.

@@ -33,6 +33,22 @@ pub enum Command {
     /// Copy a stopped msgw's SQLite store into an empty PostgreSQL store (claims,
     /// tracked messages and the event log with its cursors), to move to several replicas.
     CopyStore(CopyStoreArgs),
+    /// Check that a running msgw serves (gRPC health); exit status 0 when it does.
+    Check(CheckArgs),
+}
+
+/// Flags of `msgw check`.
+#[derive(Debug, Clone, Args)]
+pub struct CheckArgs {
+    /// msgw's gRPC address: `host:port` or a URL.
+    #[arg(long, default_value = "127.0.0.1:50051")]
+    pub addr: String,
+    /// The health service to check ("" is the whole server; or e.g. msgw.v1.MessagingService).
+    #[arg(long, default_value = "")]
+    pub service: String,
+    /// How long to wait for the connection and the answer.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
 }
 
 /// Flags of `msgw copy-store`.
@@ -559,7 +575,7 @@ mod tests {
         let cli = Cli::try_parse_from(["msgw", "serve"].iter().chain(args))?;
         match cli.command {
             Command::Serve(args) => args.into_config(),
-            Command::Sandbox(_) | Command::CopyStore(_) => bail!("not serve"),
+            Command::Sandbox(_) | Command::CopyStore(_) | Command::Check(_) => bail!("not serve"),
         }
     }
 

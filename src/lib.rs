@@ -3,6 +3,7 @@
 
 pub mod app;
 pub mod balance;
+pub mod check;
 pub mod config;
 pub mod cpus;
 pub mod dispatch;

@@ -8,6 +8,8 @@ fn main() -> anyhow::Result<()> {
     let configured = match &cli.command {
         Command::Serve(args) => args.worker_threads.map(usize::from),
         Command::Sandbox(_) | Command::CopyStore(_) => None,
+        // A client: one thread is plenty.
+        Command::Check(_) => Some(1),
     };
     let workers = configured.unwrap_or_else(msgw::cpus::worker_threads);
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -34,6 +36,7 @@ async fn run(cli: Cli, workers: usize, configured: bool) -> anyhow::Result<()> {
             tracing::info!(workers, source, "tokio worker threads");
             app.run(shutdown_signal()).await
         }
+        Command::Check(args) => msgw::check::run(&args.addr, &args.service, args.timeout).await,
         Command::CopyStore(args) => {
             let password = args.password()?;
             let copied = msgw::store::copy::run(&args.from, &args.to, password.as_ref()).await?;

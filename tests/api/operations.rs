@@ -170,6 +170,35 @@ async fn a_batch_counts_each_items_outcome() {
     );
 }
 
+#[tokio::test]
+async fn msgw_check_exits_zero_only_when_msgw_serves() {
+    let app = spawn(Options::default()).await;
+    let check = |addr: String| {
+        Command::new(env!("CARGO_BIN_EXE_msgw"))
+            .args(["check", "--addr", &addr, "--timeout", "2s"])
+            .output()
+            .expect("msgw check runs")
+    };
+    let addr = app.addr.to_string();
+    let serving = tokio::task::spawn_blocking(move || check(addr))
+        .await
+        .unwrap();
+    assert!(serving.status.success(), "{serving:?}");
+    assert!(String::from_utf8_lossy(&serving.stdout).contains("SERVING"));
+    // Nothing listens there.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = closed.local_addr().unwrap().to_string();
+    drop(closed);
+    let down = tokio::task::spawn_blocking(move || check(addr))
+        .await
+        .unwrap();
+    assert!(!down.status.success());
+    assert!(
+        String::from_utf8_lossy(&down.stderr).contains("cannot connect to msgw"),
+        "{down:?}"
+    );
+}
+
 /// A running `msgw serve` process and its gRPC address, read from its JSON log.
 fn start_binary(
     gateway_url: &str,

@@ -44,6 +44,7 @@ pub struct Application {
     reconcile: ReconcileConfig,
     retention: Retention,
     shutdown_grace: Duration,
+    shutdown_delay: Duration,
     balance_refresh: Duration,
     sandbox: Option<SandboxTask>,
     /// This replica's name among those sharing the store (holder of leases).
@@ -135,6 +136,7 @@ impl Application {
             reconcile: config.reconcile,
             retention: config.retention,
             shutdown_grace: config.shutdown_grace,
+            shutdown_delay: config.shutdown_delay,
             balance_refresh: config.balance_refresh,
             sandbox,
             replica: replica_name(),
@@ -151,21 +153,32 @@ impl Application {
         Ok(self.http.local_addr()?)
     }
 
-    /// Serves until `shutdown` resolves. Then: NOT_SERVING, open streams end with
-    /// UNAVAILABLE, no new connections, in-flight calls finish within the grace
-    /// period, background work stops, and the store is closed.
+    /// Serves until `shutdown` resolves. Then: NOT_SERVING (serving on for the shutdown
+    /// delay, if any), open streams end with UNAVAILABLE, no new connections, in-flight
+    /// calls finish within the grace period, background work stops, and the store is
+    /// closed.
     pub async fn run(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        let (stop_tx, stop) = watch::channel(false);
-        tokio::spawn(async move {
-            shutdown.await;
-            stop_tx.send_replace(true);
-        });
-
         let (health, health_service) = tonic_health::server::health_reporter();
         set_health(&health, ServingStatus::Serving).await;
+        let (stop_tx, stop) = watch::channel(false);
+        tokio::spawn({
+            let (health, delay) = (health.clone(), self.shutdown_delay);
+            async move {
+                shutdown.await;
+                if !delay.is_zero() {
+                    tracing::info!(
+                        ?delay,
+                        "shutting down: NOT_SERVING, serving on while load balancers take msgw out"
+                    );
+                    set_health(&health, ServingStatus::NotServing).await;
+                    tokio::time::sleep(delay).await;
+                }
+                stop_tx.send_replace(true);
+            }
+        });
         let grpc_addr = self.grpc_addr()?;
         let http_addr = self.http_addr()?;
 

@@ -279,6 +279,10 @@ pub struct ServeArgs {
     /// After SIGTERM, how long in-flight calls may take before msgw exits anyway.
     #[arg(long, env = "MSGW_SHUTDOWN_GRACE", default_value = "25s", value_parser = humantime::parse_duration)]
     pub shutdown_grace: Duration,
+    /// After SIGTERM, how long msgw reports NOT_SERVING but goes on serving before it
+    /// drains, while load balancers and Kubernetes endpoints take it out (e.g. `5s`).
+    #[arg(long, env = "MSGW_SHUTDOWN_DELAY", default_value = "0s", value_parser = humantime::parse_duration)]
+    pub shutdown_delay: Duration,
     /// Delivery speeds of the built-in sandbox (used only without --upstream-url).
     #[command(flatten)]
     pub sandbox: SandboxTuning,
@@ -328,6 +332,8 @@ pub struct Config {
     pub reconcile: ReconcileConfig,
     /// Drain time after a shutdown signal.
     pub shutdown_grace: Duration,
+    /// Serving on, NOT_SERVING, after a shutdown signal and before draining.
+    pub shutdown_delay: Duration,
     /// Balance metric refresh period; zero: off.
     pub balance_refresh: Duration,
     /// The gateway.
@@ -511,6 +517,7 @@ impl ServeArgs {
                 max_backoff: self.reconcile_max_backoff,
             },
             shutdown_grace: self.shutdown_grace,
+            shutdown_delay: self.shutdown_delay,
             balance_refresh: self.balance_refresh,
             upstream,
             upstream_timeout: self.upstream_timeout,

@@ -325,6 +325,8 @@ pub struct Options {
     pub store: Option<Arc<tempfile::TempDir>>,
     pub retention: Retention,
     pub shutdown_grace: Duration,
+    /// NOT_SERVING but serving on, after the shutdown signal.
+    pub shutdown_delay: Duration,
     /// Events kept in memory for live subscribers.
     pub fan_out: usize,
     /// Balance metric refresh; zero: off.
@@ -352,6 +354,7 @@ impl Default for Options {
                 claims_max_age: Duration::from_secs(7 * 86_400),
             },
             shutdown_grace: Duration::from_secs(5),
+            shutdown_delay: Duration::ZERO,
             fan_out: 4096,
             balance_refresh: Duration::ZERO,
             limits: Limits::default(),
@@ -422,6 +425,7 @@ pub fn config(options: Options, gateway: &FakeGateway) -> (Config, Arc<tempfile:
             max_backoff: options.reconcile_after * 4,
         },
         shutdown_grace: options.shutdown_grace,
+        shutdown_delay: options.shutdown_delay,
         balance_refresh: options.balance_refresh,
         upstream,
         upstream_timeout: options.upstream_timeout,

@@ -38,3 +38,45 @@ async fn shutdown_lets_an_in_flight_call_finish() {
         "no longer accepting connections"
     );
 }
+
+#[tokio::test]
+async fn during_the_shutdown_delay_health_says_not_serving_and_calls_still_work() {
+    let app = crate::helpers::spawn(crate::helpers::Options {
+        shutdown_delay: Duration::from_millis(800),
+        ..crate::helpers::Options::default()
+    })
+    .await;
+    let (mut account, addr) = (app.account(), app.addr);
+    let channel = crate::helpers::connect(addr).await;
+    let started = std::time::Instant::now();
+    let stopping = tokio::spawn(app.stop());
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+    let not_serving = tonic_health::pb::health_check_response::ServingStatus::NotServing as i32;
+    loop {
+        let status = health
+            .check(tonic_health::pb::HealthCheckRequest {
+                service: String::new(),
+            })
+            .await
+            .expect("health answers during the delay")
+            .into_inner()
+            .status;
+        if status == not_serving {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_millis(500),
+            "NOT_SERVING at once"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    account
+        .get_balance(GetBalanceRequest {})
+        .await
+        .expect("calls are still served during the delay");
+    stopping.await.unwrap().expect("clean stop");
+    assert!(
+        started.elapsed() >= Duration::from_millis(800),
+        "drained only after the delay"
+    );
+}

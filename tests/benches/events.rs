@@ -114,6 +114,7 @@ async fn main() -> anyhow::Result<()> {
             max_backoff: Duration::from_secs(3600),
         },
         shutdown_grace: Duration::from_secs(5),
+        shutdown_delay: Duration::ZERO,
         balance_refresh: Duration::ZERO,
         upstream: Upstream::Sandbox(SandboxConfig::default()),
         upstream_timeout: Duration::from_secs(5),

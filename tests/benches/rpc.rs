@@ -557,6 +557,7 @@ fn config(gateway_url: &str, store_url: &str, limits: Limits) -> anyhow::Result<
             max_backoff: hour,
         },
         shutdown_grace: Duration::from_secs(5),
+        shutdown_delay: Duration::ZERO,
         balance_refresh: Duration::ZERO,
         upstream: Upstream::Gateway {
             url: gateway_url.parse()?,

@@ -105,7 +105,7 @@ The chart's own Secret always holds webhook-secret and account-token; api-key on
 
 {{- define "msgw.terminationGracePeriodSeconds" -}}
 {{- if kindIs "invalid" .Values.terminationGracePeriodSeconds }}
-{{- add (int .Values.config.shutdownGraceSeconds) 5 }}
+{{- add (int .Values.config.shutdownGraceSeconds) (int .Values.config.shutdownDelaySeconds) 5 }}
 {{- else }}
 {{- int .Values.terminationGracePeriodSeconds }}
 {{- end }}
@@ -129,8 +129,9 @@ The chart's own Secret always holds webhook-secret and account-token; api-key on
 {{- fail "msgw: autoscaling.minReplicas must not exceed autoscaling.maxReplicas." }}
 {{- end }}
 {{- $tgps := include "msgw.terminationGracePeriodSeconds" . | int }}
-{{- if le $tgps (int .Values.config.shutdownGraceSeconds) }}
-{{- fail (printf "msgw: terminationGracePeriodSeconds (%d) must be larger than config.shutdownGraceSeconds (%d), or the kubelet kills msgw before it has drained." $tgps (int .Values.config.shutdownGraceSeconds)) }}
+{{- $shutdown := add (int .Values.config.shutdownGraceSeconds) (int .Values.config.shutdownDelaySeconds) }}
+{{- if le $tgps (int $shutdown) }}
+{{- fail (printf "msgw: terminationGracePeriodSeconds (%d) must be larger than config.shutdownDelaySeconds + config.shutdownGraceSeconds (%d), or the kubelet kills msgw before it has drained." $tgps (int $shutdown)) }}
 {{- end }}
 {{- if and .Values.config.upstreamUrl (not .Values.secrets.existingSecret) (not .Values.secrets.apiKey) }}
 {{- fail "msgw: config.upstreamUrl is set but there is no API key: set secrets.apiKey or secrets.existingSecret." }}

@@ -36,8 +36,8 @@ pub async fn refresh(
             Ok(Output::Balance(b)) => {
                 metrics
                     .balance
-                    .with_label_values(&[&b.currency])
-                    .set(b.amount);
+                    .with_label_values(&[&b.amount.currency])
+                    .set(b.amount.to_f64());
                 metrics
                     .balance_refreshed
                     .set(chrono::Utc::now().timestamp() as f64);

@@ -4,6 +4,7 @@
 
 mod error;
 mod events;
+mod money;
 mod ops;
 mod outputs;
 mod status;
@@ -13,6 +14,7 @@ pub use error::{Error, FieldViolation, Scope, UnavailableCause, Violations};
 pub use events::{
     DeliveryReport, EventSource, MAX_DURATION_SECS, NewEvent, StatusEvent, representable,
 };
+pub use money::{Money, MoneyError};
 pub use ops::{
     CAROUSEL_SLIDES, Gender, Operation, PipelineSend, PipelineStep, RcsFallback, RcsSend,
     Recipient, Slide, SmsFallback, SmsSend, TelegramOtp, TemplateSelector, ViberContent, ViberKind,

@@ -24,8 +24,8 @@ pub struct SendReceipt {
 pub struct VoiceOtpCall {
     /// The code (the calling number's last 4 digits).
     pub code: String,
-    /// The fee.
-    pub price: f64,
+    /// The fee, exactly (no currency: the gateway does not name it).
+    pub price: super::Money,
     /// Payload verbatim.
     pub raw: Value,
 }
@@ -86,10 +86,8 @@ impl StatusReport {
 /// Account balance.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Balance {
-    /// Amount.
-    pub amount: f64,
-    /// Currency code.
-    pub currency: String,
+    /// Amount and currency, exactly.
+    pub amount: super::Money,
     /// Payload verbatim.
     pub raw: Value,
 }

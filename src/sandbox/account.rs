@@ -18,7 +18,7 @@ const SENDER_STATUS: &str = "Verified by operator";
 /// `balance`: `{"amount", "currency"}`.
 pub fn balance(inner: &Inner) -> Value {
     let units = inner.state().balance();
-    json!({"amount": billing::to_amount(units), "currency": inner.config.currency})
+    json!({"amount": billing::amount_json(units), "currency": inner.config.currency})
 }
 
 /// `sender`: every registered sender name.
@@ -59,5 +59,5 @@ pub fn call_otp(inner: &Arc<Inner>, f: &Fields) -> Result<Value, OpError> {
     let caller = format!("380445{:06}", phone.wrapping_add(id) % 1_000_000);
     let code = format!("{:04}", phone.wrapping_add(id) % 10_000);
     tracing::debug!(id, caller, "sandbox voice OTP call");
-    Ok(json!({"code": code, "price": billing::to_amount(CALL_OTP_PRICE)}))
+    Ok(json!({"code": code, "price": billing::amount_json(CALL_OTP_PRICE)}))
 }

@@ -35,9 +35,26 @@ pub fn to_units(amount: f64) -> Units {
     (amount * UNITS_PER_CURRENCY as f64).round() as Units
 }
 
-/// Converts units back to a currency amount.
+/// Converts units back to a currency amount (approximate: for inspection only).
 pub fn to_amount(units: Units) -> f64 {
     units as f64 / UNITS_PER_CURRENCY as f64
+}
+
+/// The amount as the gateway writes it: a JSON number with the exact decimal digits of
+/// `units` (`31.1683`, `0.2`), never passed through floating point.
+pub fn amount_json(units: Units) -> serde_json::Number {
+    let whole = units.unsigned_abs() / UNITS_PER_CURRENCY.unsigned_abs();
+    let fraction = units.unsigned_abs() % UNITS_PER_CURRENCY.unsigned_abs();
+    let sign = if units < 0 { "-" } else { "" };
+    let fraction = format!("{fraction:04}");
+    let fraction = fraction.trim_end_matches('0');
+    let text = if fraction.is_empty() {
+        format!("{sign}{whole}")
+    } else {
+        format!("{sign}{whole}.{fraction}")
+    };
+    // A decimal written above always parses; serde_json keeps its digits as written.
+    serde_json::from_str(&text).unwrap_or_else(|_| serde_json::Number::from(0))
 }
 
 /// GSM 03.38 basic character set (one septet each).

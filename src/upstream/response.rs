@@ -6,7 +6,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::domain::{
-    Balance, Channel, HlrReport, Media, Network, Operation, Output, Reply, ReportedStatus,
+    Balance, Channel, HlrReport, Media, Money, Network, Operation, Output, Reply, ReportedStatus,
     SendReceipt, Sender, SmsTemplate, StatusReport, ViberTemplate, VoiceOtpCall,
 };
 
@@ -66,9 +66,13 @@ pub(super) fn parse_payload(op: &Operation, data: Value) -> Result<Output, Paylo
         }
         Operation::SendVoiceOtp(_) => {
             let p: VoiceOtpPayload = decode(&data).map_err(fail)?;
+            let price = match p.price {
+                Some(text) => Money::parse(&text, "").map_err(|e| fail(e.to_string()))?,
+                None => Money::default(),
+            };
             Output::VoiceOtp(VoiceOtpCall {
                 code: p.code.unwrap_or_default(),
-                price: p.price.unwrap_or_default(),
+                price,
                 raw: data,
             })
         }
@@ -87,9 +91,10 @@ pub(super) fn parse_payload(op: &Operation, data: Value) -> Result<Output, Paylo
         }
         Operation::GetBalance => {
             let p: BalancePayload = decode(&data).map_err(fail)?;
+            let amount = p.amount.ok_or_else(|| fail("no amount".into()))?;
             Output::Balance(Balance {
-                amount: p.amount.ok_or_else(|| fail("no amount".into()))?,
-                currency: p.currency.unwrap_or_default(),
+                amount: Money::parse(&amount, &p.currency.unwrap_or_default())
+                    .map_err(|e| fail(e.to_string()))?,
                 raw: data,
             })
         }
@@ -239,8 +244,8 @@ struct SendPayload {
 struct VoiceOtpPayload {
     #[serde(default, deserialize_with = "flex::opt_code")]
     code: Option<String>,
-    #[serde(default, deserialize_with = "flex::opt_f64")]
-    price: Option<f64>,
+    #[serde(default, deserialize_with = "flex::opt_decimal")]
+    price: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -296,8 +301,8 @@ impl From<ReplyPayload> for Reply {
 
 #[derive(Deserialize)]
 struct BalancePayload {
-    #[serde(default, deserialize_with = "flex::opt_f64")]
-    amount: Option<f64>,
+    #[serde(default, deserialize_with = "flex::opt_decimal")]
+    amount: Option<String>,
     #[serde(default, deserialize_with = "flex::opt_string")]
     currency: Option<String>,
 }
@@ -485,6 +490,17 @@ pub(crate) mod flex {
                 .parse()
                 .map(Some)
                 .map_err(|_| D::Error::custom(format!("expected a number, got {s:?}"))),
+            other => Err(D::Error::custom(format!("expected a number, got {other}"))),
+        }
+    }
+
+    /// A decimal number's text exactly as written (serde_json keeps it: the
+    /// `arbitrary_precision` feature), given as a number or a numeric string.
+    pub fn opt_decimal<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+        match Value::deserialize(d)? {
+            Value::Null => Ok(None),
+            Value::Number(n) => Ok(Some(n.to_string())),
+            Value::String(s) => Ok(Some(s.trim().to_owned())),
             other => Err(D::Error::custom(format!("expected a number, got {other}"))),
         }
     }

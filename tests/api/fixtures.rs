@@ -29,7 +29,8 @@ async fn balance_fixture() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!((r.amount, r.currency.as_str()), (31.1683, "UAH"));
+    // Exactly: 31.1683 is units 31 and nanos 168300000, not a float near it.
+    assert_eq!(r.amount, crate::helpers::money("UAH", 31, 168_300_000));
     let raw = r.raw.unwrap();
     let Some(prost_types::value::Kind::StructValue(s)) = raw.kind else {
         panic!("raw is an object")
@@ -80,7 +81,10 @@ async fn voice_otp_fixture() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!((r.code.as_str(), r.price), ("0471", 0.2));
+    assert_eq!(
+        (r.code.as_str(), r.price),
+        ("0471", crate::helpers::money("", 0, 200_000_000))
+    );
 }
 
 #[tokio::test]
@@ -98,7 +102,10 @@ async fn voice_otp_code_as_number_keeps_leading_zero() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!((r.code.as_str(), r.price), ("0471", 0.2));
+    assert_eq!(
+        (r.code.as_str(), r.price),
+        ("0471", crate::helpers::money("", 0, 200_000_000))
+    );
 }
 
 #[tokio::test]

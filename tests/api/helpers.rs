@@ -503,3 +503,12 @@ pub fn error_info(status: &tonic::Status) -> (String, std::collections::HashMap<
     assert_eq!(info.domain, "msgw");
     (info.reason, info.metadata)
 }
+
+/// An exact amount as msgw answers it (`google.type.Money`).
+pub fn money(currency: &str, units: i64, nanos: i32) -> Option<msgw::proto::google_type::Money> {
+    Some(msgw::proto::google_type::Money {
+        currency_code: currency.into(),
+        units,
+        nanos,
+    })
+}

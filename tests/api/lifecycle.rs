@@ -32,7 +32,7 @@ async fn shutdown_lets_an_in_flight_call_finish() {
         .unwrap()
         .expect("the in-flight call completes")
         .into_inner();
-    assert_eq!(balance.currency, "UAH");
+    assert_eq!(balance.amount.unwrap().currency_code, "UAH");
     assert!(
         tokio::net::TcpStream::connect(addr).await.is_err(),
         "no longer accepting connections"

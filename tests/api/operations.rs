@@ -276,7 +276,7 @@ async fn sigterm_drains_an_in_flight_call_and_ends_streams_cleanly() {
         .unwrap()
         .expect("the in-flight call completes")
         .into_inner();
-    assert_eq!(balance.currency, "UAH");
+    assert_eq!(balance.amount.unwrap().currency_code, "UAH");
     let status = tokio::task::spawn_blocking(move || child.wait())
         .await
         .unwrap()

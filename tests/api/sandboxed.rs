@@ -88,10 +88,12 @@ async fn sms_is_sent_billed_and_delivered() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(after.currency, "UAH");
-    assert!(
-        (before.amount - after.amount - 1.0).abs() < 1e-9,
-        "one SMS part billed"
+    let (before, after) = (before.amount.unwrap(), after.amount.unwrap());
+    assert_eq!(after.currency_code, "UAH");
+    assert_eq!(
+        (before.units - after.units, before.nanos - after.nanos),
+        (1, 0),
+        "one SMS part billed, exactly"
     );
 }
 
@@ -278,7 +280,10 @@ async fn voice_otp_code_is_the_calling_numbers_last_four_digits() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!((r.code.as_str(), r.price), ("0471", 0.2));
+    assert_eq!(
+        (r.code.as_str(), r.price),
+        ("0471", crate::helpers::money("", 0, 200_000_000))
+    );
 }
 
 #[tokio::test]
@@ -519,6 +524,7 @@ async fn lost_answer_magic_number_is_outcome_unknown_and_its_retry_is_not_sent_t
             .unwrap()
             .into_inner()
             .amount
+            .expect("an amount")
     };
     let before = balance().await;
     let status = app
@@ -548,8 +554,10 @@ async fn lost_answer_magic_number_is_outcome_unknown_and_its_retry_is_not_sent_t
     assert!(!receipt.msg_id.is_empty());
     let status = wait_for(&app, 90, |r| r.msg_id == receipt.msg_id).await;
     assert_eq!(status.msg_id, receipt.msg_id);
-    assert!(
-        (before - balance().await - 1.0).abs() < 1e-9,
+    let after = balance().await;
+    assert_eq!(
+        (before.units - after.units, before.nanos - after.nanos),
+        (1, 0),
         "billed once: one SMS part"
     );
 }

@@ -78,8 +78,11 @@ async fn grpcurl_calls_get_balance() {
     let app = spawn_app().await;
     let out = run(&app, &["-d", "{}"], &["msgw.v1.AccountService/GetBalance"]).await;
     let v: Value = serde_json::from_str(&out).expect("grpcurl prints JSON");
-    assert_eq!(v["amount"], 31.1683);
-    assert_eq!(v["currency"], "UAH");
+    // google.type.Money in proto3 JSON: int64 units as a string.
+    assert_eq!(
+        v["amount"],
+        serde_json::json!({"currencyCode": "UAH", "units": "31", "nanos": 168300000})
+    );
     assert_eq!(
         app.gateway.only_item(),
         serde_json::json!({"type": "balance"})

@@ -43,6 +43,15 @@ fn raw(v: &Value) -> Option<PValue> {
     Some(json_value(v))
 }
 
+/// An exact amount as `google.type.Money`.
+fn money(m: domain::Money) -> proto::google_type::Money {
+    proto::google_type::Money {
+        currency_code: m.currency,
+        units: m.units,
+        nanos: m.nanos,
+    }
+}
+
 /// A UTC time as a protobuf timestamp.
 pub fn timestamp(t: DateTime<Utc>) -> Timestamp {
     Timestamp {
@@ -153,7 +162,7 @@ impl FromOutput for proto::SendVoiceOtpResponse {
         match output {
             Output::VoiceOtp(c) => Ok(Self {
                 code: c.code,
-                price: c.price,
+                price: Some(money(c.price)),
                 raw: raw(&c.raw),
             }),
             other => Err(mismatch("voice OTP", &other)),
@@ -198,8 +207,7 @@ impl FromOutput for proto::GetBalanceResponse {
     fn from_output(output: Output) -> Result<Self, Error> {
         match output {
             Output::Balance(b) => Ok(Self {
-                amount: b.amount,
-                currency: b.currency,
+                amount: Some(money(b.amount)),
                 raw: raw(&b.raw),
             }),
             other => Err(mismatch("balance", &other)),

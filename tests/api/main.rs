@@ -3,6 +3,7 @@
 mod coalescing;
 mod errors;
 mod events;
+mod examples;
 mod fixtures;
 mod helpers;
 mod idempotency;

@@ -1,0 +1,53 @@
+//! The example clients in `examples/`, run against a real msgw on its sandbox: what a
+//! team copies must work.
+
+use std::{path::PathBuf, time::Duration};
+
+use tokio::process::Command;
+
+use crate::helpers::spawn_sandboxed_app;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+#[tokio::test]
+async fn the_python_example_sends_batches_waits_for_the_final_status_and_reads_errors() {
+    let python = repo().join(".tools/venv/bin/python");
+    assert!(
+        python.exists(),
+        "Python with grpcio is not installed: run .ci/install-tools (the README's test command does)"
+    );
+    let app = spawn_sandboxed_app(Duration::from_millis(20)).await;
+    let gen_dir = tempfile::tempdir().unwrap();
+    let out = Command::new(python)
+        .arg(repo().join("examples/python/quickstart.py"))
+        .args([
+            "--addr",
+            &app.addr.to_string(),
+            "--id",
+            "7000",
+            "--wait",
+            "30",
+        ])
+        .env("MSGW_GEN_DIR", gen_dir.path())
+        .output()
+        .await
+        .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the example failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for line in [
+        "sent 7000: msg_id ",
+        "batch item 0: code 0 (send_sms)",
+        "batch item 1: code 0 (get_balance)",
+        "status of 7000: DELIVERED (final: True)",
+        "refused: INVALID_ARGUMENT, fields ['phone']",
+        " UAH",
+    ] {
+        assert!(stdout.contains(line), "{line:?} missing from:\n{stdout}");
+    }
+}

@@ -140,8 +140,8 @@ impl Metrics {
             operations_total: counter(
                 &registry,
                 "msgw_operations_total",
-                "Operations by kind (the RPC that asks for it alone) and status code: each item of a Batch counts on its own.",
-                &["operation", "code"],
+                "Operations by kind (the RPC that asks for it alone), status code and ErrorInfo reason: each item of a Batch counts on its own.",
+                &["operation", "code", "reason"],
             ),
             upstream_total: counter(
                 &registry,
@@ -228,10 +228,11 @@ impl Metrics {
             .observe(latency.as_secs_f64());
     }
 
-    /// Counts the outcome of one operation (a lone RPC's, or a Batch item's).
-    pub fn operation(&self, operation: &str, code: tonic::Code) {
+    /// Counts the outcome of one operation (a lone RPC's, or a Batch item's): its
+    /// status code and `ErrorInfo` reason ("" for none).
+    pub fn operation(&self, operation: &str, code: tonic::Code, reason: &str) {
         self.operations_total
-            .with_label_values(&[operation, code_name(code)])
+            .with_label_values(&[operation, code_name(code), reason])
             .inc();
     }
 

@@ -115,14 +115,19 @@ pub fn count_operations(
     results: &Result<Vec<Result<Executed, Error>>, Error>,
 ) {
     for (i, name) in names.iter().enumerate() {
-        let outcome = match results {
-            Ok(each) => each.get(i).map_or(tonic::Code::Internal, |r| {
-                r.as_ref()
-                    .map_or_else(super::status::code, |_| tonic::Code::Ok)
-            }),
-            Err(e) => super::status::code(e),
+        let error = match results {
+            Ok(each) => each.get(i).and_then(|r| r.as_ref().err()),
+            Err(e) => Some(e),
         };
-        metrics.operation(name, outcome);
+        count_operation(metrics, name, error);
+    }
+}
+
+/// Counts one operation's outcome (`None`: it succeeded).
+pub fn count_operation(metrics: &Metrics, name: &str, error: Option<&Error>) {
+    match error {
+        None => metrics.operation(name, tonic::Code::Ok, ""),
+        Some(e) => metrics.operation(name, super::status::code(e), super::status::reason(e)),
     }
 }
 

@@ -101,11 +101,10 @@ impl MessagingService for Messaging {
                 )));
             };
             let waited = wait::final_status(&self.events, &self.dispatcher, id, until).await;
-            self.dispatcher.metrics().operation(
+            handler::count_operation(
+                self.dispatcher.metrics(),
                 "GetMessageStatus",
-                waited
-                    .as_ref()
-                    .map_or_else(super::status::code, |_| tonic::Code::Ok),
+                waited.as_ref().err(),
             );
             Ok((waited?.into(), false))
         })

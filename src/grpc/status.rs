@@ -29,6 +29,37 @@ pub fn code(e: &Error) -> Code {
     }
 }
 
+/// The `ErrorInfo.reason` of an error ("" when its status carries none).
+pub fn reason(e: &Error) -> &'static str {
+    match e {
+        Error::InvalidArgument(_) | Error::Internal(_) => "",
+        Error::AccessDenied => "UPSTREAM_ACCESS_DENIED",
+        Error::Rejected(_) => "UPSTREAM_REJECTED",
+        Error::Unavailable {
+            outcome_unknown: true,
+            ..
+        }
+        | Error::DeadlineExceeded {
+            outcome_unknown: true,
+        } => "OUTCOME_UNKNOWN",
+        Error::Unavailable { cause, .. } => match cause {
+            UnavailableCause::Store => "STORE_UNAVAILABLE",
+            UnavailableCause::ShuttingDown => "SHUTTING_DOWN",
+            UnavailableCause::Unreachable
+            | UnavailableCause::Timeout
+            | UnavailableCause::HttpStatus(_)
+            | UnavailableCause::BadResponse => "UPSTREAM_UNAVAILABLE",
+        },
+        Error::DeadlineExceeded { .. } => "UPSTREAM_DEADLINE",
+        Error::CursorOutOfRange { .. } => "CURSOR_OUT_OF_RANGE",
+        Error::IdConflict { .. } => "ID_CONFLICT",
+        Error::SendInProgress { .. } => "SEND_IN_PROGRESS",
+        Error::ResultLost(_) => "RESULT_LOST",
+        Error::Overloaded { .. } => "QUEUE_FULL",
+        Error::MessageNotFound { .. } => "MESSAGE_NOT_FOUND",
+    }
+}
+
 impl From<Error> for Status {
     fn from(e: Error) -> Self {
         let message = e.to_string();
@@ -47,11 +78,8 @@ impl From<Error> for Status {
                 "UPSTREAM_REJECTED",
                 [("upstream_error", text)],
             ),
-            Error::Unavailable {
-                cause,
-                outcome_unknown,
-                ..
-            } => {
+            Error::Unavailable { ref cause, .. } => {
+                let reason = reason(&e);
                 let cause = match cause {
                     UnavailableCause::Unreachable => "unreachable".to_owned(),
                     UnavailableCause::Timeout => "timeout".to_owned(),
@@ -60,27 +88,14 @@ impl From<Error> for Status {
                     UnavailableCause::Store => "store".to_owned(),
                     UnavailableCause::ShuttingDown => "shutting_down".to_owned(),
                 };
-                let reason = match (outcome_unknown, cause.as_str()) {
-                    (true, _) => "OUTCOME_UNKNOWN",
-                    (false, "store") => "STORE_UNAVAILABLE",
-                    (false, "shutting_down") => "SHUTTING_DOWN",
-                    (false, _) => "UPSTREAM_UNAVAILABLE",
-                };
                 with_info(Code::Unavailable, message, reason, [("cause", cause)])
             }
-            Error::DeadlineExceeded { outcome_unknown } => {
-                let reason = if outcome_unknown {
-                    "OUTCOME_UNKNOWN"
-                } else {
-                    "UPSTREAM_DEADLINE"
-                };
-                with_info(
-                    Code::DeadlineExceeded,
-                    message,
-                    reason,
-                    [("cause", "deadline".to_owned())],
-                )
-            }
+            Error::DeadlineExceeded { .. } => with_info(
+                Code::DeadlineExceeded,
+                message,
+                reason(&e),
+                [("cause", "deadline".to_owned())],
+            ),
             Error::CursorOutOfRange {
                 oldest_available, ..
             } => with_info(

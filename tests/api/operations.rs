@@ -80,7 +80,7 @@ async fn metrics_expose_rpcs_upstream_billing_webhooks_events_streams_and_balanc
         r#"msgw_rpc_requests_total{code="OK",method="GetBalance"} "#,
         r#"msgw_rpc_duration_seconds_bucket{code="OK",method="SendSms",le="+Inf"} "#,
         r#"msgw_rpc_duration_seconds_count{code="INVALID_ARGUMENT",method="SendSms"} "#,
-        r#"msgw_operations_total{code="OK",operation="SendSms"} "#,
+        r#"msgw_operations_total{code="OK",operation="SendSms",reason=""} "#,
         r#"msgw_upstream_requests_total{operation="sms",outcome="ok"} "#,
         r#"msgw_upstream_duration_seconds_count{operation="balance",outcome="ok"} "#,
         r#"msgw_billed_parts_total{channel="sms"} "#,
@@ -149,14 +149,14 @@ async fn a_batch_counts_each_items_outcome() {
     assert_eq!(
         sample(
             &text,
-            r#"msgw_operations_total{code="OK",operation="SendSms"} "#
+            r#"msgw_operations_total{code="OK",operation="SendSms",reason=""} "#
         ),
         Some(3.0)
     );
     assert_eq!(
         sample(
             &text,
-            r#"msgw_operations_total{code="FAILED_PRECONDITION",operation="SendSms"} "#
+            r#"msgw_operations_total{code="FAILED_PRECONDITION",operation="SendSms",reason="UPSTREAM_REJECTED"} "#
         ),
         Some(1.0)
     );

@@ -51,3 +51,56 @@ async fn the_python_example_sends_batches_waits_for_the_final_status_and_reads_e
         assert!(stdout.contains(line), "{line:?} missing from:\n{stdout}");
     }
 }
+
+#[tokio::test]
+async fn the_typescript_example_typechecks_sends_batches_waits_and_reads_errors() {
+    let dir = repo().join("examples/typescript");
+    for needed in ["node_modules/.bin/tsx", "gen/msgw/v1/messaging_pb.ts"] {
+        assert!(
+            dir.join(needed).exists(),
+            "{needed} is missing: run .ci/install-tools (npm ci and buf generate; the README's test command does)"
+        );
+    }
+    let typecheck = Command::new(dir.join("node_modules/.bin/tsc"))
+        .args(["-p", "."])
+        .current_dir(&dir)
+        .output()
+        .await
+        .expect("tsc runs");
+    assert!(
+        typecheck.status.success(),
+        "the example does not typecheck:\n{}",
+        String::from_utf8_lossy(&typecheck.stdout)
+    );
+    let app = spawn_sandboxed_app(Duration::from_millis(20)).await;
+    let out = Command::new(dir.join("node_modules/.bin/tsx"))
+        .args([
+            "quickstart.ts",
+            "--addr",
+            &app.addr.to_string(),
+            "--id",
+            "7100",
+            "--wait",
+            "30",
+        ])
+        .current_dir(&dir)
+        .output()
+        .await
+        .expect("tsx runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the example failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for line in [
+        "sent 7100: msg_id ",
+        "batch item 0: code 0 (sendSms)",
+        "batch item 1: code 0 (getBalance)",
+        "status of 7100: DELIVERED (final: true)",
+        r#"refused: InvalidArgument, fields ["phone"]"#,
+        " UAH",
+    ] {
+        assert!(stdout.contains(line), "{line:?} missing from:\n{stdout}");
+    }
+}

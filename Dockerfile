@@ -3,7 +3,7 @@
 # running as the non-root user 65532.
 #
 #   docker build -t msgw:0.1.0 --build-arg MSGW_REVISION=$(git rev-parse --short=12 HEAD) .
-#   docker run --rm -p 50051:50051 -p 8080:8080 msgw:0.1.0          # sandbox upstream
+#   docker run --rm -p 50051:50051 -p 8080:8080 -p 9090:9090 msgw:0.1.0   # sandbox upstream
 
 ARG RUST_IMAGE=rust:1-bookworm
 ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
@@ -56,6 +56,6 @@ VOLUME ["/data"]
 # Numeric, so Kubernetes' runAsNonRoot can verify it.
 USER 65532:65532
 # gRPC (MSGW_GRPC_ADDR) and HTTP: webhooks, /metrics (MSGW_HTTP_ADDR).
-EXPOSE 50051 8080
+EXPOSE 50051 8080 9090
 ENTRYPOINT ["/usr/local/bin/msgw"]
 CMD ["serve"]

@@ -36,6 +36,7 @@ const RETENTION_EVERY: Duration = Duration::from_secs(60);
 pub struct Application {
     grpc: TcpListener,
     http: TcpListener,
+    admin: TcpListener,
     dispatcher: Dispatcher,
     store: Arc<dyn Store>,
     events: Arc<EventLog>,
@@ -63,6 +64,9 @@ impl Application {
         let http = TcpListener::bind(config.http_addr)
             .await
             .with_context(|| format!("cannot bind the HTTP address {}", config.http_addr))?;
+        let admin = TcpListener::bind(config.admin_addr)
+            .await
+            .with_context(|| format!("cannot bind the admin address {}", config.admin_addr))?;
         let public_url = match config.public_url {
             Some(url) => url,
             None => own_url(http.local_addr()?)?,
@@ -121,6 +125,7 @@ impl Application {
         Ok(Self {
             grpc,
             http,
+            admin,
             dispatcher,
             webhooks: WebhookState {
                 signer,
@@ -153,6 +158,11 @@ impl Application {
         Ok(self.http.local_addr()?)
     }
 
+    /// The bound admin (`/metrics`) address.
+    pub fn admin_addr(&self) -> anyhow::Result<SocketAddr> {
+        Ok(self.admin.local_addr()?)
+    }
+
     /// Serves until `shutdown` resolves. Then: NOT_SERVING (serving on for the shutdown
     /// delay, if any), open streams end with UNAVAILABLE, no new connections, in-flight
     /// calls finish within the grace period, background work stops, and the store is
@@ -181,7 +191,15 @@ impl Application {
         });
         let grpc_addr = self.grpc_addr()?;
         let http_addr = self.http_addr()?;
+        let admin_addr = self.admin_addr()?;
 
+        let admin_task = tokio::spawn({
+            let router = crate::admin::router(self.webhooks.metrics.clone());
+            let mut stop = stop.clone();
+            webhook::serve(self.admin, router, self.webhook_limits, async move {
+                let _ = stop.wait_for(|s| *s).await;
+            })
+        });
         let http_task = tokio::spawn({
             let router = webhook::router(self.webhooks);
             let mut stop = stop.clone();
@@ -215,7 +233,7 @@ impl Application {
             self.replica.clone(),
             stop.clone(),
         ));
-        tracing::info!(%grpc_addr, %http_addr, "msgw serving");
+        tracing::info!(%grpc_addr, %http_addr, %admin_addr, "msgw serving");
 
         let draining = {
             let (health, events, mut stop) = (health.clone(), self.events.clone(), stop.clone());
@@ -273,6 +291,7 @@ impl Application {
         }
 
         http_task.await.context("HTTP task")?;
+        admin_task.await.context("admin task")?;
         reconcile_task.await.context("reconcile task")?;
         retention_task.await.context("retention task")?;
         balance_task.await.context("balance task")?;

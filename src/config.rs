@@ -201,9 +201,12 @@ pub struct ServeArgs {
     /// with RESOURCE_EXHAUSTED (and RetryInfo), so overload cannot grow memory.
     #[arg(long, env = "MSGW_UPSTREAM_QUEUE_MAX", default_value_t = 10_000)]
     pub upstream_queue_max: usize,
-    /// HTTP listen address: gateway webhooks (and metrics).
+    /// HTTP listen address of the gateway's delivery webhooks (faces the internet).
     #[arg(long, env = "MSGW_HTTP_ADDR", default_value = "0.0.0.0:8080")]
     pub http_addr: SocketAddr,
+    /// Admin listen address: `/metrics` (never on the webhook listener).
+    #[arg(long, env = "MSGW_ADMIN_ADDR", default_value = "0.0.0.0:9090")]
+    pub admin_addr: SocketAddr,
     /// Webhook listener: time a client has to send a request's headers; also the
     /// longest a keep-alive connection may sit idle between requests.
     #[arg(long, env = "MSGW_WEBHOOK_HEADER_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
@@ -312,6 +315,8 @@ pub struct Config {
     pub grpc_addr: SocketAddr,
     /// HTTP listen address (port 0: any free port).
     pub http_addr: SocketAddr,
+    /// Admin listen address (`/metrics`; port 0: any free port).
+    pub admin_addr: SocketAddr,
     /// Base URL of the HTTP listener as the gateway sees it; `None`: the listener's own address.
     pub public_url: Option<url::Url>,
     /// HMAC key of hook tokens.
@@ -487,6 +492,7 @@ impl ServeArgs {
         Ok(Config {
             grpc_addr: self.grpc_addr,
             http_addr: self.http_addr,
+            admin_addr: self.admin_addr,
             public_url: self.public_url,
             webhook_secret,
             account_token,

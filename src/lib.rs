@@ -1,6 +1,7 @@
 //! msgw: a typed gRPC facade for a multi-channel messaging gateway whose only
 //! interface is one JSON-over-HTTP endpoint.
 
+pub mod admin;
 pub mod app;
 pub mod balance;
 pub mod check;

@@ -1,5 +1,5 @@
-//! The HTTP listener (`/metrics` too) for the gateway's delivery webhooks:
-//! `POST /v1/webhooks/status/{token}` per message and
+//! The HTTP listener for the gateway's delivery webhooks (nothing else: `/metrics` is on
+//! the admin listener): `POST /v1/webhooks/status/{token}` per message and
 //! `POST /v1/webhooks/account/{account_token}` for pipeline statuses.
 //! A webhook is answered 200 only once its event is committed to the store.
 
@@ -42,7 +42,7 @@ pub struct WebhookState {
     pub events: Arc<EventLog>,
     /// Sent messages, to find a client id by gateway id.
     pub store: Arc<dyn Store>,
-    /// Where webhooks are counted, and what `/metrics` serves.
+    /// Where webhooks are counted.
     pub metrics: Arc<Metrics>,
     /// Time a client has to send a webhook's body.
     pub body_timeout: Duration,
@@ -55,11 +55,7 @@ pub fn router(state: WebhookState) -> Router {
         .route("/v1/webhooks/account/{token}", post(account_webhook))
         .route("/v1/webhooks/status/", post(missing_token))
         .route("/v1/webhooks/account/", post(missing_token))
-        .with_state(state.clone())
-        .route(
-            "/metrics",
-            axum::routing::get(crate::metrics::handler).with_state(state.metrics),
-        )
+        .with_state(state)
 }
 
 /// Why a webhook was not taken.

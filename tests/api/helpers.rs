@@ -206,6 +206,8 @@ pub const ACCOUNT_TOKEN: &str = "test-account-token-0123456789";
 pub struct TestApp {
     pub addr: SocketAddr,
     pub http_addr: SocketAddr,
+    /// The admin listener (`/metrics`).
+    pub admin_addr: SocketAddr,
     pub gateway: FakeGateway,
     /// The SQLite file; the directory lives as long as the app (or a restart of it).
     pub store: Arc<tempfile::TempDir>,
@@ -252,7 +254,7 @@ impl TestApp {
     /// The value of the first sample of `series` (name and labels as printed) on
     /// `/metrics`, if there is one.
     pub async fn metric(&self, series: &str) -> Option<f64> {
-        let text = reqwest::get(format!("http://{}/metrics", self.http_addr))
+        let text = reqwest::get(format!("http://{}/metrics", self.admin_addr))
             .await
             .ok()?
             .text()
@@ -411,6 +413,7 @@ pub fn config(options: Options, gateway: &FakeGateway) -> (Config, Arc<tempfile:
     let config = Config {
         grpc_addr: "127.0.0.1:0".parse().unwrap(),
         http_addr: "127.0.0.1:0".parse().unwrap(),
+        admin_addr: "127.0.0.1:0".parse().unwrap(),
         public_url: None,
         webhook_secret: WEBHOOK_SECRET.to_owned().into(),
         account_token: ACCOUNT_TOKEN.to_owned().into(),
@@ -441,6 +444,7 @@ pub async fn spawn(options: Options) -> TestApp {
     let app = Application::build(config).await.expect("app builds");
     let addr = app.grpc_addr().unwrap();
     let http_addr = app.http_addr().unwrap();
+    let admin_addr = app.admin_addr().unwrap();
     let (tx, rx) = oneshot::channel::<()>();
     let server = tokio::spawn(app.run(async {
         let _ = rx.await;
@@ -449,6 +453,7 @@ pub async fn spawn(options: Options) -> TestApp {
     TestApp {
         addr,
         http_addr,
+        admin_addr,
         gateway,
         store,
         channel,

@@ -13,7 +13,7 @@ use tonic::Code;
 use crate::helpers::{FakeGateway, Options, Reply, connect, default_reply, spawn};
 
 async fn metrics(app: &crate::helpers::TestApp) -> String {
-    reqwest::get(format!("http://{}/metrics", app.http_addr))
+    reqwest::get(format!("http://{}/metrics", app.admin_addr))
         .await
         .unwrap()
         .text()
@@ -115,6 +115,22 @@ async fn metrics_expose_rpcs_upstream_billing_webhooks_events_streams_and_balanc
 }
 
 #[tokio::test]
+async fn metrics_are_served_on_the_admin_listener_only() {
+    let app = spawn(Options::default()).await;
+    let admin = reqwest::get(format!("http://{}/metrics", app.admin_addr))
+        .await
+        .unwrap();
+    assert_eq!(admin.status(), 200);
+    assert!(admin.text().await.unwrap().contains("msgw_build_info"));
+    // The webhook listener faces the internet: no balance or traffic figures there.
+    let public = reqwest::get(format!("http://{}/metrics", app.http_addr))
+        .await
+        .unwrap();
+    assert_eq!(public.status(), 404);
+    assert!(!public.text().await.unwrap().contains("msgw_"));
+}
+
+#[tokio::test]
 async fn a_batch_counts_each_items_outcome() {
     let gateway = FakeGateway::start().await;
     let app = spawn(Options {
@@ -210,6 +226,8 @@ fn start_binary(
             "--grpc-addr",
             "127.0.0.1:0",
             "--http-addr",
+            "127.0.0.1:0",
+            "--admin-addr",
             "127.0.0.1:0",
             "--log-format",
             "json",

@@ -26,6 +26,7 @@ use crate::postgres::TestSchema;
 /// One msgw process, as far as the test can tell.
 struct Replica {
     http_addr: SocketAddr,
+    admin_addr: SocketAddr,
     channel: Channel,
     kill: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -56,7 +57,11 @@ impl Replica {
                 .expect("replica runtime");
             runtime.block_on(async move {
                 let app = Application::build(config).await.expect("replica builds");
-                let addrs = (app.grpc_addr().unwrap(), app.http_addr().unwrap());
+                let addrs = (
+                    app.http_addr().unwrap(),
+                    app.admin_addr().unwrap(),
+                    app.grpc_addr().unwrap(),
+                );
                 let _ = ready.send(addrs);
                 tokio::select! {
                     served = app.run(std::future::pending()) => served.expect("replica serves"),
@@ -67,9 +72,10 @@ impl Replica {
             runtime.shutdown_background();
             drop(dir);
         });
-        let (addr, http_addr) = started.await.expect("replica started");
+        let (http_addr, admin_addr, addr) = started.await.expect("replica started");
         Self {
             http_addr,
+            admin_addr,
             channel: connect(addr).await,
             kill: Some(kill),
             thread: Some(thread),
@@ -87,7 +93,7 @@ impl Replica {
 
     /// The `/metrics` text.
     async fn metrics(&self) -> String {
-        reqwest::get(format!("http://{}/metrics", self.http_addr))
+        reqwest::get(format!("http://{}/metrics", self.admin_addr))
             .await
             .expect("GET /metrics")
             .text()

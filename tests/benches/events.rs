@@ -96,6 +96,7 @@ async fn main() -> anyhow::Result<()> {
     let config = Config {
         grpc_addr: "127.0.0.1:0".parse()?,
         http_addr: "127.0.0.1:0".parse()?,
+        admin_addr: "127.0.0.1:0".parse()?,
         public_url: None,
         webhook_secret: SECRET.to_owned().into(),
         account_token: "bench-account-token-0123456789".to_owned().into(),

@@ -85,7 +85,7 @@ const MSGW_THREADS: [&str; 2] = ["msgw-worker", "sqlx-sqlite-wor"];
 /// A running msgw and what stops it.
 struct Msgw {
     channels: Vec<Channel>,
-    /// The HTTP listener (metrics).
+    /// The admin listener (`/metrics`).
     http: std::net::SocketAddr,
     stop: tokio::sync::oneshot::Sender<()>,
     server: tokio::task::JoinHandle<anyhow::Result<()>>,
@@ -271,7 +271,7 @@ fn start(
     let config = config(gateway_url, &store_url, limits)?;
     let (grpc, http, stop, server) = msgw_rt.block_on(async {
         let app = Application::build(config).await?;
-        let (grpc, http) = (app.grpc_addr()?, app.http_addr()?);
+        let (grpc, http) = (app.grpc_addr()?, app.admin_addr()?);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(app.run(async {
             let _ = stopped.await;
@@ -539,6 +539,7 @@ fn config(gateway_url: &str, store_url: &str, limits: Limits) -> anyhow::Result<
     Ok(Config {
         grpc_addr: "127.0.0.1:0".parse()?,
         http_addr: "127.0.0.1:0".parse()?,
+        admin_addr: "127.0.0.1:0".parse()?,
         public_url: None,
         webhook_secret: "bench-webhook-secret-0123456789".to_owned().into(),
         account_token: "bench-account-token-0123456789".to_owned().into(),

@@ -71,7 +71,8 @@ impl Application {
             Some(url) => url,
             None => own_url(http.local_addr()?)?,
         };
-        let signer = HookSigner::new(&config.webhook_secret);
+        let signer = HookSigner::new(&config.webhook_secret)
+            .with_previous(config.webhook_secret_previous.as_ref());
         let hooks = HookUrls::new(&public_url, signer.clone());
         let (base_url, api_key, sandbox) = match config.upstream {
             Upstream::Gateway { url, api_key } => (url, api_key, None),

@@ -232,6 +232,19 @@ pub struct ServeArgs {
     /// File holding the webhook HMAC key.
     #[arg(long, env = "MSGW_WEBHOOK_SECRET_FILE")]
     pub webhook_secret_file: Option<PathBuf>,
+    /// The webhook HMAC key before a rotation: hook tokens it signed still verify, so
+    /// webhooks of messages sent before the rotation are not lost. New hooks use
+    /// --webhook-secret.
+    #[arg(
+        long,
+        env = "MSGW_WEBHOOK_SECRET_PREVIOUS",
+        hide_env_values = true,
+        conflicts_with = "webhook_secret_previous_file"
+    )]
+    pub webhook_secret_previous: Option<String>,
+    /// File holding the previous webhook HMAC key.
+    #[arg(long, env = "MSGW_WEBHOOK_SECRET_PREVIOUS_FILE")]
+    pub webhook_secret_previous_file: Option<PathBuf>,
     /// Token of the account-level webhook URL `/v1/webhooks/account/<token>` (pipeline statuses;
     /// at least 16 of A-Z a-z 0-9 - _ . ~). Default: random per start.
     #[arg(
@@ -321,6 +334,8 @@ pub struct Config {
     pub public_url: Option<url::Url>,
     /// HMAC key of hook tokens.
     pub webhook_secret: SecretString,
+    /// The HMAC key before a rotation, still accepted when verifying.
+    pub webhook_secret_previous: Option<SecretString>,
     /// Token of the account-level webhook.
     pub account_token: SecretString,
     /// Secrets that were not configured and were generated for this run.
@@ -458,6 +473,28 @@ impl ServeArgs {
             |s| s.len() >= 16,
             "at least 16 characters",
         )?;
+        let webhook_secret_previous = match (
+            self.webhook_secret_previous,
+            self.webhook_secret_previous_file,
+        ) {
+            (Some(v), _) => Some(v.trim().to_owned()),
+            (None, Some(path)) => {
+                Some(read_secret(&path).context("--webhook-secret-previous-file")?)
+            }
+            (None, None) => None,
+        };
+        if let Some(previous) = &webhook_secret_previous {
+            if previous.len() < 16 {
+                bail!(
+                    "the previous webhook secret (MSGW_WEBHOOK_SECRET_PREVIOUS) must be at least 16 characters"
+                );
+            }
+            if webhook_secret_generated {
+                bail!(
+                    "MSGW_WEBHOOK_SECRET_PREVIOUS is set but MSGW_WEBHOOK_SECRET is not: a rotation needs the new secret"
+                );
+            }
+        }
         let (account_token, account_token_generated) = secret_or_random(
             "account webhook token (MSGW_ACCOUNT_TOKEN)",
             self.account_token,
@@ -495,6 +532,7 @@ impl ServeArgs {
             admin_addr: self.admin_addr,
             public_url: self.public_url,
             webhook_secret,
+            webhook_secret_previous: webhook_secret_previous.map(SecretString::from),
             account_token,
             generated_secrets: [
                 (
@@ -606,6 +644,31 @@ mod tests {
         let config = serve(&[&pg[..], &secret[..], &token[..]].concat()).unwrap();
         assert_eq!(config.store_url, "postgres://msgw@db/msgw");
         assert!(config.store_password.is_none());
+    }
+
+    #[test]
+    fn a_previous_webhook_secret_needs_the_new_one_and_its_length() {
+        let error = serve(&["--webhook-secret-previous", "0123456789abcdef0123"])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("a rotation needs the new secret"), "{error}");
+        let error = serve(&[
+            "--webhook-secret",
+            "0123456789abcdef0123",
+            "--webhook-secret-previous",
+            "short",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("at least 16"), "{error}");
+        let config = serve(&[
+            "--webhook-secret",
+            "0123456789abcdef0123",
+            "--webhook-secret-previous",
+            "the-old-secret-0123456",
+        ])
+        .unwrap();
+        assert!(config.webhook_secret_previous.is_some());
     }
 
     #[test]

@@ -14,6 +14,8 @@ type HmacSha256 = Hmac<Sha256>;
 #[derive(Clone)]
 pub struct HookSigner {
     key: SecretSlice<u8>,
+    /// The key before a rotation: verifies, never signs.
+    previous: Option<SecretSlice<u8>>,
 }
 
 impl std::fmt::Debug for HookSigner {
@@ -27,22 +29,30 @@ impl HookSigner {
     pub fn new(secret: &SecretString) -> Self {
         Self {
             key: secret.expose_secret().as_bytes().to_vec().into(),
+            previous: None,
         }
     }
 
-    fn mac(&self, client_id: u64) -> HmacSha256 {
+    /// Also accepts tokens signed with `previous` (the secret before a rotation), so
+    /// webhooks of messages sent before it still verify.
+    pub fn with_previous(mut self, previous: Option<&SecretString>) -> Self {
+        self.previous = previous.map(|p| p.expose_secret().as_bytes().to_vec().into());
+        self
+    }
+
+    fn mac(key: &SecretSlice<u8>, client_id: u64) -> HmacSha256 {
         // HMAC takes keys of any length, so this cannot fail.
-        let mut mac = HmacSha256::new_from_slice(self.key.expose_secret())
+        let mut mac = HmacSha256::new_from_slice(key.expose_secret())
             .unwrap_or_else(|_| unreachable!("HMAC accepts every key length"));
         mac.update(client_id.to_string().as_bytes());
         mac
     }
 
-    /// The token of a message's hook URL.
+    /// The token of a message's hook URL (always under the current secret).
     pub fn token(&self, client_id: u64) -> String {
         format!(
             "{client_id}.{}",
-            URL_SAFE_NO_PAD.encode(self.mac(client_id).finalize().into_bytes())
+            URL_SAFE_NO_PAD.encode(Self::mac(&self.key, client_id).finalize().into_bytes())
         )
     }
 
@@ -64,18 +74,22 @@ impl HookSigner {
         self.mac_matches(client_id, token)
     }
 
+    /// Whether `mac` is the MAC of `client_id` under the current or the previous
+    /// secret (each compared in constant time).
     fn mac_matches(&self, client_id: u64, mac: &str) -> bool {
-        match URL_SAFE_NO_PAD.decode(mac) {
-            Ok(bytes) => self.mac(client_id).verify_slice(&bytes).is_ok(),
-            Err(_) => false,
-        }
+        let Ok(bytes) = URL_SAFE_NO_PAD.decode(mac) else {
+            return false;
+        };
+        std::iter::once(&self.key)
+            .chain(&self.previous)
+            .any(|key| Self::mac(key, client_id).verify_slice(&bytes).is_ok())
     }
 }
 
 /// What a per-message hook token proves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Token {
-    /// Issued by this secret for this client id.
+    /// Issued by this secret (or the previous one) for this client id.
     Message(u64),
     /// The format of an earlier version (hooks of messages sent before an upgrade): the
     /// client id comes from the body and is verified against it.
@@ -158,5 +172,24 @@ mod tests {
         assert!(same_token("abc", &t));
         assert!(!same_token("abd", &t));
         assert!(!same_token("ab", &t));
+    }
+
+    #[test]
+    fn after_a_rotation_tokens_of_the_previous_secret_still_verify() {
+        let old = HookSigner::new(&SecretString::from("the-old-secret-0123"));
+        let rotated = HookSigner::new(&SecretString::from("the-new-secret-0123"))
+            .with_previous(Some(&SecretString::from("the-old-secret-0123")));
+        let before = old.token(42);
+        assert_eq!(rotated.open(&before), Token::Message(42));
+        assert_ne!(
+            rotated.token(42),
+            before,
+            "new hooks are signed with the new secret"
+        );
+        assert_eq!(old.open(&rotated.token(42)), Token::Forged);
+        let without = HookSigner::new(&SecretString::from("the-new-secret-0123"));
+        assert_eq!(without.open(&before), Token::Forged);
+        let (_, mac) = before.split_once('.').unwrap();
+        assert!(rotated.verify_legacy(42, mac));
     }
 }

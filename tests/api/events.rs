@@ -727,3 +727,37 @@ async fn one_unreadable_stored_row_does_not_block_the_replay() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_webhook_signed_before_a_secret_rotation_is_still_taken() {
+    const OLD: &str = "the-webhook-secret-before-rotation";
+    let app = spawn(Options {
+        webhook_secret_previous: Some(OLD.into()),
+        ..Options::default()
+    })
+    .await;
+    let signed_with = |secret: &str| {
+        let token = msgw::hooks::HookSigner::new(&secret.to_owned().into()).token(77);
+        format!("/v1/webhooks/status/{token}")
+    };
+    assert_eq!(
+        app.post_webhook(&signed_with(OLD), webhook(77, "DELIVERED"))
+            .await,
+        200,
+        "a hook msgw handed out before the rotation"
+    );
+    assert_eq!(
+        app.post_webhook(&app.hook_path(77), webhook(77, "READ"))
+            .await,
+        200,
+        "and one of the current secret"
+    );
+    assert_eq!(
+        app.post_webhook(
+            &signed_with("some-other-secret-0123456"),
+            webhook(77, "EXPIRED")
+        )
+        .await,
+        401
+    );
+}

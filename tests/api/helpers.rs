@@ -339,6 +339,8 @@ pub struct Options {
     pub webhook_limits: ListenerLimits,
     /// Another store URL (a PostgreSQL schema shared by replicas) instead of SQLite.
     pub store_url: Option<String>,
+    /// The webhook secret before a rotation.
+    pub webhook_secret_previous: Option<String>,
 }
 
 impl Default for Options {
@@ -362,6 +364,7 @@ impl Default for Options {
             limits: Limits::default(),
             webhook_limits: ListenerLimits::default(),
             store_url: None,
+            webhook_secret_previous: None,
         }
     }
 }
@@ -416,6 +419,7 @@ pub fn config(options: Options, gateway: &FakeGateway) -> (Config, Arc<tempfile:
         admin_addr: "127.0.0.1:0".parse().unwrap(),
         public_url: None,
         webhook_secret: WEBHOOK_SECRET.to_owned().into(),
+        webhook_secret_previous: options.webhook_secret_previous.clone().map(Into::into),
         account_token: ACCOUNT_TOKEN.to_owned().into(),
         generated_secrets: Vec::new(),
         store_url: options.store_url.unwrap_or_else(|| store_url(&store)),

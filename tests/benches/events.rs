@@ -99,6 +99,7 @@ async fn main() -> anyhow::Result<()> {
         admin_addr: "127.0.0.1:0".parse()?,
         public_url: None,
         webhook_secret: SECRET.to_owned().into(),
+        webhook_secret_previous: None,
         account_token: "bench-account-token-0123456789".to_owned().into(),
         generated_secrets: Vec::new(),
         store_url,

@@ -86,10 +86,12 @@ The chart's own Secret always holds webhook-secret and account-token; api-key on
 {{- with .Values.secrets.existingSecretKeys.apiKey }}{{ $_ := set $keys "MSGW_API_KEY" . }}{{ end }}
 {{- with .Values.secrets.existingSecretKeys.webhookSecret }}{{ $_ := set $keys "MSGW_WEBHOOK_SECRET" . }}{{ end }}
 {{- with .Values.secrets.existingSecretKeys.accountToken }}{{ $_ := set $keys "MSGW_ACCOUNT_TOKEN" . }}{{ end }}
+{{- with .Values.secrets.existingSecretKeys.webhookSecretPrevious }}{{ $_ := set $keys "MSGW_WEBHOOK_SECRET_PREVIOUS" . }}{{ end }}
 {{- else }}
 {{- if .Values.secrets.apiKey }}{{ $_ := set $keys "MSGW_API_KEY" "api-key" }}{{ end }}
 {{- $_ := set $keys "MSGW_WEBHOOK_SECRET" "webhook-secret" }}
 {{- $_ := set $keys "MSGW_ACCOUNT_TOKEN" "account-token" }}
+{{- if .Values.secrets.webhookSecretPrevious }}{{ $_ := set $keys "MSGW_WEBHOOK_SECRET_PREVIOUS" "webhook-secret-previous" }}{{ end }}
 {{- end }}
 {{- toJson $keys }}
 {{- end }}

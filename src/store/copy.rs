@@ -112,62 +112,51 @@ pub async fn sqlite_to_postgres(from: &SqliteStore, to: &PgStore) -> Result<Copi
     }
     let mut tx = target.begin().await?;
     let mut copied = Copied::default();
-    let mut after = i64::MIN;
-    loop {
-        let page: Vec<ClaimTuple> = sqlx::query_as(
-            "SELECT client_id, fingerprint, attempt, state, claimed_at_ms, settled_at_ms, msg_id,
-                    parts, payload, recovered, reason
-               FROM claims WHERE client_id > ? ORDER BY client_id LIMIT ?",
-        )
-        .bind(after)
-        .bind(PAGE)
-        .fetch_all(source)
-        .await?;
-        let Some(last) = page.last().map(|r| r.0) else {
-            break;
-        };
-        copied.claims += page.len() as u64;
-        after = last;
-        insert_claims(&mut tx, page).await?;
+    // Each table in pages, in key order (the key is every row's first column).
+    macro_rules! copy_table {
+        ($row:ty, $sql:literal, $insert:ident, $count:expr) => {{
+            let mut after = i64::MIN;
+            loop {
+                let page: Vec<$row> = sqlx::query_as($sql)
+                    .bind(after)
+                    .bind(PAGE)
+                    .fetch_all(source)
+                    .await?;
+                let Some(last) = page.last().map(|r| r.0) else {
+                    break;
+                };
+                $count += page.len() as u64;
+                after = last;
+                $insert(&mut tx, page).await?;
+            }
+        }};
     }
-    after = 0;
-    loop {
-        let page: Vec<EventTuple> = sqlx::query_as(
-            "SELECT cursor, dedup_key, client_id, msg_id, channel, status, success, error, updated,
-                    reply, duration_s, request_id, replies, received_at_ms, source, is_final
-               FROM events WHERE cursor > ? ORDER BY cursor LIMIT ?",
-        )
-        .bind(after)
-        .bind(PAGE)
-        .fetch_all(source)
-        .await?;
-        let Some(last) = page.last().map(|r| r.0) else {
-            break;
-        };
-        copied.events += page.len() as u64;
-        after = last;
-        insert_events(&mut tx, page).await?;
-    }
+    copy_table!(
+        ClaimTuple,
+        "SELECT client_id, fingerprint, attempt, state, claimed_at_ms, settled_at_ms, msg_id,
+                parts, payload, recovered, reason
+           FROM claims WHERE client_id > ? ORDER BY client_id LIMIT ?",
+        insert_claims,
+        copied.claims
+    );
+    copy_table!(
+        EventTuple,
+        "SELECT cursor, dedup_key, client_id, msg_id, channel, status, success, error, updated,
+                reply, duration_s, request_id, replies, received_at_ms, source, is_final
+           FROM events WHERE cursor > ? ORDER BY cursor LIMIT ?",
+        insert_events,
+        copied.events
+    );
     // After the events: their trigger finds no message yet, so each message keeps the
     // status it had.
-    after = i64::MIN;
-    loop {
-        let page: Vec<MessageTuple> = sqlx::query_as(
-            "SELECT client_id, msg_id, channel, sent_at_ms, lifetime_s, last_status, is_final,
-                    next_poll_ms, polls
-               FROM messages WHERE client_id > ? ORDER BY client_id LIMIT ?",
-        )
-        .bind(after)
-        .bind(PAGE)
-        .fetch_all(source)
-        .await?;
-        let Some(last) = page.last().map(|r| r.0) else {
-            break;
-        };
-        copied.messages += page.len() as u64;
-        after = last;
-        insert_messages(&mut tx, page).await?;
-    }
+    copy_table!(
+        MessageTuple,
+        "SELECT client_id, msg_id, channel, sent_at_ms, lifetime_s, last_status, is_final,
+                next_poll_ms, polls
+           FROM messages WHERE client_id > ? ORDER BY client_id LIMIT ?",
+        insert_messages,
+        copied.messages
+    );
     copied.latest_cursor = super::Store::latest_cursor(from).await?;
     sqlx::query("UPDATE event_head SET cursor = $1")
         .bind(super::rows::cursor_to_db(copied.latest_cursor))

@@ -83,12 +83,12 @@ struct Tail {
 impl Tail {
     /// Publishes this replica's own appended events that are next in line; anything
     /// after a gap is left to [`follow_store`], which reads it from the store.
-    async fn publish_appended(&self, stored: &[StatusEvent]) {
+    async fn publish_appended(&self, stored: &[Option<StatusEvent>]) {
         let mut published = self.published.lock().await;
         let Some(last) = published.as_mut() else {
             return;
         };
-        for e in stored {
+        for e in stored.iter().flatten() {
             if e.cursor <= *last {
                 continue;
             }
@@ -391,8 +391,7 @@ async fn append_group(
             .with_label_values(&[event.source.as_str(), result])
             .inc();
     }
-    let appended: Vec<StatusEvent> = stored.iter().flatten().cloned().collect();
-    live.publish_appended(&appended).await;
+    live.publish_appended(&stored).await;
     Ok(stored)
 }
 

@@ -521,3 +521,14 @@ pub fn money(currency: &str, units: i64, nanos: i32) -> Option<msgw::proto::goog
         nanos,
     })
 }
+
+/// A valid SMS with client id `id`.
+pub fn sms(id: u64) -> msgw::proto::SendSmsRequest {
+    msgw::proto::SendSmsRequest {
+        id,
+        phone: "380971234567".into(),
+        message: "Your code is 1234".into(),
+        signature: "msgw".into(),
+        ..Default::default()
+    }
+}

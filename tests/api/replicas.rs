@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use tonic::{Code, transport::Channel};
 
 use crate::helpers::{
-    FakeGateway, Options, Reply, WEBHOOK_SECRET, config, connect, default_reply, error_info,
+    FakeGateway, Options, Reply, WEBHOOK_SECRET, config, connect, default_reply, error_info, sms,
 };
 use crate::postgres::TestSchema;
 
@@ -132,16 +132,6 @@ impl Replica {
 impl Drop for Replica {
     fn drop(&mut self) {
         self.kill();
-    }
-}
-
-fn sms(id: u64) -> SendSmsRequest {
-    SendSmsRequest {
-        id,
-        phone: "380971234567".into(),
-        message: "Your code is 1234".into(),
-        signature: "msgw".into(),
-        ..Default::default()
     }
 }
 

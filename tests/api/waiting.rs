@@ -12,7 +12,7 @@ use msgw::proto::*;
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    FakeGateway, Options, Reply, TestApp, default_reply, spawn, spawn_app, violations,
+    FakeGateway, Options, Reply, TestApp, default_reply, sms, spawn, spawn_app, violations,
 };
 
 /// Status answers: ACCEPTED for the first `accepted` queries, DELIVERED after; sends as
@@ -49,6 +49,15 @@ fn wait(id: u64, timeout: Duration) -> tonic::Request<GetMessageStatusRequest> {
     request
 }
 
+/// The answer to a wait for `id`'s final status with this deadline.
+async fn waited(app: &TestApp, id: u64, timeout: Duration) -> GetMessageStatusResponse {
+    app.messaging()
+        .get_message_status(wait(id, timeout))
+        .await
+        .expect("answered before the deadline, not DEADLINE_EXCEEDED")
+        .into_inner()
+}
+
 async fn webhook(app: &TestApp, id: u64, status: &str) {
     let body = json!({"success": status == "DELIVERED", "id": id.to_string(), "msg_id": format!("m{id}"),
                       "type": "sms", "status": status});
@@ -56,16 +65,6 @@ async fn webhook(app: &TestApp, id: u64, status: &str) {
         app.post_webhook(&app.hook_path(id), body.to_string()).await,
         200
     );
-}
-
-fn sms(id: u64) -> SendSmsRequest {
-    SendSmsRequest {
-        id,
-        phone: "380971234567".into(),
-        message: "Your code is 1234".into(),
-        signature: "msgw".into(),
-        ..Default::default()
-    }
 }
 
 #[tokio::test]
@@ -107,12 +106,7 @@ async fn a_wait_answers_at_once_from_a_final_status_msgw_holds_without_asking_th
     let app = spawn_app().await;
     let queries = status_after(&app.gateway, usize::MAX);
     webhook(&app, 2, "DELIVERED").await;
-    let answer = app
-        .messaging()
-        .get_message_status(wait(2, Duration::from_secs(20)))
-        .await
-        .expect("answered")
-        .into_inner();
+    let answer = waited(&app, 2, Duration::from_secs(20)).await;
     assert_eq!(
         (answer.status(), answer.is_final),
         (MessageStatus::Delivered, true)
@@ -132,12 +126,7 @@ async fn a_wait_answers_at_the_deadline_with_the_newest_status_known() {
     let app = spawn_app().await;
     let queries = status_after(&app.gateway, usize::MAX);
     let started = Instant::now();
-    let answer = app
-        .messaging()
-        .get_message_status(wait(3, Duration::from_millis(700)))
-        .await
-        .expect("answered before the deadline, not DEADLINE_EXCEEDED")
-        .into_inner();
+    let answer = waited(&app, 3, Duration::from_millis(700)).await;
     let took = started.elapsed();
     assert_eq!(
         (answer.status(), answer.is_final),
@@ -160,12 +149,7 @@ async fn a_wait_answers_when_a_reconcile_poll_finds_the_final_status() {
     // The wait's own query sees ACCEPTED; reconcile's poll later sees DELIVERED.
     let queries = status_after(&app.gateway, 1);
     app.messaging().send_sms(sms(4)).await.expect("sent");
-    let answer = app
-        .messaging()
-        .get_message_status(wait(4, Duration::from_secs(20)))
-        .await
-        .expect("answered")
-        .into_inner();
+    let answer = waited(&app, 4, Duration::from_secs(20)).await;
     assert_eq!(
         (answer.status(), answer.is_final),
         (MessageStatus::Delivered, true)

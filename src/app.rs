@@ -6,9 +6,11 @@ use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 use anyhow::Context;
 use secrecy::SecretString;
 use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
-use tonic::transport::{Server, server::TcpIncoming};
+use tonic::transport::Server;
 use tonic_health::{ServingStatus, server::HealthReporter};
 
+use crate::auth::tls::{TlsFiles, TlsReloader};
+use crate::auth::{AuthLayer, Authenticator};
 use crate::config::{Config, Upstream};
 use crate::dispatch::{Dispatcher, Tracking};
 use crate::events::EventLog;
@@ -35,6 +37,10 @@ const RETENTION_EVERY: Duration = Duration::from_secs(60);
 /// A built, not yet serving, msgw.
 pub struct Application {
     grpc: TcpListener,
+    /// TLS of the gRPC port; `None`: plaintext.
+    tls: Option<Arc<TlsReloader>>,
+    /// Who may call the gRPC port.
+    auth: Arc<Authenticator>,
     http: TcpListener,
     admin: TcpListener,
     dispatcher: Dispatcher,
@@ -61,6 +67,11 @@ struct SandboxTask {
 impl Application {
     /// Binds both ports, opens the store and connects the layers; nothing is served yet.
     pub async fn build(config: Config) -> anyhow::Result<Self> {
+        let auth = Authenticator::new(
+            config.callers_file.clone(),
+            config.tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
+        )
+        .map_err(anyhow::Error::msg)?;
         let http = TcpListener::bind(config.http_addr)
             .await
             .with_context(|| format!("cannot bind the HTTP address {}", config.http_addr))?;
@@ -82,7 +93,7 @@ impl Application {
                     ..sandbox_config
                 };
                 let api_key = SecretString::from(sandbox_config.api_key.clone());
-                let (url, task) = start_sandbox(sandbox_config).await?;
+                let (url, task) = start_sandbox(sandbox_config, auth.is_open()).await?;
                 (url, api_key, Some(task))
             }
         };
@@ -119,12 +130,28 @@ impl Application {
         let grpc = TcpListener::bind(config.grpc_addr)
             .await
             .with_context(|| format!("cannot bind the gRPC address {}", config.grpc_addr))?;
+        if auth.is_open() {
+            if sandbox.is_none() {
+                tracing::warn!(
+                    "no caller authentication (MSGW_ALLOW_UNAUTHENTICATED=true): whatever reaches the gRPC port may send and read every event"
+                );
+            }
+        } else {
+            tracing::info!(
+                callers = auth.callers(),
+                callers_file = config.callers_file.is_some(),
+                "gRPC callers must authenticate"
+            );
+        }
+        let tls = grpc_tls(config.tls)?;
         tracing::info!(
             %public_url,
             "gateway webhooks: per-message hooks under /v1/webhooks/status/, pipeline statuses at /v1/webhooks/account/<MSGW_ACCOUNT_TOKEN>"
         );
         Ok(Self {
             grpc,
+            tls,
+            auth,
             http,
             admin,
             dispatcher,
@@ -172,7 +199,11 @@ impl Application {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        let (health, health_service) = tonic_health::server::health_reporter();
+        let (reporter, health_service) = tonic_health::server::health_reporter();
+        let health = Health {
+            reporter,
+            ready: Arc::new(watch::channel(false).0),
+        };
         set_health(&health, ServingStatus::Serving).await;
         let (stop_tx, stop) = watch::channel(false);
         tokio::spawn({
@@ -190,12 +221,14 @@ impl Application {
                 stop_tx.send_replace(true);
             }
         });
+        let metrics = self.webhooks.metrics.clone();
         let grpc_addr = self.grpc_addr()?;
         let http_addr = self.http_addr()?;
         let admin_addr = self.admin_addr()?;
 
         let admin_task = tokio::spawn({
-            let router = crate::admin::router(self.webhooks.metrics.clone());
+            let router =
+                crate::admin::router(self.webhooks.metrics.clone(), health.ready.subscribe());
             let mut stop = stop.clone();
             webhook::serve(self.admin, router, self.webhook_limits, async move {
                 let _ = stop.wait_for(|s| *s).await;
@@ -234,6 +267,11 @@ impl Application {
             self.replica.clone(),
             stop.clone(),
         ));
+        let tls_task = self
+            .tls
+            .clone()
+            .map(|tls| tokio::spawn(tls.watch(stop.clone(), metrics.clone())));
+        let callers_task = tokio::spawn(self.auth.clone().watch(stop.clone(), metrics.clone()));
         tracing::info!(%grpc_addr, %http_addr, %admin_addr, "msgw serving");
 
         let draining = {
@@ -250,6 +288,7 @@ impl Application {
         let server = Server::builder()
             .layer(StampLayer)
             .layer(TooLargeLayer)
+            .layer(AuthLayer::new(self.auth.clone(), metrics))
             .add_service(health_service)
             .add_service(reflection_v1()?)
             .add_service(reflection_v1alpha()?)
@@ -272,10 +311,10 @@ impl Application {
                 EventServiceServer::new(Events::new(self.events.clone()))
                     .max_decoding_message_size(MAX_REQUEST_BYTES),
             )
-            // An incoming stream skips the builder's socket options: ask for TCP_NODELAY
-            // here, or Nagle holds back every small streamed event.
+            // An incoming stream skips the builder's socket options: the accept loop
+            // sets TCP_NODELAY itself.
             .serve_with_incoming_shutdown(
-                TcpIncoming::from(self.grpc).with_nodelay(Some(true)),
+                crate::auth::incoming::incoming(self.grpc, self.tls),
                 draining,
             );
         let grace = self.shutdown_grace;
@@ -292,10 +331,14 @@ impl Application {
         }
 
         http_task.await.context("HTTP task")?;
+        callers_task.await.context("callers file task")?;
         admin_task.await.context("admin task")?;
         reconcile_task.await.context("reconcile task")?;
         retention_task.await.context("retention task")?;
         balance_task.await.context("balance task")?;
+        if let Some(tls_task) = tls_task {
+            tls_task.await.context("TLS reload task")?;
+        }
         if let Some(sandbox) = self.sandbox {
             sandbox.stop.send_replace(true);
             sandbox
@@ -310,7 +353,17 @@ impl Application {
     }
 }
 
-async fn set_health(health: &HealthReporter, status: ServingStatus) {
+/// msgw's health: the gRPC health service, and the same as a flag for the admin
+/// listener's `/readyz`.
+#[derive(Clone)]
+struct Health {
+    reporter: HealthReporter,
+    ready: Arc<watch::Sender<bool>>,
+}
+
+async fn set_health(health: &Health, status: ServingStatus) {
+    health.ready.send_replace(status == ServingStatus::Serving);
+    let health = &health.reporter;
     health.set_service_status("", status).await;
     for service in SERVICES {
         health.set_service_status(service, status).await;
@@ -340,6 +393,23 @@ fn reflection_builder() -> tonic_reflection::server::Builder<'static> {
         .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
+}
+
+/// The gRPC port's TLS from its files (a bad file refuses to start), logging which
+/// security the port has.
+fn grpc_tls(files: Option<TlsFiles>) -> anyhow::Result<Option<Arc<TlsReloader>>> {
+    let Some(files) = files else {
+        tracing::info!("gRPC port: plaintext (no TLS certificate configured)");
+        return Ok(None);
+    };
+    let mtls = files.client_ca.is_some();
+    let tls = TlsReloader::load(files).context("gRPC TLS")?;
+    if mtls {
+        tracing::info!("gRPC port: TLS, client certificates required (mTLS)");
+    } else {
+        tracing::info!("gRPC port: TLS, no client certificates");
+    }
+    Ok(Some(tls))
 }
 
 /// The services msgw serves, as health check names.
@@ -382,17 +452,28 @@ fn redact(url: &str) -> String {
 }
 
 /// Starts the sandbox gateway on a free loopback port and returns its base URL.
-async fn start_sandbox(config: SandboxConfig) -> anyhow::Result<(url::Url, SandboxTask)> {
+async fn start_sandbox(
+    config: SandboxConfig,
+    open: bool,
+) -> anyhow::Result<(url::Url, SandboxTask)> {
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
         .context("cannot bind the sandbox gateway")?;
     let addr = listener.local_addr()?;
     let base_url = url::Url::parse(&format!("http://{addr}"))?;
-    tracing::warn!(
-        sandbox_url = %base_url,
-        sandbox_api_key = %config.api_key,
-        "no MSGW_UPSTREAM_URL set: msgw runs against its built-in SANDBOX gateway; nothing is really sent"
-    );
+    if open {
+        tracing::warn!(
+            sandbox_url = %base_url,
+            sandbox_api_key = %config.api_key,
+            "no MSGW_UPSTREAM_URL set: msgw runs against its built-in SANDBOX gateway; nothing is really sent. The gRPC port is OPEN: no MSGW_CALLERS_FILE or mTLS, so any caller may call (a real gateway refuses to start like this)"
+        );
+    } else {
+        tracing::warn!(
+            sandbox_url = %base_url,
+            sandbox_api_key = %config.api_key,
+            "no MSGW_UPSTREAM_URL set: msgw runs against its built-in SANDBOX gateway; nothing is really sent. Callers authenticate as with a real gateway"
+        );
+    }
     let (stop, mut stopped) = watch::channel(false);
     let task = tokio::spawn(sandbox::serve(listener, Sandbox::new(config), async move {
         let _ = stopped.wait_for(|s| *s).await;

@@ -6,6 +6,7 @@ use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use secrecy::SecretString;
 
+use crate::auth::tls::TlsFiles;
 use crate::dispatch::Limits;
 use crate::reconcile::ReconcileConfig;
 use crate::sandbox::{DEFAULT_API_KEY, SandboxConfig};
@@ -299,12 +300,64 @@ pub struct ServeArgs {
     /// drains, while load balancers and Kubernetes endpoints take it out (e.g. `5s`).
     #[arg(long, env = "MSGW_SHUTDOWN_DELAY", default_value = "0s", value_parser = humantime::parse_duration)]
     pub shutdown_delay: Duration,
+    /// Who may call the gRPC port.
+    #[command(flatten)]
+    pub security: SecurityArgs,
     /// Delivery speeds of the built-in sandbox (used only without --upstream-url).
     #[command(flatten)]
     pub sandbox: SandboxTuning,
     /// Logging.
     #[command(flatten)]
     pub log: LogArgs,
+}
+
+/// TLS and caller authentication of the gRPC port.
+#[derive(Debug, Clone, Args)]
+pub struct SecurityArgs {
+    /// Certificate chain (PEM) of the gRPC port's TLS; reloaded when the file changes.
+    #[arg(long, env = "MSGW_GRPC_TLS_CERT_FILE", requires = "grpc_tls_key_file")]
+    pub grpc_tls_cert_file: Option<PathBuf>,
+    /// Private key (PEM) of the gRPC port's TLS; reloaded when the file changes.
+    #[arg(long, env = "MSGW_GRPC_TLS_KEY_FILE", requires = "grpc_tls_cert_file")]
+    pub grpc_tls_key_file: Option<PathBuf>,
+    /// CA certificates (PEM) that sign callers' client certificates (mTLS): callers
+    /// must present one; the caller's name is its first DNS SAN, else its CN.
+    #[arg(
+        long,
+        env = "MSGW_GRPC_TLS_CLIENT_CA_FILE",
+        requires = "grpc_tls_cert_file"
+    )]
+    pub grpc_tls_client_ca_file: Option<PathBuf>,
+    /// Callers (TOML): names, SHA-256 hashes of their bearer tokens, permissions and
+    /// send rates; reloaded when the file changes.
+    #[arg(long, env = "MSGW_CALLERS_FILE")]
+    pub callers_file: Option<PathBuf>,
+    /// Serve a real gateway with no caller authentication (neither a callers file nor
+    /// mTLS), e.g. behind a mesh that already authenticates callers.
+    #[arg(long, env = "MSGW_ALLOW_UNAUTHENTICATED", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub allow_unauthenticated: bool,
+}
+
+impl SecurityArgs {
+    /// The TLS files and callers file, refusing a real gateway (`real_gateway`) that
+    /// anyone reaching the port could spend on, unless that is asked for.
+    fn checked(self, real_gateway: bool) -> anyhow::Result<(Option<TlsFiles>, Option<PathBuf>)> {
+        let tls = match (self.grpc_tls_cert_file, self.grpc_tls_key_file) {
+            (Some(cert), Some(key)) => Some(TlsFiles {
+                cert,
+                key,
+                client_ca: self.grpc_tls_client_ca_file,
+            }),
+            _ => None,
+        };
+        let mtls = tls.as_ref().is_some_and(|t| t.client_ca.is_some());
+        if real_gateway && self.callers_file.is_none() && !mtls && !self.allow_unauthenticated {
+            bail!(
+                "a real gateway is configured (MSGW_UPSTREAM_URL) but no caller authentication: anyone who reaches the gRPC port could send paid messages and read every delivery event. Set MSGW_CALLERS_FILE (bearer tokens) or MSGW_GRPC_TLS_CLIENT_CA_FILE (mTLS), or MSGW_ALLOW_UNAUTHENTICATED=true if something in front of msgw (a service mesh) already authenticates callers"
+            );
+        }
+        Ok((tls, self.callers_file))
+    }
 }
 
 /// Which gateway msgw talks to.
@@ -364,6 +417,10 @@ pub struct Config {
     pub upstream_limits: Limits,
     /// Timeouts and connection limit of the webhook listener.
     pub webhook_limits: ListenerLimits,
+    /// TLS of the gRPC port; `None`: plaintext.
+    pub tls: Option<TlsFiles>,
+    /// The callers file; `None`: no bearer tokens.
+    pub callers_file: Option<PathBuf>,
 }
 
 impl ServeArgs {
@@ -450,6 +507,9 @@ impl ServeArgs {
         if self.event_retention_count == 0 {
             bail!("--event-retention-count must be at least 1");
         }
+        let (tls, callers_file) = self
+            .security
+            .checked(matches!(upstream, Upstream::Gateway { .. }))?;
         let shared_store = crate::store::is_shared(&self.store_url);
         if !shared_store && !self.store_url.starts_with("sqlite:") {
             bail!(
@@ -575,6 +635,8 @@ impl ServeArgs {
                 body_timeout: self.webhook_body_timeout,
                 max_connections: self.webhook_max_connections,
             },
+            tls,
+            callers_file,
         })
     }
 }
@@ -669,6 +731,64 @@ mod tests {
         ])
         .unwrap();
         assert!(config.webhook_secret_previous.is_some());
+    }
+
+    #[test]
+    fn a_real_gateway_without_caller_authentication_refuses_to_start() {
+        let gateway = ["--upstream-url", "https://gw.example", "--api-key", "k"];
+        let error = serve(&gateway).unwrap_err().to_string();
+        for needed in [
+            "MSGW_CALLERS_FILE",
+            "MSGW_GRPC_TLS_CLIENT_CA_FILE",
+            "MSGW_ALLOW_UNAUTHENTICATED=true",
+        ] {
+            assert!(error.contains(needed), "{error}");
+        }
+        // TLS alone authenticates nobody.
+        let tls = [
+            "--grpc-tls-cert-file",
+            "c.pem",
+            "--grpc-tls-key-file",
+            "k.pem",
+        ];
+        assert!(serve(&[&gateway[..], &tls[..]].concat()).is_err());
+        for enough in [
+            &["--callers-file", "callers.toml"][..],
+            &[&tls[..], &["--grpc-tls-client-ca-file", "ca.pem"][..]].concat(),
+            &["--allow-unauthenticated"][..],
+            &["--allow-unauthenticated", "true"][..],
+        ] {
+            let config = serve(&[&gateway[..], enough].concat());
+            assert!(config.is_ok(), "{enough:?}: {config:?}");
+        }
+        let error = serve(&[&gateway[..], &["--allow-unauthenticated", "false"][..]].concat());
+        assert!(error.is_err());
+        // The sandbox stays open with nothing configured.
+        let config = serve(&[]).unwrap();
+        assert!(config.callers_file.is_none() && config.tls.is_none());
+    }
+
+    #[test]
+    fn tls_files_come_in_pairs_and_a_client_ca_needs_them() {
+        let error = serve(&["--grpc-tls-cert-file", "c.pem"])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("--grpc-tls-key-file"), "{error}");
+        let error = serve(&["--grpc-tls-client-ca-file", "ca.pem"])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("--grpc-tls-cert-file"), "{error}");
+        let config = serve(&[
+            "--grpc-tls-cert-file",
+            "c.pem",
+            "--grpc-tls-key-file",
+            "k.pem",
+            "--grpc-tls-client-ca-file",
+            "ca.pem",
+        ])
+        .unwrap();
+        let tls = config.tls.unwrap();
+        assert_eq!(tls.client_ca, Some(PathBuf::from("ca.pem")));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 pub mod admin;
 pub mod app;
+pub mod auth;
 pub mod balance;
 pub mod check;
 pub mod config;

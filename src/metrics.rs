@@ -52,6 +52,8 @@ pub struct Metrics {
     pub queue_seconds: Histogram,
     /// Calls refused because the queue was full.
     pub queue_rejected: IntCounter,
+    /// Reloads of watched files (callers, TLS certificates), by file and outcome.
+    pub config_reloads: IntCounterVec,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -128,14 +130,20 @@ impl Metrics {
             rpc_total: counter(
                 &registry,
                 "msgw_rpc_requests_total",
-                "gRPC calls by method and status code.",
-                &["method", "code"],
+                "gRPC calls by method, caller and status code (caller \"unknown\": refused before authentication, \"anonymous\": no caller authentication).",
+                &["method", "caller", "code"],
             ),
             rpc_seconds: histogram(
                 &registry,
                 "msgw_rpc_duration_seconds",
-                "gRPC call latency, by method and status code.",
-                &["method", "code"],
+                "gRPC call latency, by method, caller and status code.",
+                &["method", "caller", "code"],
+            ),
+            config_reloads: counter(
+                &registry,
+                "msgw_config_reloads_total",
+                "Reloads of files msgw watches (the callers file, the gRPC TLS certificates) after they changed, by outcome: loaded, or failed (what was loaded before stays).",
+                &["file", "outcome"],
             ),
             operations_total: counter(
                 &registry,
@@ -218,13 +226,13 @@ impl Metrics {
         metrics
     }
 
-    /// Counts a finished gRPC call.
-    pub fn rpc(&self, method: &str, code: tonic::Code, latency: Duration) {
+    /// Counts a finished gRPC call of `caller`.
+    pub fn rpc(&self, method: &str, caller: &str, code: tonic::Code, latency: Duration) {
         self.rpc_total
-            .with_label_values(&[method, code_name(code)])
+            .with_label_values(&[method, caller, code_name(code)])
             .inc();
         self.rpc_seconds
-            .with_label_values(&[method, code_name(code)])
+            .with_label_values(&[method, caller, code_name(code)])
             .observe(latency.as_secs_f64());
     }
 

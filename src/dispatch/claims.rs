@@ -9,6 +9,10 @@
 //! | released (refused, or never left msgw) | take it over, send | take it over, send |
 //! | in flight | wait for its outcome, up to the caller's deadline | `ALREADY_EXISTS` |
 //! | unknown, or in flight past the upstream timeout | take it over, ask `status` first | `ALREADY_EXISTS` |
+//!
+//! A claim another caller made is "a different request" whatever its body, and its
+//! conflict never names that caller's `msg_id`; only a released claim (nothing was
+//! sent) is free for anyone.
 
 use std::{sync::Arc, time::Duration};
 
@@ -17,7 +21,7 @@ use sha2::{Digest, Sha256};
 use tokio::{sync::watch, time::Instant};
 
 use super::Executed;
-use crate::domain::{ClientId, Error, Operation, Output, SendReceipt};
+use crate::domain::{CallerName, ClientId, Error, Operation, Output, SendReceipt};
 use crate::store::{
     AcceptedOutcome, ClaimChange, ClaimRecord, ClaimReply, ClaimState, Fingerprint, Settlement,
     Store, StoreError,
@@ -103,13 +107,14 @@ impl Claims {
         Ok(replies)
     }
 
-    /// What `op` (keyed by `id`, hashed to `fingerprint`) does with the claim `record`
-    /// its id already has.
+    /// What `op` (keyed by `id`, hashed to `fingerprint`, called by `caller`) does with
+    /// the claim `record` its id already has.
     pub fn decide(
         &self,
         op: &Operation,
         id: ClientId,
         fingerprint: Fingerprint,
+        caller: Option<&CallerName>,
         record: &ClaimRecord,
     ) -> Decision {
         let conflict = |msg_id: Option<&String>| {
@@ -122,12 +127,14 @@ impl Claims {
             attempt: record.attempt,
             resolve,
         };
-        let same = record.fingerprint == fingerprint;
+        let own = record.caller.as_ref() == caller;
+        let same = own && record.fingerprint == fingerprint;
         match &record.state {
             ClaimState::Accepted(outcome) if same => {
                 Decision::Answer(replay(op, id, outcome.clone()))
             }
-            ClaimState::Accepted(outcome) => conflict(outcome.msg_id.as_ref()),
+            ClaimState::Accepted(outcome) if own => conflict(outcome.msg_id.as_ref()),
+            ClaimState::Accepted(_) => conflict(None),
             ClaimState::Released { .. } => take_over(false),
             _ if !same => conflict(None),
             ClaimState::Unknown => take_over(true),

@@ -14,7 +14,7 @@ use std::{
 
 use tokio::{sync::oneshot, time::Instant};
 
-use crate::domain::{Error, Operation, UnavailableCause};
+use crate::domain::{CallerName, Error, Operation, UnavailableCause};
 use crate::metrics::Metrics;
 
 /// How many gateway requests, and operations, msgw allows itself.
@@ -46,6 +46,8 @@ pub type CallReply<A> = Result<Vec<A>, Error>;
 pub struct Call<A> {
     /// Its operations, in order.
     pub ops: Vec<Operation>,
+    /// Who made it (`None`: no caller authentication).
+    pub caller: Option<CallerName>,
     /// When the caller stops waiting.
     pub deadline: Option<Instant>,
     /// Where its answer goes.
@@ -135,6 +137,7 @@ impl<R: Runner> Coalescer<R> {
         self: &Arc<Self>,
         ops: Vec<Operation>,
         deadline: Option<Instant>,
+        caller: Option<CallerName>,
     ) -> CallReply<R::Answer> {
         if deadline.is_some_and(|d| d <= Instant::now()) {
             return Err(not_sent());
@@ -156,6 +159,7 @@ impl<R: Runner> Coalescer<R> {
             state.queue.push_back(Queued {
                 call: Call {
                     ops,
+                    caller,
                     deadline,
                     reply,
                     seq,
@@ -375,7 +379,7 @@ mod tests {
     async fn a_lone_call_goes_at_once_in_its_own_envelope() {
         let runner = echo(Duration::ZERO);
         let c = Coalescer::new(runner.clone(), Limits::default(), Metrics::new());
-        assert_eq!(c.call(ops(1), None).await.unwrap(), vec![1]);
+        assert_eq!(c.call(ops(1), None, None).await.unwrap(), vec![1]);
         assert_eq!(*runner.envelopes.lock().unwrap(), vec![1]);
     }
 
@@ -386,7 +390,7 @@ mod tests {
         let calls: Vec<_> = (0..60)
             .map(|_| {
                 let c = c.clone();
-                tokio::spawn(async move { c.call(ops(1), None).await })
+                tokio::spawn(async move { c.call(ops(1), None, None).await })
             })
             .collect();
         for call in calls {
@@ -405,10 +409,10 @@ mod tests {
         let c = Coalescer::new(runner.clone(), limits(1, 5, 1000), Metrics::new());
         let first = tokio::spawn({
             let c = c.clone();
-            async move { c.call(ops(1), None).await }
+            async move { c.call(ops(1), None, None).await }
         });
         tokio::task::yield_now().await;
-        let (a, b) = tokio::join!(c.call(ops(3), None), c.call(ops(3), None));
+        let (a, b) = tokio::join!(c.call(ops(3), None, None), c.call(ops(3), None, None));
         first.await.unwrap().unwrap();
         assert_eq!(a.unwrap(), vec![3; 3]);
         assert_eq!(b.unwrap(), vec![3; 3]);
@@ -422,11 +426,11 @@ mod tests {
         let busy: Vec<_> = (0..3)
             .map(|_| {
                 let c = c.clone();
-                tokio::spawn(async move { c.call(ops(1), None).await })
+                tokio::spawn(async move { c.call(ops(1), None, None).await })
             })
             .collect();
         tokio::time::sleep(Duration::from_millis(20)).await;
-        let refused = c.call(ops(1), None).await;
+        let refused = c.call(ops(1), None, None).await;
         assert!(
             matches!(refused, Err(Error::Overloaded { .. })),
             "{refused:?}"
@@ -443,11 +447,11 @@ mod tests {
         let c = Coalescer::new(runner.clone(), limits(1, 1, 100), Metrics::new());
         let busy = tokio::spawn({
             let c = c.clone();
-            async move { c.call(ops(1), None).await }
+            async move { c.call(ops(1), None, None).await }
         });
         tokio::time::sleep(Duration::from_millis(10)).await;
         let deadline = Instant::now() + Duration::from_millis(30);
-        let late = c.call(ops(1), Some(deadline)).await;
+        let late = c.call(ops(1), Some(deadline), None).await;
         assert!(matches!(
             late,
             Err(Error::DeadlineExceeded {
@@ -465,10 +469,11 @@ mod tests {
         let c = Coalescer::new(runner.clone(), limits(1, 1, 100), metrics.clone());
         let busy = tokio::spawn({
             let c = c.clone();
-            async move { c.call(ops(1), None).await }
+            async move { c.call(ops(1), None, None).await }
         });
         tokio::time::sleep(Duration::from_millis(10)).await;
-        let gone = tokio::time::timeout(Duration::from_millis(20), c.call(ops(2), None)).await;
+        let gone =
+            tokio::time::timeout(Duration::from_millis(20), c.call(ops(2), None, None)).await;
         assert!(gone.is_err(), "the caller gave up");
         assert_eq!(metrics.queue_depth.get(), 0, "its call left the queue");
         busy.await.unwrap().unwrap();

@@ -11,7 +11,7 @@ use tokio::{sync::SemaphorePermit, time::Instant};
 use super::claims::{self, Claims, Decision, Owned};
 use super::coalescer::{Call, Runner, Slot as InFlight};
 use super::{Executed, Tracking, upstream_error};
-use crate::domain::{ClientId, Error, Operation, Output, UnavailableCause};
+use crate::domain::{CallerName, ClientId, Error, Operation, Output, UnavailableCause};
 use crate::metrics::Metrics;
 use crate::store::{
     AcceptedOutcome, ClaimChange, ClaimReply, Fingerprint, SentMessage, Settlement,
@@ -66,6 +66,7 @@ enum Slot {
 struct Entry {
     call: usize,
     op: Operation,
+    caller: Option<CallerName>,
     key: Option<(ClientId, Fingerprint)>,
     slot: Slot,
 }
@@ -92,6 +93,7 @@ impl Runner for Engine {
                 entries.push(Entry {
                     call: i,
                     op,
+                    caller: call.caller.clone(),
                     key,
                     slot: Slot::Send(None),
                 });
@@ -128,10 +130,11 @@ async fn acquire(claims: &Claims, entries: &mut [Entry]) {
     }
     let changes: Vec<ClaimChange> = keyed
         .iter()
-        .filter_map(|&i| entries[i].key)
-        .map(|(id, fingerprint)| ClaimChange::Claim {
+        .filter_map(|&i| entries[i].key.map(|key| (i, key)))
+        .map(|(i, (id, fingerprint))| ClaimChange::Claim {
             id,
             fingerprint,
+            caller: entries[i].caller.clone(),
             at,
         })
         .collect();
@@ -143,7 +146,8 @@ async fn acquire(claims: &Claims, entries: &mut [Entry]) {
         };
         entries[i].slot = match reply {
             ClaimReply::Existing(record) => {
-                match claims.decide(&entries[i].op, id, fingerprint, &record) {
+                let entry = &entries[i];
+                match claims.decide(&entry.op, id, fingerprint, entry.caller.as_ref(), &record) {
                     Decision::Answer(answer) => Slot::Done(answer),
                     Decision::Wait(stale_at) => Slot::Wait(stale_at),
                     Decision::TakeOver { attempt, resolve } => {
@@ -152,6 +156,7 @@ async fn acquire(claims: &Claims, entries: &mut [Entry]) {
                             id,
                             fingerprint,
                             attempt,
+                            caller: entries[i].caller.clone(),
                             at,
                         });
                         continue;

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use crate::domain::{Error, Operation, Output, UnavailableCause};
+use crate::domain::{CallerName, Error, Operation, Output, UnavailableCause};
 use crate::hooks::HookUrls;
 use crate::metrics::Metrics;
 use crate::store::Store;
@@ -104,27 +104,31 @@ impl Dispatcher {
         op: Operation,
         deadline: Option<Instant>,
     ) -> Result<Executed, Error> {
-        let mut results = self.execute_all(vec![op], deadline).await?;
+        let mut results = self.execute_all(vec![op], deadline, None).await?;
         results
             .pop()
             .unwrap_or_else(|| Err(Error::Internal("no result for the operation".into())))
     }
 
-    /// Runs several operations in one envelope: an error of the whole call, or one
-    /// result per operation in order. Keyed operations' ids must be distinct. An
+    /// Runs several operations of `caller` in one envelope: an error of the whole call,
+    /// or one result per operation in order. Keyed operations' ids must be distinct. An
     /// operation whose id another call is sending waits for that call's outcome (up to
     /// `deadline`) and is then answered from it.
     pub async fn execute_all(
         &self,
         ops: Vec<Operation>,
         deadline: Option<Instant>,
+        caller: Option<&CallerName>,
     ) -> Result<Vec<Result<Executed, Error>>, Error> {
         let mut results: Vec<Option<Result<Executed, Error>>> = ops.iter().map(|_| None).collect();
         let mut pending: Vec<(usize, Operation)> = ops.into_iter().enumerate().collect();
         while !pending.is_empty() {
             let mut settled = self.engine.claims.as_ref().map(Claims::subscribe);
             let (indices, batch): (Vec<usize>, Vec<Operation>) = pending.into_iter().unzip();
-            let answers = self.coalescer.call(batch, deadline).await?;
+            let answers = self
+                .coalescer
+                .call(batch, deadline, caller.cloned())
+                .await?;
             if answers.len() != indices.len() {
                 return Err(Error::Internal(format!(
                     "{} answers for {} operations",

@@ -99,9 +99,32 @@ pub enum Error {
         /// What is wrong with the cursor.
         detail: String,
     },
+    /// The caller may not do this (its entry in the callers file does not grant it).
+    #[error("{0}")]
+    PermissionDenied(String),
+    /// The caller sends faster than its entry in the callers file allows; nothing was
+    /// sent. `retry_after`: when the sends would fit, `None` if they never do (more
+    /// than the caller's burst in one call).
+    #[error("{}", rate_text(.caller, .sends, .retry_after.is_none()))]
+    RateLimited {
+        /// The caller.
+        caller: String,
+        /// Sends the call asked for.
+        sends: u32,
+        /// When a retry is likely to fit.
+        retry_after: Option<std::time::Duration>,
+    },
     /// A bug in msgw.
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+fn rate_text(caller: &str, sends: &u32, never: bool) -> String {
+    if never {
+        format!("{sends} sends in one call exceed the burst allowed to {caller}; split the call")
+    } else {
+        format!("{caller} sends faster than allowed; nothing was sent, retry after the delay")
+    }
 }
 
 /// The text of an `Unavailable` error: only a gateway problem is called one.

@@ -122,6 +122,8 @@ impl NewEvent {
 pub struct StatusEvent {
     /// Position in the log, monotonic.
     pub cursor: u64,
+    /// The caller that sent the message (`None`: unknown, or no caller authentication).
+    pub caller: Option<super::CallerName>,
     /// The event.
     pub event: NewEvent,
 }

@@ -2,6 +2,7 @@
 //! their outputs and errors. Depends on neither the proto types nor the
 //! gateway's JSON shapes.
 
+mod caller;
 mod error;
 mod events;
 mod money;
@@ -10,6 +11,7 @@ mod outputs;
 mod status;
 mod values;
 
+pub use caller::CallerName;
 pub use error::{Error, FieldViolation, Scope, UnavailableCause, Violations};
 pub use events::{
     DeliveryReport, EventSource, MAX_DURATION_SECS, NewEvent, StatusEvent, representable,

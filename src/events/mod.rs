@@ -13,7 +13,9 @@ use std::{collections::HashSet, sync::Arc, time::Duration};
 use chrono::Utc;
 use tokio::sync::{Mutex, broadcast, mpsc, watch};
 
-use crate::domain::{Channel, ClientId, Error, NewEvent, StatusEvent, UnavailableCause};
+use crate::domain::{
+    CallerName, Channel, ClientId, Error, NewEvent, StatusEvent, UnavailableCause,
+};
 use crate::metrics::Metrics;
 use crate::periodic::{Leased, Periodic};
 use crate::store::{GroupWriter, Retention, Store, StoreError};
@@ -40,6 +42,8 @@ pub struct Filter {
     pub channels: HashSet<Channel>,
     /// Only final statuses.
     pub final_only: bool,
+    /// Only events of messages this caller sent (`None`: every caller's).
+    pub sender: Option<CallerName>,
 }
 
 impl Filter {
@@ -51,6 +55,10 @@ impl Filter {
                 || r.msg_id.as_ref().is_some_and(|m| self.msg_ids.contains(m)))
             && (self.channels.is_empty() || r.channel().is_some_and(|c| self.channels.contains(&c)))
             && (!self.final_only || e.event.is_final())
+            && self
+                .sender
+                .as_ref()
+                .is_none_or(|s| e.caller.as_ref() == Some(s))
     }
 }
 

@@ -18,6 +18,8 @@ pub const MAX_ITEMS: usize = 100;
 
 /// A batch: its items share one envelope, and each gets its own result.
 impl Rpc<BatchResponse> for BatchRequest {
+    const BATCH: bool = true;
+
     type Shape = Vec<Kind>;
 
     fn plan(self, batch_max: usize) -> Result<(Vec<Operation>, Vec<Kind>), Error> {

@@ -5,7 +5,10 @@ use std::{pin::Pin, sync::Arc};
 use tokio_stream::{Stream, StreamExt, wrappers::ReceiverStream};
 use tonic::{Request, Response, Status};
 
+use tracing::Instrument;
+
 use super::convert::{channel, reply, status, timestamp};
+use crate::auth::EventScope;
 use crate::domain::{self, EventSource, StatusEvent, Violations};
 use crate::events::{EventLog, Filter, Start};
 use crate::proto::{self, event_service_server::EventService};
@@ -35,20 +38,47 @@ impl EventService for Events {
         request: Request<proto::StreamStatusEventsRequest>,
     ) -> Result<Response<Self::StreamStatusEventsStream>, Status> {
         let started = tokio::time::Instant::now();
-        let opened = match parse(request.into_inner()) {
-            Ok((start, filter)) => self.log.subscribe(start, filter).await,
-            Err(e) => Err(e),
-        };
-        // Counted when the stream opens (or is refused); its length is the client's choice.
-        let code = opened
-            .as_ref()
-            .err()
-            .map_or(tonic::Code::Ok, super::status::code);
-        self.log
-            .metrics()
-            .rpc("StreamStatusEvents", code, started.elapsed());
-        let events = opened?;
-        tracing::info!("event stream opened");
+        let caller = crate::auth::caller_of(&request)?;
+        let span = tracing::info_span!(
+            "rpc",
+            method = "StreamStatusEvents",
+            caller = caller.label()
+        );
+        let events = async {
+            let opened = match crate::auth::admit_events(&caller).and(parse(request.into_inner())) {
+                Ok((start, filter)) => {
+                    // A caller seeing only its own messages' events sees them on every
+                    // start position, `from_oldest` included.
+                    let sender = match caller.events {
+                        EventScope::Own => caller.name.clone(),
+                        EventScope::All => None,
+                    };
+                    self.log.subscribe(start, Filter { sender, ..filter }).await
+                }
+                Err(e) => Err(e),
+            };
+            // Counted when the stream opens (or is refused); its length is the client's choice.
+            let code = opened
+                .as_ref()
+                .err()
+                .map_or(tonic::Code::Ok, super::status::code);
+            self.log.metrics().rpc(
+                "StreamStatusEvents",
+                caller.label(),
+                code,
+                started.elapsed(),
+            );
+            match &opened {
+                Ok(_) => tracing::info!(
+                    own_events_only = caller.events == EventScope::Own,
+                    "event stream opened"
+                ),
+                Err(e) => tracing::info!(error = %e, "event stream refused"),
+            }
+            opened
+        }
+        .instrument(span)
+        .await?;
         let stream = ReceiverStream::new(events).map(|item| match item {
             Ok(e) => Ok(proto::StreamStatusEventsResponse {
                 event: Some(event(e)),
@@ -84,6 +114,7 @@ fn parse(r: proto::StreamStatusEventsRequest) -> Result<(Start, Filter), domain:
         msg_ids: r.msg_ids.into_iter().collect(),
         channels,
         final_only: r.final_only,
+        sender: None,
     };
     violations.finish(Some((start, filter)))
 }

@@ -7,6 +7,7 @@ use tonic::{Request, Response, Status, metadata::MetadataValue};
 use tracing::{Instrument, field};
 
 use super::convert::{FromOutput, IntoOperation};
+use crate::auth::{self, Caller};
 use crate::dispatch::{Dispatcher, Executed};
 use crate::domain::{Error, Operation, Violations};
 use crate::metrics::Metrics;
@@ -16,6 +17,9 @@ pub const REPLAYED: &str = "msgw-replayed";
 
 /// A request msgw answers by running operations.
 pub trait Rpc<Resp>: Sized {
+    /// Whether its operations are the items of a `Batch` (errors name them).
+    const BATCH: bool = false;
+
     /// What the response needs besides the results (e.g. each Batch item's kind).
     type Shape;
 
@@ -63,28 +67,34 @@ pub async fn unary<Req, Resp>(
 where
     Req: Rpc<Resp>,
 {
-    observed(dispatcher.metrics(), method, async move {
+    let caller = auth::caller_of(&request)?;
+    observed(dispatcher.metrics(), method, &caller, async {
         let deadline = super::deadline::deadline(&request);
         let (ops, shape) = request.into_inner().plan(dispatcher.batch_max())?;
         record_operations(&ops);
+        auth::admit(&caller, &ops, Req::BATCH)?;
         let names: Vec<&'static str> = ops.iter().map(Operation::rpc_name).collect();
-        let results = dispatcher.execute_all(ops, deadline).await;
+        let results = dispatcher
+            .execute_all(ops, deadline, caller.name.as_ref())
+            .await;
         count_operations(dispatcher.metrics(), &names, &results);
         Req::respond(shape, results?)
     })
     .await
 }
 
-/// Runs the work of one RPC of `method` (the response, and whether it is a replay):
-/// traced, timed and counted like every other RPC.
+/// Runs the work of one RPC of `method` for `caller` (the response, and whether it is
+/// a replay): traced, timed and counted like every other RPC.
 pub async fn observed<Resp>(
     metrics: &Metrics,
     method: &'static str,
+    caller: &Caller,
     work: impl Future<Output = Result<(Resp, bool), Error>>,
 ) -> Result<Response<Resp>, Status> {
     let span = tracing::info_span!(
         "rpc",
         method,
+        caller = caller.label(),
         client_id = field::Empty,
         operations = field::Empty,
         latency_ms = field::Empty,
@@ -93,7 +103,7 @@ pub async fn observed<Resp>(
     async move {
         let started = Instant::now();
         let result = work.await;
-        finish(metrics, method, started, result.as_ref().err());
+        finish(metrics, method, caller, started, result.as_ref().err());
         let (response, replayed) = result.map_err(Status::from)?;
         let mut response = Response::new(response);
         if replayed {
@@ -143,12 +153,19 @@ pub fn record_operations(ops: &[Operation]) {
 }
 
 /// Records latency and outcome on the current RPC span and logs the end of the call.
-fn finish(metrics: &Metrics, method: &str, started: Instant, error: Option<&Error>) {
+fn finish(
+    metrics: &Metrics,
+    method: &str,
+    caller: &Caller,
+    started: Instant,
+    error: Option<&Error>,
+) {
     let span = tracing::Span::current();
     let latency = started.elapsed();
     span.record("latency_ms", latency.as_secs_f64() * 1000.0);
     metrics.rpc(
         method,
+        caller.label(),
         error.map_or(tonic::Code::Ok, super::status::code),
         latency,
     );
@@ -166,6 +183,8 @@ fn finish(metrics: &Metrics, method: &str, started: Instant, error: Option<&Erro
                 | Error::IdConflict { .. }
                 | Error::SendInProgress { .. }
                 | Error::Overloaded { .. }
+                | Error::PermissionDenied(_)
+                | Error::RateLimited { .. }
                 | Error::MessageNotFound { .. } => {
                     tracing::info!(error = %e, "rpc refused")
                 }
@@ -195,6 +214,8 @@ fn outcome(e: &Error) -> &'static str {
         Error::ResultLost(_) => "result_lost",
         Error::Overloaded { .. } => "overloaded",
         Error::MessageNotFound { .. } => "not_found",
+        Error::PermissionDenied(_) => "permission_denied",
+        Error::RateLimited { .. } => "rate_limited",
         Error::Internal(_) => "internal",
     }
 }

@@ -88,13 +88,16 @@ impl MessagingService for Messaging {
         }
         let until =
             super::deadline::deadline(&request).unwrap_or_else(|| Instant::now() + MAX_WAIT);
+        let caller = crate::auth::caller_of(&request)?;
         let query = proto::GetMessageStatusRequest {
             wait_for_final: false,
             ..request.into_inner()
         };
-        handler::observed(self.dispatcher.metrics(), "GetMessageStatus", async move {
+        let metrics = self.dispatcher.metrics();
+        handler::observed(metrics, "GetMessageStatus", &caller, async {
             let op = handler::parse(query)?;
             handler::record_operations(std::slice::from_ref(&op));
+            crate::auth::admit(&caller, std::slice::from_ref(&op), false)?;
             let Operation::GetMessageStatus(id) = op else {
                 return Err(Error::Internal(format!(
                     "a status request parsed as {op:?}"

@@ -25,6 +25,8 @@ pub fn code(e: &Error) -> Code {
         Error::ResultLost(_) => Code::FailedPrecondition,
         Error::Overloaded { .. } => Code::ResourceExhausted,
         Error::MessageNotFound { .. } => Code::NotFound,
+        Error::PermissionDenied(_) => Code::PermissionDenied,
+        Error::RateLimited { .. } => Code::ResourceExhausted,
         Error::Internal(_) => Code::Internal,
     }
 }
@@ -32,7 +34,7 @@ pub fn code(e: &Error) -> Code {
 /// The `ErrorInfo.reason` of an error ("" when its status carries none).
 pub fn reason(e: &Error) -> &'static str {
     match e {
-        Error::InvalidArgument(_) | Error::Internal(_) => "",
+        Error::InvalidArgument(_) | Error::Internal(_) | Error::PermissionDenied(_) => "",
         Error::AccessDenied => "UPSTREAM_ACCESS_DENIED",
         Error::Rejected(_) => "UPSTREAM_REJECTED",
         Error::Unavailable {
@@ -57,6 +59,7 @@ pub fn reason(e: &Error) -> &'static str {
         Error::ResultLost(_) => "RESULT_LOST",
         Error::Overloaded { .. } => "QUEUE_FULL",
         Error::MessageNotFound { .. } => "MESSAGE_NOT_FOUND",
+        Error::RateLimited { .. } => "RATE_LIMITED",
     }
 }
 
@@ -130,6 +133,23 @@ impl From<Error> for Status {
             Error::Overloaded { retry_after } => {
                 let mut details = ErrorDetails::with_retry_info(Some(retry_after));
                 details.set_error_info("QUEUE_FULL", ERROR_DOMAIN, HashMap::new());
+                Status::with_error_details(Code::ResourceExhausted, message, details)
+            }
+            Error::PermissionDenied(_) => Status::permission_denied(message),
+            Error::RateLimited {
+                caller,
+                retry_after,
+                ..
+            } => {
+                let mut details = ErrorDetails::new();
+                if let Some(after) = retry_after {
+                    details.set_retry_info(Some(after));
+                }
+                details.set_error_info(
+                    "RATE_LIMITED",
+                    ERROR_DOMAIN,
+                    HashMap::from([("caller".to_owned(), caller)]),
+                );
                 Status::with_error_details(Code::ResourceExhausted, message, details)
             }
             Error::Internal(_) => Status::internal(message),

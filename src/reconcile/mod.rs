@@ -97,7 +97,7 @@ impl Reconciler {
             .iter()
             .map(|m| Operation::GetMessageStatus(m.client_id))
             .collect();
-        let results = match self.dispatcher.execute_all(ops, None).await {
+        let results = match self.dispatcher.execute_all(ops, None, None).await {
             Ok(results) => results,
             Err(e) => {
                 for m in &due {

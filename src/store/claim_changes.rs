@@ -15,9 +15,10 @@ macro_rules! change_by_change {
                 ClaimChange::Claim {
                     id,
                     fingerprint,
+                    caller,
                     at,
                 } => {
-                    if insert(tx, *id, fingerprint, *at).await? {
+                    if insert(tx, *id, fingerprint, caller.as_ref(), *at).await? {
                         return Ok(ClaimReply::Claimed { attempt: 1 });
                     }
                     existing(tx, *id).await
@@ -26,18 +27,20 @@ macro_rules! change_by_change {
                     id,
                     fingerprint,
                     attempt,
+                    caller,
                     at,
                 } => {
                     let taken: Option<(i64,)> = sqlx::query_as(
                         "UPDATE claims SET fingerprint = $1, attempt = attempt + 1, state = 'in_flight',
                                 claimed_at_ms = $2, settled_at_ms = NULL, msg_id = NULL, parts = NULL,
-                                payload = NULL, recovered = FALSE, reason = NULL
+                                payload = NULL, recovered = FALSE, reason = NULL, caller = $5
                           WHERE client_id = $3 AND attempt = $4 RETURNING attempt",
                     )
                     .bind(&fingerprint.0[..])
                     .bind(ms(*at))
                     .bind(id_to_db(*id))
                     .bind(i64::from(*attempt))
+                    .bind(caller.as_ref().map(CallerName::as_str))
                     .fetch_optional(&mut **tx)
                     .await?;
                     if let Some((attempt,)) = taken {
@@ -46,7 +49,7 @@ macro_rules! change_by_change {
                         });
                     }
                     // Pruned since the caller looked: the id is free, claim it anew.
-                    if insert(tx, *id, fingerprint, *at).await? {
+                    if insert(tx, *id, fingerprint, caller.as_ref(), *at).await? {
                         return Ok(ClaimReply::Claimed { attempt: 1 });
                     }
                     existing(tx, *id).await
@@ -65,16 +68,18 @@ macro_rules! change_by_change {
             tx: &mut sqlx::Transaction<'_, $db>,
             id: ClientId,
             fingerprint: &Fingerprint,
+            caller: Option<&CallerName>,
             at: DateTime<Utc>,
         ) -> Result<bool, StoreError> {
             let inserted: Option<(i64,)> = sqlx::query_as(
-                "INSERT INTO claims (client_id, fingerprint, attempt, state, claimed_at_ms)
-                 VALUES ($1, $2, 1, 'in_flight', $3)
+                "INSERT INTO claims (client_id, fingerprint, attempt, state, claimed_at_ms, caller)
+                 VALUES ($1, $2, 1, 'in_flight', $3, $4)
                  ON CONFLICT (client_id) DO NOTHING RETURNING attempt",
             )
             .bind(id_to_db(id))
             .bind(&fingerprint.0[..])
             .bind(ms(at))
+            .bind(caller.map(CallerName::as_str))
             .fetch_optional(&mut **tx)
             .await?;
             Ok(inserted.is_some())

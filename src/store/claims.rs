@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use super::{SentMessage, StoreError};
-use crate::domain::ClientId;
+use crate::domain::{CallerName, ClientId};
 
 /// SHA-256 of a request's canonical gateway operation, hook excluded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -55,6 +55,8 @@ pub struct ClaimRecord {
     pub attempt: u32,
     /// Its state.
     pub state: ClaimState,
+    /// The caller that made it (`None`: no caller authentication).
+    pub caller: Option<CallerName>,
 }
 
 /// How an owned claim ends.
@@ -78,6 +80,8 @@ pub enum ClaimChange {
         id: ClientId,
         /// The request's fingerprint.
         fingerprint: Fingerprint,
+        /// Who claims it.
+        caller: Option<CallerName>,
         /// Now.
         at: DateTime<Utc>,
     },
@@ -90,6 +94,8 @@ pub enum ClaimChange {
         fingerprint: Fingerprint,
         /// The generation the caller saw.
         attempt: u32,
+        /// Who takes it over.
+        caller: Option<CallerName>,
         /// Now.
         at: DateTime<Utc>,
     },
@@ -128,12 +134,15 @@ pub(super) type Settle<'a> = (ClientId, u32, &'a Settlement, DateTime<Utc>);
 /// A group of changes, sorted by how a store writes it.
 pub(super) enum Grouped<'a> {
     /// Only claims (each atomic on its own): one insert-if-absent statement.
-    Claims(Vec<(ClientId, &'a Fingerprint, DateTime<Utc>)>),
+    Claims(Vec<NewClaim<'a>>),
     /// Only settlements, of distinct ids: one transaction, one statement per kind of row.
     Settlements(Vec<Settle<'a>>),
     /// Anything else (take-overs, repeated ids): change by change, in one transaction.
     Mixed,
 }
+
+/// A claim of a group of claims: id, fingerprint, caller, when.
+pub(super) type NewClaim<'a> = (ClientId, &'a Fingerprint, Option<&'a str>, DateTime<Utc>);
 
 /// Sorts a group of changes: what one envelope writes is all claims or all
 /// settlements of distinct ids.
@@ -144,8 +153,14 @@ pub(super) fn grouped(changes: &[ClaimChange]) -> Grouped<'_> {
             ClaimChange::Claim {
                 id,
                 fingerprint,
+                caller,
                 at,
-            } => Some((*id, fingerprint, *at)),
+            } => Some((
+                *id,
+                fingerprint,
+                caller.as_ref().map(CallerName::as_str),
+                *at,
+            )),
             _ => None,
         })
         .collect();

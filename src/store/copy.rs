@@ -62,6 +62,7 @@ type ClaimTuple = (
     Option<String>,
     bool,
     Option<String>,
+    Option<String>,
 );
 type MessageTuple = (
     i64,
@@ -74,7 +75,9 @@ type MessageTuple = (
     Option<i64>,
     i64,
 );
-type EventTuple = (
+/// A row of `events` as copied: a tuple struct, since sqlx reads tuples of at most 16.
+#[derive(sqlx::FromRow)]
+struct EventTuple(
     i64,
     String,
     i64,
@@ -91,6 +94,7 @@ type EventTuple = (
     i64,
     String,
     bool,
+    Option<String>,
 );
 
 /// Copies `from` (SQLite) into `to` (PostgreSQL), which must hold no claims, messages
@@ -134,7 +138,7 @@ pub async fn sqlite_to_postgres(from: &SqliteStore, to: &PgStore) -> Result<Copi
     copy_table!(
         ClaimTuple,
         "SELECT client_id, fingerprint, attempt, state, claimed_at_ms, settled_at_ms, msg_id,
-                parts, payload, recovered, reason
+                parts, payload, recovered, reason, caller
            FROM claims WHERE client_id > ? ORDER BY client_id LIMIT ?",
         insert_claims,
         copied.claims
@@ -142,7 +146,7 @@ pub async fn sqlite_to_postgres(from: &SqliteStore, to: &PgStore) -> Result<Copi
     copy_table!(
         EventTuple,
         "SELECT cursor, dedup_key, client_id, msg_id, channel, status, success, error, updated,
-                reply, duration_s, request_id, replies, received_at_ms, source, is_final
+                reply, duration_s, request_id, replies, received_at_ms, source, is_final, caller
            FROM events WHERE cursor > ? ORDER BY cursor LIMIT ?",
         insert_events,
         copied.events
@@ -180,13 +184,13 @@ macro_rules! columns {
 
 async fn insert_claims(tx: &mut PgTx<'_>, rows: Vec<ClaimTuple>) -> Result<(), StoreError> {
     columns!(rows; id: 0, fingerprint: 1, attempt: 2, state: 3, claimed: 4, settled: 5,
-             msg_id: 6, parts: 7, payload: 8, recovered: 9, reason: 10);
+             msg_id: 6, parts: 7, payload: 8, recovered: 9, reason: 10, caller: 11);
     sqlx::query(
         "INSERT INTO claims (client_id, fingerprint, attempt, state, claimed_at_ms, settled_at_ms,
-                             msg_id, parts, payload, recovered, reason)
+                             msg_id, parts, payload, recovered, reason, caller)
          SELECT * FROM UNNEST($1::BIGINT[], $2::BYTEA[], $3::BIGINT[], $4::TEXT[], $5::BIGINT[],
                               $6::BIGINT[], $7::TEXT[], $8::BIGINT[], $9::TEXT[], $10::BOOLEAN[],
-                              $11::TEXT[])",
+                              $11::TEXT[], $12::TEXT[])",
     )
     .bind(id)
     .bind(fingerprint)
@@ -199,6 +203,7 @@ async fn insert_claims(tx: &mut PgTx<'_>, rows: Vec<ClaimTuple>) -> Result<(), S
     .bind(payload)
     .bind(recovered)
     .bind(reason)
+    .bind(caller)
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -230,15 +235,15 @@ async fn insert_messages(tx: &mut PgTx<'_>, rows: Vec<MessageTuple>) -> Result<(
 async fn insert_events(tx: &mut PgTx<'_>, rows: Vec<EventTuple>) -> Result<(), StoreError> {
     columns!(rows; cursor: 0, dedup_key: 1, client_id: 2, msg_id: 3, channel: 4, status: 5,
              success: 6, error: 7, updated: 8, reply: 9, duration_s: 10, request_id: 11,
-             replies: 12, received_at_ms: 13, source: 14, is_final: 15);
+             replies: 12, received_at_ms: 13, source: 14, is_final: 15, caller: 16);
     sqlx::query(
         "INSERT INTO events (cursor, dedup_key, client_id, msg_id, channel, status, success, error,
                              updated, reply, duration_s, request_id, replies, received_at_ms,
-                             source, is_final)
+                             source, is_final, caller)
          SELECT * FROM UNNEST($1::BIGINT[], $2::TEXT[], $3::BIGINT[], $4::TEXT[], $5::TEXT[],
                               $6::TEXT[], $7::BOOLEAN[], $8::TEXT[], $9::TEXT[], $10::TEXT[],
                               $11::DOUBLE PRECISION[], $12::TEXT[], $13::TEXT[], $14::BIGINT[],
-                              $15::TEXT[], $16::BOOLEAN[])",
+                              $15::TEXT[], $16::BOOLEAN[], $17::TEXT[])",
     )
     .bind(cursor)
     .bind(dedup_key)
@@ -256,6 +261,7 @@ async fn insert_events(tx: &mut PgTx<'_>, rows: Vec<EventTuple>) -> Result<(), S
     .bind(received_at_ms)
     .bind(source)
     .bind(is_final)
+    .bind(caller)
     .execute(&mut **tx)
     .await?;
     Ok(())

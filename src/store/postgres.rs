@@ -19,7 +19,7 @@ use super::{
     ClaimChange, ClaimRecord, ClaimReply, PendingMessage, Retention, Store, StoreError, advance,
     postgres_claims,
 };
-use crate::domain::{ClientId, NewEvent, StatusEvent};
+use crate::domain::{CallerName, ClientId, NewEvent, StatusEvent};
 
 /// PostgreSQL implementation of [`Store`].
 #[derive(Debug, Clone)]
@@ -185,10 +185,11 @@ struct EventColumns {
     received_at_ms: Vec<i64>,
     source: Vec<&'static str>,
     is_final: Vec<bool>,
+    caller: Vec<Option<String>>,
 }
 
 impl EventColumns {
-    fn push(&mut self, cursor: u64, key: String, event: &NewEvent) {
+    fn push(&mut self, cursor: u64, key: String, event: &NewEvent, caller: Option<&CallerName>) {
         let r = &event.report;
         self.cursor.push(cursor_to_db(cursor));
         self.dedup_key.push(key);
@@ -206,6 +207,7 @@ impl EventColumns {
         self.received_at_ms.push(ms(event.received_at));
         self.source.push(event.source.as_str());
         self.is_final.push(event.is_final());
+        self.caller.push(caller.map(|c| c.as_str().to_owned()));
     }
 }
 
@@ -260,6 +262,23 @@ impl Store for PgStore {
                 .fetch_all(&mut *tx)
                 .await?;
         let mut seen: HashSet<String> = stored.into_iter().map(|(k,)| k).collect();
+        let ids: Vec<i64> = events
+            .iter()
+            .map(|e| id_to_db(e.report.client_id))
+            .filter(|&id| id != 0)
+            .collect();
+        let claimed: Vec<(i64, Option<String>)> = sqlx::query_as(
+            "SELECT client_id, caller FROM claims WHERE caller IS NOT NULL AND client_id = ANY($1)",
+        )
+        .bind(&ids)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut callers = std::collections::HashMap::new();
+        for (id, caller) in claimed {
+            if let Some(caller) = super::rows::caller_from_db(caller)? {
+                callers.insert(id_from_db(id), caller);
+            }
+        }
         let mut columns = EventColumns::default();
         let mut next = head;
         let mut appended = Vec::with_capacity(events.len());
@@ -270,9 +289,11 @@ impl Store for PgStore {
             }
             next += 1;
             seen.insert(key.clone());
-            columns.push(next, key, event);
+            let caller = callers.get(&event.report.client_id).cloned();
+            columns.push(next, key, event, caller.as_ref());
             appended.push(Some(StatusEvent {
                 cursor: next,
+                caller,
                 event: event.clone(),
             }));
         }
@@ -281,11 +302,11 @@ impl Store for PgStore {
             sqlx::query(
                 "INSERT INTO events (cursor, dedup_key, client_id, msg_id, channel, status, success,
                                      error, updated, reply, duration_s, request_id, replies,
-                                     received_at_ms, source, is_final)
+                                     received_at_ms, source, is_final, caller)
                  SELECT * FROM UNNEST($1::BIGINT[], $2::TEXT[], $3::BIGINT[], $4::TEXT[], $5::TEXT[],
                                       $6::TEXT[], $7::BOOLEAN[], $8::TEXT[], $9::TEXT[], $10::TEXT[],
                                       $11::DOUBLE PRECISION[], $12::TEXT[], $13::TEXT[], $14::BIGINT[],
-                                      $15::TEXT[], $16::BOOLEAN[])",
+                                      $15::TEXT[], $16::BOOLEAN[], $17::TEXT[])",
             )
             .bind(&c.cursor)
             .bind(&c.dedup_key)
@@ -303,6 +324,7 @@ impl Store for PgStore {
             .bind(&c.received_at_ms)
             .bind(&c.source)
             .bind(&c.is_final)
+            .bind(&c.caller)
             .execute(&mut *tx)
             .await?;
             // The notification is delivered when (and only if) the transaction commits.

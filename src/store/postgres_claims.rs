@@ -10,12 +10,12 @@ use std::{
 use chrono::{DateTime, Utc};
 use sqlx::{PgPool, Postgres};
 
-use super::claims::{ClaimOutcome, Grouped, Settle, grouped};
+use super::claims::{ClaimOutcome, Grouped, NewClaim, Settle, grouped};
 use super::rows::{ClaimRow, attempt_from_db, ms, seconds, settlement_columns};
 use super::{
     ClaimChange, ClaimRecord, ClaimReply, Fingerprint, SentMessage, Settlement, StoreError,
 };
-use crate::domain::ClientId;
+use crate::domain::{CallerName, ClientId};
 
 fn id_to_db(id: ClientId) -> i64 {
     super::rows::id_to_db(id.get())
@@ -48,25 +48,25 @@ pub(super) async fn apply_all(
 
 /// Claims every id not claimed yet with one INSERT; an id already claimed (before, by
 /// another replica, or earlier in this group) answers its current record.
-async fn claim_all(
-    pool: &PgPool,
-    claims: &[(ClientId, &Fingerprint, DateTime<Utc>)],
-) -> Result<Vec<ClaimReply>, StoreError> {
-    let ids: Vec<i64> = claims.iter().map(|(id, _, _)| id_to_db(*id)).collect();
-    let fingerprints: Vec<Vec<u8>> = claims.iter().map(|(_, f, _)| f.0.to_vec()).collect();
-    let at: Vec<i64> = claims.iter().map(|(_, _, at)| ms(*at)).collect();
+async fn claim_all(pool: &PgPool, claims: &[NewClaim<'_>]) -> Result<Vec<ClaimReply>, StoreError> {
+    let ids: Vec<i64> = claims.iter().map(|(id, ..)| id_to_db(*id)).collect();
+    let fingerprints: Vec<Vec<u8>> = claims.iter().map(|(_, f, ..)| f.0.to_vec()).collect();
+    let callers: Vec<Option<&str>> = claims.iter().map(|(_, _, caller, _)| *caller).collect();
+    let at: Vec<i64> = claims.iter().map(|(.., at)| ms(*at)).collect();
     // In id order: two replicas inserting overlapping groups wait for each other in
     // the same order, never in a cycle.
     let inserted: Vec<(i64,)> = sqlx::query_as(
-        "INSERT INTO claims (client_id, fingerprint, attempt, state, claimed_at_ms)
-         SELECT id, fingerprint, 1, 'in_flight', at
-           FROM UNNEST($1::BIGINT[], $2::BYTEA[], $3::BIGINT[]) AS t (id, fingerprint, at)
+        "INSERT INTO claims (client_id, fingerprint, attempt, state, claimed_at_ms, caller)
+         SELECT id, fingerprint, 1, 'in_flight', at, caller
+           FROM UNNEST($1::BIGINT[], $2::BYTEA[], $3::BIGINT[], $4::TEXT[])
+                AS t (id, fingerprint, at, caller)
           ORDER BY id
          ON CONFLICT (client_id) DO NOTHING RETURNING client_id",
     )
     .bind(&ids)
     .bind(&fingerprints)
     .bind(&at)
+    .bind(&callers)
     .fetch_all(pool)
     .await?;
     let inserted: HashSet<i64> = inserted.into_iter().map(|(id,)| id).collect();

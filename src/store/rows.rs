@@ -11,7 +11,8 @@ use super::{
     AcceptedOutcome, ClaimRecord, ClaimState, Fingerprint, PendingMessage, Settlement, StoreError,
 };
 use crate::domain::{
-    ClientId, DeliveryReport, EventSource, Media, NewEvent, Reply, ReportedStatus, StatusEvent,
+    CallerName, ClientId, DeliveryReport, EventSource, Media, NewEvent, Reply, ReportedStatus,
+    StatusEvent,
 };
 
 /// Milliseconds since the epoch, as stored.
@@ -122,6 +123,7 @@ pub(super) struct EventRow {
     replies: String,
     received_at_ms: i64,
     source: String,
+    caller: Option<String>,
 }
 
 impl TryFrom<EventRow> for StatusEvent {
@@ -131,6 +133,7 @@ impl TryFrom<EventRow> for StatusEvent {
         let cursor = row.cursor;
         Ok(StatusEvent {
             cursor: cursor_from_db(cursor)?,
+            caller: caller_from_db(row.caller)?,
             event: NewEvent {
                 report: DeliveryReport {
                     client_id: id_from_db(row.client_id),
@@ -180,6 +183,13 @@ pub(super) struct ClaimRow {
     payload: Option<String>,
     recovered: bool,
     reason: Option<String>,
+    caller: Option<String>,
+}
+
+/// A stored caller name.
+pub(super) fn caller_from_db(v: Option<String>) -> Result<Option<CallerName>, StoreError> {
+    v.map(|name| CallerName::parse(&name).map_err(|e| StoreError::Corrupt(format!("caller: {e}"))))
+        .transpose()
 }
 
 /// A stored claim generation.
@@ -221,6 +231,7 @@ impl TryFrom<ClaimRow> for ClaimRecord {
             fingerprint,
             attempt: attempt_from_db(row.attempt)?,
             state,
+            caller: caller_from_db(row.caller)?,
         })
     }
 }

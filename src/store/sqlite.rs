@@ -16,7 +16,7 @@ use super::{
     ClaimChange, ClaimRecord, ClaimReply, PendingMessage, Retention, Store, StoreError,
     sqlite_claims,
 };
-use crate::domain::{ClientId, NewEvent, StatusEvent};
+use crate::domain::{CallerName, ClientId, NewEvent, StatusEvent};
 
 /// SQLite implementation of [`Store`].
 #[derive(Debug, Clone)]
@@ -151,10 +151,11 @@ async fn insert_events(
         .map(|(event, key)| (event, key.as_str()))
         .collect();
     let mut cursors: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
+    let callers = callers_of(tx, fresh.iter().map(|(e, _)| e.report.client_id)).await?;
     if !fresh.is_empty() {
         let mut query = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
             "INSERT INTO events (dedup_key, client_id, msg_id, channel, status, success, error, updated, reply,
-                                 duration_s, request_id, replies, received_at_ms, source, is_final) ",
+                                 duration_s, request_id, replies, received_at_ms, source, is_final, caller) ",
         );
         query.push_values(&fresh, |mut row, (event, key)| {
             let r = &event.report;
@@ -172,7 +173,8 @@ async fn insert_events(
                 .push_bind(replies_to_json(&r.replies))
                 .push_bind(ms(event.received_at))
                 .push_bind(event.source.as_str())
-                .push_bind(event.is_final());
+                .push_bind(event.is_final())
+                .push_bind(callers.get(&r.client_id).map(CallerName::as_str));
         });
         query.push(" RETURNING dedup_key, cursor");
         let rows: Vec<(String, i64)> = query.build_query_as().fetch_all(&mut **tx).await?;
@@ -188,12 +190,40 @@ async fn insert_events(
                 .map(|cursor| {
                     Ok(StatusEvent {
                         cursor: cursor_from_db(cursor)?,
+                        caller: callers.get(&event.report.client_id).cloned(),
                         event: event.clone(),
                     })
                 })
                 .transpose()
         })
         .collect()
+}
+
+/// The callers that claimed these client ids, where known: their events carry them.
+async fn callers_of(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    ids: impl Iterator<Item = u64>,
+) -> Result<std::collections::HashMap<u64, CallerName>, StoreError> {
+    let ids: std::collections::BTreeSet<u64> = ids.filter(|&id| id != 0).collect();
+    let ids: Vec<u64> = ids.into_iter().collect();
+    let mut callers = std::collections::HashMap::new();
+    for chunk in row_chunks(&ids) {
+        let mut query = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+            "SELECT client_id, caller FROM claims WHERE caller IS NOT NULL AND client_id IN (",
+        );
+        let mut list = query.separated(", ");
+        for id in chunk {
+            list.push_bind(id_to_db(*id));
+        }
+        query.push(")");
+        let rows: Vec<(i64, Option<String>)> = query.build_query_as().fetch_all(&mut **tx).await?;
+        for (id, caller) in rows {
+            if let Some(caller) = super::rows::caller_from_db(caller)? {
+                callers.insert(super::rows::id_from_db(id), caller);
+            }
+        }
+    }
+    Ok(callers)
 }
 
 impl SqliteStore {

@@ -9,12 +9,12 @@ use std::{
 use chrono::{DateTime, Utc};
 use sqlx::{Connection, Sqlite, SqliteConnection};
 
-use super::claims::{ClaimOutcome, Grouped, Settle, grouped};
+use super::claims::{ClaimOutcome, Grouped, NewClaim, Settle, grouped};
 use super::rows::{ClaimRow, attempt_from_db, ms, seconds, settlement_columns};
 use super::{
     ClaimChange, ClaimRecord, ClaimReply, Fingerprint, SentMessage, Settlement, StoreError,
 };
-use crate::domain::ClientId;
+use crate::domain::{CallerName, ClientId};
 
 fn id_to_db(id: ClientId) -> i64 {
     super::rows::id_to_db(id.get())
@@ -50,18 +50,19 @@ pub(super) async fn apply_all(
 /// earlier in this group) answers its current record.
 async fn claim_all(
     conn: &mut SqliteConnection,
-    claims: &[(ClientId, &Fingerprint, DateTime<Utc>)],
+    claims: &[NewClaim<'_>],
 ) -> Result<Vec<ClaimReply>, StoreError> {
     let mut inserted = HashSet::new();
     for chunk in super::sqlite::row_chunks(claims) {
         let mut query = sqlx::QueryBuilder::<Sqlite>::new(
-            "INSERT INTO claims (client_id, fingerprint, attempt, state, claimed_at_ms) ",
+            "INSERT INTO claims (client_id, fingerprint, attempt, state, claimed_at_ms, caller) ",
         );
-        query.push_values(chunk, |mut row, (id, fingerprint, at)| {
+        query.push_values(chunk, |mut row, (id, fingerprint, caller, at)| {
             row.push_bind(id_to_db(*id))
                 .push_bind(&fingerprint.0[..])
                 .push("1, 'in_flight'")
-                .push_bind(ms(*at));
+                .push_bind(ms(*at))
+                .push_bind(*caller);
         });
         query.push(" ON CONFLICT (client_id) DO NOTHING RETURNING client_id");
         let rows: Vec<(i64,)> = query.build_query_as().fetch_all(&mut *conn).await?;

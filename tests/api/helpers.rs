@@ -341,6 +341,12 @@ pub struct Options {
     pub store_url: Option<String>,
     /// The webhook secret before a rotation.
     pub webhook_secret_previous: Option<String>,
+    /// TLS (and mTLS) on the gRPC port.
+    pub tls: Option<msgw::auth::tls::TlsFiles>,
+    /// What the harness's client trusts and presents; set exactly when `tls` is.
+    pub tls_client: Option<TlsClient>,
+    /// The callers file (bearer tokens, permissions, rates).
+    pub callers_file: Option<std::path::PathBuf>,
 }
 
 impl Default for Options {
@@ -365,6 +371,9 @@ impl Default for Options {
             webhook_limits: ListenerLimits::default(),
             store_url: None,
             webhook_secret_previous: None,
+            tls: None,
+            tls_client: None,
+            callers_file: None,
         }
     }
 }
@@ -438,11 +447,19 @@ pub fn config(options: Options, gateway: &FakeGateway) -> (Config, Arc<tempfile:
         upstream_timeout: options.upstream_timeout,
         upstream_limits: options.limits,
         webhook_limits: options.webhook_limits,
+        tls: options.tls,
+        callers_file: options.callers_file,
     };
     (config, store)
 }
 
-pub async fn spawn(options: Options) -> TestApp {
+pub async fn spawn(mut options: Options) -> TestApp {
+    let tls_client = options.tls_client.take();
+    assert_eq!(
+        options.tls.is_some(),
+        tls_client.is_some(),
+        "Options::tls and Options::tls_client go together"
+    );
     let gateway = FakeGateway::start().await;
     let (config, store) = config(options, &gateway);
     let app = Application::build(config).await.expect("app builds");
@@ -453,7 +470,10 @@ pub async fn spawn(options: Options) -> TestApp {
     let server = tokio::spawn(app.run(async {
         let _ = rx.await;
     }));
-    let channel = connect(addr).await;
+    let channel = match &tls_client {
+        Some(client) => connect_tls(addr, client).await,
+        None => connect(addr).await,
+    };
     TestApp {
         addr,
         http_addr,
@@ -472,6 +492,48 @@ pub async fn connect(addr: SocketAddr) -> Channel {
         .connect()
         .await
         .expect("connect to msgw");
+    wait_serving(channel).await
+}
+
+/// What a TLS client of msgw trusts and presents (PEM).
+#[derive(Debug, Clone)]
+pub struct TlsClient {
+    /// The CA the server's certificate must chain to.
+    pub ca: String,
+    /// The client certificate and its key, for mTLS.
+    pub identity: Option<(String, String)>,
+}
+
+impl TlsClient {
+    /// An endpoint of msgw at `addr` over TLS, checking the server's name `localhost`.
+    pub fn endpoint(&self, addr: SocketAddr) -> tonic::transport::Endpoint {
+        use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+        let mut tls = ClientTlsConfig::new()
+            .ca_certificate(Certificate::from_pem(&self.ca))
+            .domain_name("localhost");
+        if let Some((cert, key)) = &self.identity {
+            tls = tls.identity(Identity::from_pem(cert, key));
+        }
+        tonic::transport::Endpoint::from_shared(format!("https://{addr}"))
+            .unwrap()
+            .connect_timeout(Duration::from_secs(5))
+            .tls_config(tls)
+            .expect("TLS client configuration")
+    }
+}
+
+/// Connects over TLS and waits until the health service answers SERVING.
+pub async fn connect_tls(addr: SocketAddr, client: &TlsClient) -> Channel {
+    let channel = client
+        .endpoint(addr)
+        .connect()
+        .await
+        .expect("connect to msgw over TLS");
+    wait_serving(channel).await
+}
+
+/// `channel` once the health service answers SERVING over it.
+async fn wait_serving(channel: Channel) -> Channel {
     let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
     for _ in 0..200 {
         let ok = health

@@ -47,6 +47,10 @@ async fn during_the_shutdown_delay_health_says_not_serving_and_calls_still_work(
     })
     .await;
     let (mut account, addr) = (app.account(), app.addr);
+    let readyz = format!("http://{}/readyz", app.admin_addr);
+    let ready = reqwest::get(&readyz).await.unwrap();
+    assert_eq!(ready.status(), 200);
+    assert_eq!(ready.text().await.unwrap(), "SERVING\n");
     let channel = crate::helpers::connect(addr).await;
     let started = std::time::Instant::now();
     let stopping = tokio::spawn(app.stop());
@@ -70,6 +74,8 @@ async fn during_the_shutdown_delay_health_says_not_serving_and_calls_still_work(
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    // The admin listener's readiness says the same, for probes that cannot speak gRPC.
+    assert_eq!(reqwest::get(&readyz).await.unwrap().status(), 503);
     account
         .get_balance(GetBalanceRequest {})
         .await

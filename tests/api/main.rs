@@ -14,6 +14,8 @@ mod operations;
 mod postgres;
 mod replicas;
 mod sandboxed;
+mod security;
+mod tls;
 mod tools;
 mod translation;
 mod validation;

@@ -75,11 +75,11 @@ async fn metrics_expose_rpcs_upstream_billing_webhooks_events_streams_and_balanc
 
     let text = metrics(&app).await;
     for series in [
-        r#"msgw_rpc_requests_total{code="OK",method="SendSms"} "#,
-        r#"msgw_rpc_requests_total{code="INVALID_ARGUMENT",method="SendSms"} "#,
-        r#"msgw_rpc_requests_total{code="OK",method="GetBalance"} "#,
-        r#"msgw_rpc_duration_seconds_bucket{code="OK",method="SendSms",le="+Inf"} "#,
-        r#"msgw_rpc_duration_seconds_count{code="INVALID_ARGUMENT",method="SendSms"} "#,
+        r#"msgw_rpc_requests_total{caller="anonymous",code="OK",method="SendSms"} "#,
+        r#"msgw_rpc_requests_total{caller="anonymous",code="INVALID_ARGUMENT",method="SendSms"} "#,
+        r#"msgw_rpc_requests_total{caller="anonymous",code="OK",method="GetBalance"} "#,
+        r#"msgw_rpc_duration_seconds_bucket{caller="anonymous",code="OK",method="SendSms",le="+Inf"} "#,
+        r#"msgw_rpc_duration_seconds_count{caller="anonymous",code="INVALID_ARGUMENT",method="SendSms"} "#,
         r#"msgw_operations_total{code="OK",operation="SendSms",reason=""} "#,
         r#"msgw_upstream_requests_total{operation="sms",outcome="ok"} "#,
         r#"msgw_upstream_duration_seconds_count{operation="balance",outcome="ok"} "#,
@@ -122,12 +122,22 @@ async fn metrics_are_served_on_the_admin_listener_only() {
         .unwrap();
     assert_eq!(admin.status(), 200);
     assert!(admin.text().await.unwrap().contains("msgw_build_info"));
+    let live = reqwest::get(format!("http://{}/livez", app.admin_addr))
+        .await
+        .unwrap();
+    assert_eq!(live.status(), 200);
     // The webhook listener faces the internet: no balance or traffic figures there.
     let public = reqwest::get(format!("http://{}/metrics", app.http_addr))
         .await
         .unwrap();
     assert_eq!(public.status(), 404);
     assert!(!public.text().await.unwrap().contains("msgw_"));
+    for path in ["/readyz", "/livez"] {
+        let public = reqwest::get(format!("http://{}{path}", app.http_addr))
+            .await
+            .unwrap();
+        assert_eq!(public.status(), 404, "{path}");
+    }
 }
 
 #[tokio::test]
@@ -179,7 +189,7 @@ async fn a_batch_counts_each_items_outcome() {
     assert_eq!(
         sample(
             &text,
-            r#"msgw_rpc_requests_total{code="OK",method="Batch"} "#
+            r#"msgw_rpc_requests_total{caller="anonymous",code="OK",method="Batch"} "#
         ),
         Some(1.0),
         "the Batch call itself succeeded"
@@ -237,6 +247,7 @@ fn start_binary(
             gateway_url,
             "--api-key",
             crate::helpers::API_KEY,
+            "--allow-unauthenticated",
         ])
         .arg("--store-url")
         .arg(format!("sqlite://{}", store.join("msgw.db").display()))

@@ -122,6 +122,8 @@ async fn main() -> anyhow::Result<()> {
         upstream_timeout: Duration::from_secs(5),
         upstream_limits: msgw::dispatch::Limits::default(),
         webhook_limits: msgw::webhook::ListenerLimits::default(),
+        tls: None,
+        callers_file: None,
     };
     let mut servers = Vec::new();
     let mut addrs = Vec::new();

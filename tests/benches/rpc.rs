@@ -568,5 +568,7 @@ fn config(gateway_url: &str, store_url: &str, limits: Limits) -> anyhow::Result<
         upstream_timeout: Duration::from_secs(5),
         upstream_limits: limits,
         webhook_limits: msgw::webhook::ListenerLimits::default(),
+        tls: None,
+        callers_file: None,
     })
 }

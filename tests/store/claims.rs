@@ -19,6 +19,7 @@ const B: Fingerprint = Fingerprint([2; 32]);
 
 fn claim(n: u64, fingerprint: Fingerprint) -> ClaimChange {
     ClaimChange::Claim {
+        caller: None,
         id: id(n),
         fingerprint,
         at: Utc::now(),
@@ -44,6 +45,7 @@ pub async fn a_take_over_wins_once_and_fences_the_old_owner(fixture: Fixture) {
     let store = fixture.open().await;
     store.apply_claims(&[claim(1, A)]).await.unwrap();
     let take = |fingerprint| ClaimChange::TakeOver {
+        caller: None,
         id: id(1),
         fingerprint,
         attempt: 1,
@@ -73,6 +75,7 @@ pub async fn a_take_over_wins_once_and_fences_the_old_owner(fixture: Fixture) {
 pub async fn taking_over_a_pruned_claim_claims_it_anew(fixture: Fixture) {
     let store = fixture.open().await;
     let take = ClaimChange::TakeOver {
+        caller: None,
         id: id(9),
         fingerprint: A,
         attempt: 3,

@@ -14,6 +14,7 @@ async fn a_sqlite_store_moves_to_postgres_with_its_claims_tracking_and_cursors()
     let old = sqlite.open().await;
     crate::shared::sent(old.as_ref(), 1..=3).await;
     old.apply_claims(&[ClaimChange::Claim {
+        caller: None,
         id: ClientId::new(4).unwrap(),
         fingerprint: Fingerprint([4; 32]),
         at: Utc::now(),

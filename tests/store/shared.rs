@@ -13,6 +13,7 @@ pub async fn sent(store: &dyn Store, ids: std::ops::RangeInclusive<u64>) {
     let claims: Vec<ClaimChange> = ids
         .clone()
         .map(|n| ClaimChange::Claim {
+            caller: None,
             id: ClientId::new(n).unwrap(),
             fingerprint: Fingerprint([0; 32]),
             at: Utc::now(),

@@ -105,6 +105,41 @@ The chart's own Secret always holds webhook-secret and account-token; api-key on
 {{- end }}
 {{- end }}
 
+{{/* Secret of the gRPC port's TLS: grpc.tls.secretName, else the cert-manager Certificate's. */}}
+{{- define "msgw.grpcTlsSecretName" -}}
+{{- .Values.grpc.tls.secretName | default (printf "%s-grpc-tls" (include "msgw.fullname" .)) }}
+{{- end }}
+
+{{/* "true" when callers must present a client certificate (mTLS), else "". */}}
+{{- define "msgw.mtls" -}}
+{{- if and .Values.grpc.tls.enabled .Values.grpc.tls.clientCA.enabled }}true{{ end }}
+{{- end }}
+
+{{/* "true" when a callers file is configured (existing Secret or inline), else "". */}}
+{{- define "msgw.callers" -}}
+{{- if or .Values.callers.existingSecret .Values.callers.inline }}true{{ end }}
+{{- end }}
+
+{{/* Secret holding the callers file, and its key. */}}
+{{- define "msgw.callersSecretName" -}}
+{{- .Values.callers.existingSecret | default (printf "%s-callers" (include "msgw.fullname" .)) }}
+{{- end }}
+{{- define "msgw.callersSecretKey" -}}
+{{- if .Values.callers.existingSecret }}{{ .Values.callers.existingSecretKey }}{{ else }}callers.toml{{ end }}
+{{- end }}
+
+{{/* DNS names of the gRPC certificate: grpc.tls.certManager.dnsNames, else the Service's in-cluster names. */}}
+{{- define "msgw.grpcTlsDnsNames" -}}
+{{- $cm := .Values.grpc.tls.certManager }}
+{{- if $cm.dnsNames }}
+{{- toJson $cm.dnsNames }}
+{{- else }}
+{{- $svc := include "msgw.fullname" . }}
+{{- $ns := .Release.Namespace }}
+{{- toJson (list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.%s" $svc $ns $cm.clusterDomain)) }}
+{{- end }}
+{{- end }}
+
 {{- define "msgw.terminationGracePeriodSeconds" -}}
 {{- if kindIs "invalid" .Values.terminationGracePeriodSeconds }}
 {{- add (int .Values.config.shutdownGraceSeconds) (int .Values.config.shutdownDelaySeconds) 5 }}
@@ -151,7 +186,49 @@ The chart's own Secret always holds webhook-secret and account-token; api-key on
 {{- if and .Values.ingress.enabled (not .Values.ingress.host) }}
 {{- fail "msgw: ingress.enabled needs ingress.host (the public host the gateway posts webhooks to)." }}
 {{- end }}
+{{- $tls := .Values.grpc.tls }}
+{{- if and $tls.enabled (not $tls.secretName) (not $tls.certManager.enabled) }}
+{{- fail "msgw: grpc.tls.enabled needs grpc.tls.secretName (a kubernetes.io/tls Secret) or grpc.tls.certManager.enabled." }}
+{{- end }}
+{{- if and $tls.clientCA.enabled (not $tls.enabled) }}
+{{- fail "msgw: grpc.tls.clientCA.enabled (mTLS) needs grpc.tls.enabled." }}
+{{- end }}
+{{- if and $tls.certManager.enabled (not $tls.enabled) }}
+{{- fail "msgw: grpc.tls.certManager.enabled needs grpc.tls.enabled." }}
+{{- end }}
+{{- if and $tls.enabled $tls.certManager.enabled (not $tls.certManager.issuerRef.name) }}
+{{- fail "msgw: grpc.tls.certManager.enabled needs grpc.tls.certManager.issuerRef.name (the Issuer or ClusterIssuer that signs the certificate)." }}
+{{- end }}
+{{- if and .Values.callers.existingSecret .Values.callers.inline }}
+{{- fail "msgw: set callers.existingSecret or callers.inline, not both." }}
+{{- end }}
+{{- with .Values.callers.inline }}
+{{- $parsed := fromToml . }}
+{{- if hasKey $parsed "Error" }}
+{{- fail (printf "msgw: callers.inline is not valid TOML: %s" (get $parsed "Error")) }}
+{{- end }}
+{{- range $caller := (get $parsed "caller" | default list) }}
+{{- if and (kindIs "map" $caller) (hasKey $caller "token") }}
+{{- fail (printf "msgw: callers.inline: caller %q has a plain token: the callers file holds only token_sha256 (the SHA-256 of the token), never the token." (toString (get $caller "name"))) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if and .Values.config.upstreamUrl (not (include "msgw.callers" .)) (not (include "msgw.mtls" .)) (not .Values.allowUnauthenticated) }}
+{{- fail "msgw: config.upstreamUrl is set (a real gateway) but no caller authentication is configured: anyone who reaches the gRPC port could send paid messages and read every delivery event. Set callers.existingSecret or callers.inline (bearer tokens), or grpc.tls.enabled with grpc.tls.clientCA.enabled (mTLS), or allowUnauthenticated: true if something in front of msgw (a service mesh) already authenticates callers." }}
+{{- end }}
 {{- if and .Values.tracing.enabled (not .Values.tracing.otlpEndpoint) }}
 {{- fail "msgw: tracing.enabled needs tracing.otlpEndpoint." }}
+{{- end }}
+{{- end }}
+
+{{/* Probe handler: native gRPC health, or (TLS on the gRPC port) a TCP connect. */}}
+{{- define "msgw.probeHandler" -}}
+{{- if .root.Values.grpc.tls.enabled -}}
+httpGet:
+  path: {{ .path }}
+  port: admin
+{{- else -}}
+grpc:
+  port: {{ .root.Values.config.grpcPort }}
 {{- end }}
 {{- end }}

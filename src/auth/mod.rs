@@ -1,0 +1,28 @@
+//! Who may call msgw's gRPC port: TLS and mTLS on the connection, bearer tokens
+//! from the callers file, per-caller permissions and send rates. Authentication is a
+//! tower layer under tonic (and the accept loop under that, for TLS); the RPC handlers
+//! only read the [`Caller`] the layer put into the request and [`admit`] its
+//! operations.
+
+pub mod callers;
+pub mod files;
+pub mod incoming;
+mod layer;
+mod permits;
+pub mod tls;
+
+pub use callers::{Caller, EventScope, Permission};
+pub use layer::{AuthError, AuthLayer, Authenticator};
+pub use permits::{admit, admit_events, permission};
+
+/// The caller the auth layer put into a request. A request without one never passed
+/// the layer (a wiring bug): it is refused rather than let through.
+pub fn caller_of<T>(
+    request: &tonic::Request<T>,
+) -> Result<std::sync::Arc<Caller>, crate::domain::Error> {
+    request
+        .extensions()
+        .get::<std::sync::Arc<Caller>>()
+        .cloned()
+        .ok_or_else(|| crate::domain::Error::Internal("the call skipped authentication".into()))
+}

@@ -1,0 +1,72 @@
+//! What a caller may do with the operations of one call: each operation's permission,
+//! and the sends among them taken from the caller's send rate.
+
+use super::callers::{Caller, Permission};
+use crate::domain::{Error, Operation};
+
+/// The permission an operation needs.
+pub fn permission(op: &Operation) -> Permission {
+    match op {
+        Operation::SendSms(_)
+        | Operation::SendViber(_)
+        | Operation::SendRcs(_)
+        | Operation::SendTelegramOtp(_)
+        | Operation::SendVoice(_)
+        | Operation::SendVoiceOtp(_)
+        | Operation::SendPipeline(_) => Permission::Send,
+        Operation::GetMessageStatus(_)
+        | Operation::GetBalance
+        | Operation::ListSenders
+        | Operation::LookupHlr(_) => Permission::Query,
+        Operation::CreateSmsTemplate { .. }
+        | Operation::ListSmsTemplates
+        | Operation::DeleteSmsTemplates(_)
+        | Operation::CreateViberTemplate { .. }
+        | Operation::ListViberTemplates
+        | Operation::DeleteViberTemplates(_) => Permission::Templates,
+    }
+}
+
+/// Admits the operations of one call (`batch`: a `Batch`, whose items are named in
+/// errors): every one must be permitted, and its sends must fit the caller's rate.
+/// Nothing of a refused call runs.
+pub fn admit(caller: &Caller, ops: &[Operation], batch: bool) -> Result<(), Error> {
+    let mut sends = 0u32;
+    for (i, op) in ops.iter().enumerate() {
+        let needed = permission(op);
+        if !caller.may(needed) {
+            let what = if batch {
+                format!("items[{i}] ({})", op.rpc_name())
+            } else {
+                op.rpc_name().to_owned()
+            };
+            return Err(Error::PermissionDenied(format!(
+                "{what} needs the {:?} permission, which caller {} does not have",
+                needed.as_str(),
+                caller.label()
+            )));
+        }
+        if needed == Permission::Send {
+            sends = sends.saturating_add(1);
+        }
+    }
+    caller
+        .take_sends(sends)
+        .map_err(|retry_after| Error::RateLimited {
+            caller: caller.label().to_owned(),
+            sends,
+            retry_after,
+        })
+}
+
+/// Admits a caller to the delivery event stream.
+pub fn admit_events(caller: &Caller) -> Result<(), Error> {
+    if caller.may(Permission::Events) {
+        Ok(())
+    } else {
+        Err(Error::PermissionDenied(format!(
+            "StreamStatusEvents needs the \"events\" permission, which caller {} does not have",
+            caller.label()
+        )))
+    }
+}

@@ -1,0 +1,367 @@
+//! TLS and mTLS on the gRPC port: certificates made here with rcgen, reloaded from
+//! their files while msgw runs.
+
+use std::{
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use msgw::{
+    auth::{
+        incoming::{PeerInfo, incoming},
+        tls::{TlsFiles, TlsReloader},
+    },
+    proto::GetBalanceRequest,
+};
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+use serde_json::Value;
+use tokio::{net::TcpListener, process::Command};
+use tonic::transport::{Endpoint, Server};
+use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+
+use crate::helpers::{Options, TlsClient, money, spawn};
+
+/// A certificate authority of the test.
+struct Ca {
+    issuer: Issuer<'static, KeyPair>,
+    pem: String,
+}
+
+impl Ca {
+    fn new(name: &str) -> Self {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let key = KeyPair::generate().unwrap();
+        let pem = params.self_signed(&key).unwrap().pem();
+        Self {
+            issuer: Issuer::new(params, key),
+            pem,
+        }
+    }
+
+    /// A certificate for `names` (the first is also the common name) and its key, PEM.
+    fn issue(&self, names: &[&str], usage: ExtendedKeyUsagePurpose) -> (String, String) {
+        let mut params =
+            CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+                .unwrap();
+        params.distinguished_name.push(DnType::CommonName, names[0]);
+        params.extended_key_usages = vec![usage];
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+
+    fn server_cert(&self) -> (String, String) {
+        self.issue(
+            &["localhost", "127.0.0.1"],
+            ExtendedKeyUsagePurpose::ServerAuth,
+        )
+    }
+
+    fn client_cert(&self, name: &str) -> (String, String) {
+        self.issue(&[name], ExtendedKeyUsagePurpose::ClientAuth)
+    }
+
+    /// A client that trusts this CA, with `identity` for mTLS.
+    fn client(&self, identity: Option<(String, String)>) -> TlsClient {
+        TlsClient {
+            ca: self.pem.clone(),
+            identity,
+        }
+    }
+}
+
+fn write(dir: &Path, name: &str, contents: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, contents).unwrap();
+    path
+}
+
+/// msgw's TLS files in `dir`: a server certificate from `ca`, and `client_ca` for mTLS.
+fn server_files(dir: &Path, ca: &Ca, client_ca: Option<&Ca>) -> TlsFiles {
+    let (cert, key) = ca.server_cert();
+    TlsFiles {
+        cert: write(dir, "tls.crt", &cert),
+        key: write(dir, "tls.key", &key),
+        client_ca: client_ca.map(|ca| write(dir, "client-ca.pem", &ca.pem)),
+    }
+}
+
+/// Whether a new connection through `endpoint` gets a SERVING health answer; the
+/// error says why not.
+async fn health(endpoint: Endpoint) -> Result<(), String> {
+    let channel = endpoint
+        .timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .map_err(|e| format!("connect: {e:?}"))?;
+    HealthClient::new(channel)
+        .check(HealthCheckRequest::default())
+        .await
+        .map(drop)
+        .map_err(|e| format!("health: {e:?}"))
+}
+
+#[tokio::test]
+async fn serves_rpcs_over_tls_and_refuses_plaintext_clients() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("msgw test CA");
+    let app = spawn(Options {
+        tls: Some(server_files(dir.path(), &ca, None)),
+        tls_client: Some(ca.client(None)),
+        ..Options::default()
+    })
+    .await;
+
+    let balance = app
+        .account()
+        .get_balance(GetBalanceRequest {})
+        .await
+        .expect("GetBalance over TLS")
+        .into_inner();
+    assert_eq!(balance.amount, money("UAH", 31, 168_300_000));
+
+    let plaintext = Endpoint::from_shared(format!("http://{}", app.addr)).unwrap();
+    let refused = health(plaintext).await;
+    assert!(refused.is_err(), "a plaintext client was served");
+}
+
+#[tokio::test]
+async fn reloads_certificates_without_a_restart_and_keeps_open_connections() {
+    let dir = tempfile::tempdir().unwrap();
+    let (old_ca, new_ca) = (Ca::new("old CA"), Ca::new("new CA"));
+    let files = server_files(dir.path(), &old_ca, None);
+    let app = spawn(Options {
+        tls: Some(files.clone()),
+        tls_client: Some(old_ca.client(None)),
+        ..Options::default()
+    })
+    .await;
+    // The harness's channel: connected before the rotation, trusting only the old CA,
+    // so it can go on working only on the connection it already has.
+    let mut opened_before = app.account();
+    let (old_client, new_client) = (old_ca.client(None), new_ca.client(None));
+    assert!(health(new_client.endpoint(app.addr)).await.is_err());
+
+    let (cert, key) = new_ca.server_cert();
+    std::fs::write(&files.cert, cert).unwrap();
+    std::fs::write(&files.key, key).unwrap();
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while let Err(error) = health(new_client.endpoint(app.addr)).await {
+        assert!(
+            Instant::now() < deadline,
+            "new connections never got the new certificate: {error}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        health(old_client.endpoint(app.addr)).await.is_err(),
+        "a new connection still got the old certificate"
+    );
+    opened_before
+        .get_balance(GetBalanceRequest {})
+        .await
+        .expect("the connection opened before the reload still serves");
+}
+
+#[tokio::test]
+async fn mtls_serves_only_clients_with_a_certificate_from_the_client_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, other_ca) = (Ca::new("msgw test CA"), Ca::new("someone else's CA"));
+    let app = spawn(Options {
+        tls: Some(server_files(dir.path(), &ca, Some(&ca))),
+        tls_client: Some(ca.client(Some(ca.client_cert("orders.prod.svc")))),
+        ..Options::default()
+    })
+    .await;
+
+    app.account()
+        .get_balance(GetBalanceRequest {})
+        .await
+        .expect("a client certificate from the client CA is served");
+    let without = ca.client(None);
+    assert!(
+        health(without.endpoint(app.addr)).await.is_err(),
+        "a client without a certificate was served"
+    );
+    let foreign = ca.client(Some(other_ca.client_cert("orders.prod.svc")));
+    assert!(
+        health(foreign.endpoint(app.addr)).await.is_err(),
+        "a client certificate from another CA was served"
+    );
+}
+
+#[tokio::test]
+async fn a_layer_reads_the_verified_client_name_from_peer_info() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("msgw test CA");
+    let reloader = TlsReloader::load(server_files(dir.path(), &ca, Some(&ca))).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen: Arc<Mutex<Vec<PeerInfo>>> = Arc::default();
+    let layer = tonic::service::InterceptorLayer::new({
+        let seen = seen.clone();
+        move |request: tonic::Request<()>| {
+            if let Some(peer) = request.extensions().get::<PeerInfo>() {
+                seen.lock().unwrap().push(peer.clone());
+            }
+            Ok(request)
+        }
+    });
+    let (_, health_service) = tonic_health::server::health_reporter();
+    tokio::spawn(
+        Server::builder()
+            .layer(layer)
+            .add_service(health_service)
+            .serve_with_incoming(incoming(listener, Some(reloader))),
+    );
+
+    let client = ca.client(Some(ca.client_cert("orders.prod.svc")));
+    health(client.endpoint(addr)).await.unwrap();
+
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].client_name.as_deref(), Some("orders.prod.svc"));
+    assert_eq!(seen[0].remote_addr.map(|a| a.ip()), Some(addr.ip()));
+}
+
+fn grpcurl() -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".tools/venv/bin/grpcurl");
+    assert!(
+        path.exists(),
+        "grpcurl is not installed: run .ci/install-tools (the README's test command does)"
+    );
+    path
+}
+
+/// `grpcurl <args>`: its output, or its error output when it fails.
+async fn run_grpcurl(args: &[&str]) -> Result<String, String> {
+    let out = Command::new(grpcurl())
+        .args(args)
+        .output()
+        .await
+        .expect("grpcurl runs");
+    match out.status.success() {
+        true => Ok(String::from_utf8(out.stdout).unwrap()),
+        false => Err(String::from_utf8_lossy(&out.stderr).into_owned()),
+    }
+}
+
+#[tokio::test]
+async fn grpcurl_lists_and_calls_an_mtls_msgw_with_a_client_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("msgw test CA");
+    let (client_cert, client_key) = ca.client_cert("grpcurl");
+    let app = spawn(Options {
+        tls: Some(server_files(dir.path(), &ca, Some(&ca))),
+        tls_client: Some(ca.client(Some((client_cert.clone(), client_key.clone())))),
+        ..Options::default()
+    })
+    .await;
+    let ca_file = write(dir.path(), "ca.pem", &ca.pem);
+    let cert_file = write(dir.path(), "client.pem", &client_cert);
+    let key_file = write(dir.path(), "client.key", &client_key);
+    let addr = app.addr.to_string();
+    let trust = ["-cacert", ca_file.to_str().unwrap()];
+    let identity = [
+        "-cert",
+        cert_file.to_str().unwrap(),
+        "-key",
+        key_file.to_str().unwrap(),
+    ];
+
+    let out = run_grpcurl(&[&trust[..], &identity, &[&addr, "list"]].concat())
+        .await
+        .expect("grpcurl list");
+    assert!(
+        out.lines().any(|l| l == "msgw.v1.AccountService"),
+        "AccountService missing from:\n{out}"
+    );
+
+    let call = [&addr, "msgw.v1.AccountService/GetBalance"];
+    let out = run_grpcurl(&[&trust[..], &identity, &["-d", "{}"], &call].concat())
+        .await
+        .expect("grpcurl GetBalance");
+    let v: Value = serde_json::from_str(&out).expect("grpcurl prints JSON");
+    assert_eq!(v["amount"]["units"], "31", "{v}");
+
+    // grpc-go keeps redialing a refused connection until its deadline: keep it short.
+    let quick = ["-connect-timeout", "2", "-d", "{}"];
+    let refused = run_grpcurl(&[&trust[..], &quick, &call].concat()).await;
+    assert!(
+        refused.is_err(),
+        "grpcurl without a client certificate was served"
+    );
+}
+
+#[tokio::test]
+async fn an_mtls_caller_gets_the_permissions_of_its_callers_file_entry() {
+    use msgw::proto::{
+        StreamStatusEventsRequest, messaging_service_client::MessagingServiceClient,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("msgw test CA");
+    let callers = write(
+        dir.path(),
+        "callers.toml",
+        "[[caller]]\nname = \"reporting.prod.svc\"\npermissions = [\"query\"]\n",
+    );
+    let app = spawn(Options {
+        tls: Some(server_files(dir.path(), &ca, Some(&ca))),
+        tls_client: Some(ca.client(Some(ca.client_cert("reporting.prod.svc")))),
+        callers_file: Some(callers),
+        ..Options::default()
+    })
+    .await;
+    app.account()
+        .get_balance(GetBalanceRequest {})
+        .await
+        .expect("its entry permits queries");
+    let refused = app
+        .messaging()
+        .send_sms(crate::helpers::sms(1))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    assert!(
+        refused.message().contains("reporting.prod.svc"),
+        "{refused:?}"
+    );
+    let refused = app
+        .events()
+        .stream_status_events(StreamStatusEventsRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied);
+
+    // A certificate from the right CA whose name has no entry may do nothing.
+    let unlisted = ca
+        .client(Some(ca.client_cert("unlisted.prod.svc")))
+        .endpoint(app.addr)
+        .connect()
+        .await
+        .unwrap();
+    let refused = MessagingServiceClient::new(unlisted)
+        .send_sms(crate::helpers::sms(2))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    assert!(refused.message().contains("no entry"), "{refused:?}");
+    assert!(
+        app.gateway
+            .requests()
+            .iter()
+            .all(|r| r.body.to_string().contains("balance"))
+    );
+}

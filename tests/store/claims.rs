@@ -211,3 +211,76 @@ pub async fn replicas_claiming_the_same_ids_at_once_own_each_exactly_once(fixtur
     owned.sort_unstable();
     assert_eq!(owned, ids, "every id owned by exactly one claimer");
 }
+
+fn caller(name: &str) -> Option<msgw::domain::CallerName> {
+    Some(msgw::domain::CallerName::parse(name).unwrap())
+}
+
+pub async fn a_claim_records_its_caller_and_its_messages_events_carry_it(fixture: Fixture) {
+    let store = fixture.open().await;
+    let claims = [
+        ClaimChange::Claim {
+            caller: caller("billing"),
+            id: id(1),
+            fingerprint: A,
+            at: Utc::now(),
+        },
+        claim(2, A),
+    ];
+    store.apply_claims(&claims).await.unwrap();
+    assert_eq!(
+        store.claim_of(id(1)).await.unwrap().unwrap().caller,
+        caller("billing")
+    );
+    assert_eq!(store.claim_of(id(2)).await.unwrap().unwrap().caller, None);
+    // A released claim taken over by another caller becomes that caller's.
+    let settle = ClaimChange::Settle {
+        id: id(2),
+        attempt: 1,
+        settlement: Settlement::Released("refused".into()),
+        at: Utc::now(),
+    };
+    store.apply_claims(&[settle]).await.unwrap();
+    let take = ClaimChange::TakeOver {
+        id: id(2),
+        fingerprint: B,
+        attempt: 1,
+        caller: caller("orders"),
+        at: Utc::now(),
+    };
+    store.apply_claims(&[take]).await.unwrap();
+    assert_eq!(
+        store.claim_of(id(2)).await.unwrap().unwrap().caller,
+        caller("orders")
+    );
+
+    // Events are stamped with their message's caller when appended; an unknown
+    // message's events have none.
+    let events = [
+        crate::events::event(1, "DELIVERED"),
+        crate::events::event(2, "DELIVERED"),
+        crate::events::event(3, "DELIVERED"),
+    ];
+    let appended = store.append_batch(&events).await.unwrap();
+    let callers: Vec<_> = appended
+        .iter()
+        .flatten()
+        .map(|e| e.caller.clone())
+        .collect();
+    assert_eq!(callers, vec![caller("billing"), caller("orders"), None]);
+    let read: Vec<_> = store
+        .events_after(0, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.caller)
+        .collect();
+    assert_eq!(
+        read, callers,
+        "the log reads back what the append published"
+    );
+    assert_eq!(
+        store.last_event_of(1).await.unwrap().unwrap().caller,
+        caller("billing")
+    );
+}

@@ -13,8 +13,9 @@ async fn a_sqlite_store_moves_to_postgres_with_its_claims_tracking_and_cursors()
     let (sqlite, postgres) = (Fixture::sqlite().await, Fixture::postgres().await);
     let old = sqlite.open().await;
     crate::shared::sent(old.as_ref(), 1..=3).await;
+    // A caller's claim, whose events carry the caller: both must survive the copy.
     old.apply_claims(&[ClaimChange::Claim {
-        caller: None,
+        caller: Some(msgw::domain::CallerName::parse("billing").unwrap()),
         id: ClientId::new(4).unwrap(),
         fingerprint: Fingerprint([4; 32]),
         at: Utc::now(),
@@ -46,6 +47,13 @@ async fn a_sqlite_store_moves_to_postgres_with_its_claims_tracking_and_cursors()
         );
     }
     assert_eq!(new.client_id_of("m2").await.unwrap(), Some(2));
+    let billing = new.events_after(0, 100).await.unwrap();
+    assert!(
+        billing
+            .iter()
+            .any(|e| e.event.report.client_id == 4 && e.caller.is_some()),
+        "{billing:?}"
+    );
     assert_eq!(
         new.events_after(0, 100).await.unwrap(),
         old.events_after(0, 100).await.unwrap()

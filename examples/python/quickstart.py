@@ -82,12 +82,17 @@ def main():
     parser.add_argument("--wait", type=float, default=60, help="seconds to wait for the final status")
     args = parser.parse_args()
 
+    # A msgw that authenticates its callers wants `authorization: Bearer <token>` on
+    # every call (health and reflection excepted).
+    token = os.environ.get("MSGW_TOKEN")
+    auth = [("authorization", f"Bearer {token}")] if token else []
+
     with grpc.insecure_channel(args.addr) as channel:
         messaging = messaging_pb2_grpc.MessagingServiceStub(channel)
         account = account_pb2_grpc.AccountServiceStub(channel)
 
         # 1. Send. The id is the idempotency key: retrying with it never sends twice.
-        sent = messaging.SendSms(sms(args.id), timeout=10)
+        sent = messaging.SendSms(sms(args.id), timeout=10, metadata=auth)
         print(f"sent {sent.receipt.id}: msg_id {sent.receipt.msg_id}, {sent.receipt.parts} part(s)")
 
         # 2. Batch: several operations in one gateway request, one status each.
@@ -97,6 +102,7 @@ def main():
                 messaging_pb2.BatchItem(get_balance=account_pb2.GetBalanceRequest()),
             ]),
             timeout=10,
+            metadata=auth,
         )
         for i, result in enumerate(batch.results):
             print(f"batch item {i}: code {result.status.code} ({result.WhichOneof('result')})")
@@ -109,19 +115,20 @@ def main():
         status = messaging.GetMessageStatus(
             messaging_pb2.GetMessageStatusRequest(id=args.id, wait_for_final=True),
             timeout=args.wait,
+            metadata=auth,
         )
         print(f"status of {args.id}: {status.raw_status} (final: {status.is_final})")
 
         # 4. A refused call: INVALID_ARGUMENT with a BadRequest naming each field.
         try:
-            messaging.SendSms(sms(args.id + 2, phone="12"), timeout=10)
+            messaging.SendSms(sms(args.id + 2, phone="12"), timeout=10, metadata=auth)
             print("unexpected: the invalid request was accepted")
             return 1
         except grpc.RpcError as error:
             reason, fields = details(error)
             print(f"refused: {error.code().name}, fields {fields}")
 
-        balance = account.GetBalance(account_pb2.GetBalanceRequest(), timeout=10)
+        balance = account.GetBalance(account_pb2.GetBalanceRequest(), timeout=10, metadata=auth)
         amount, currency = money(balance.amount)
         print(f"balance {amount} {currency}")
         return 0 if status.is_final else 2

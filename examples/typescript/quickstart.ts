@@ -64,7 +64,20 @@ function sms(clientId: bigint, phone = "380971234567") {
 }
 
 async function main(): Promise<number> {
-  const transport = createGrpcTransport({ baseUrl: `http://${addr}` });
+  // A msgw that authenticates its callers wants `authorization: Bearer <token>` on
+  // every call (health and reflection excepted).
+  const token = process.env.MSGW_TOKEN;
+  const transport = createGrpcTransport({
+    baseUrl: `http://${addr}`,
+    interceptors: token
+      ? [
+          (next) => (req) => {
+            req.header.set("authorization", `Bearer ${token}`);
+            return next(req);
+          },
+        ]
+      : [],
+  });
   const messaging = createClient(MessagingService, transport);
   const account = createClient(AccountService, transport);
 

@@ -5,7 +5,30 @@ use std::{path::PathBuf, time::Duration};
 
 use tokio::process::Command;
 
-use crate::helpers::spawn_sandboxed_app;
+use crate::helpers::{Options, TestApp, spawn};
+
+/// The token the examples authenticate with (`MSGW_TOKEN`).
+const TOKEN: &str = "example-token-2c9d8e";
+
+/// msgw on its sandbox, with one caller whose token the examples get: what a team
+/// runs in production authenticates, and the examples must too.
+async fn app() -> (TestApp, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let hash = crate::helpers::sha256_hex(TOKEN);
+    let callers = dir.path().join("callers.toml");
+    std::fs::write(
+        &callers,
+        format!("[[caller]]\nname = \"examples\"\ntoken_sha256 = \"{hash}\"\n"),
+    )
+    .unwrap();
+    let app = spawn(Options {
+        sandbox_step: Some(Duration::from_millis(20)),
+        callers_file: Some(callers),
+        ..Options::default()
+    })
+    .await;
+    (app, dir)
+}
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -32,12 +55,13 @@ async fn the_python_example_sends_batches_waits_for_the_final_status_and_reads_e
         python.exists(),
         "Python with grpcio is not installed: run .ci/install-tools (the README's test command does)"
     );
-    let app = spawn_sandboxed_app(Duration::from_millis(20)).await;
+    let (app, _callers) = app().await;
     // The stubs `buf generate` wrote (.ci/install-tools runs it); the script generates
     // them with grpcio-tools itself when they are missing.
     run_example(
         Command::new(python)
             .arg(repo().join("examples/python/quickstart.py"))
+            .env("MSGW_TOKEN", TOKEN)
             .args([
                 "--addr",
                 &app.addr.to_string(),
@@ -78,9 +102,10 @@ async fn the_typescript_example_typechecks_sends_batches_waits_and_reads_errors(
         "the example does not typecheck:\n{}",
         String::from_utf8_lossy(&typecheck.stdout)
     );
-    let app = spawn_sandboxed_app(Duration::from_millis(20)).await;
+    let (app, _callers) = app().await;
     run_example(
         Command::new(dir.join("node_modules/.bin/tsx"))
+            .env("MSGW_TOKEN", TOKEN)
             .args([
                 "quickstart.ts",
                 "--addr",

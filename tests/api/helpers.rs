@@ -594,3 +594,12 @@ pub fn sms(id: u64) -> msgw::proto::SendSmsRequest {
         ..Default::default()
     }
 }
+
+/// The hex SHA-256 of a bearer token, as the callers file lists it.
+pub fn sha256_hex(token: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(token.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}

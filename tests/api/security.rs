@@ -5,24 +5,16 @@ use std::{path::PathBuf, time::Duration};
 
 use msgw::proto::*;
 use serde_json::json;
-use sha2::{Digest, Sha256};
 use tokio_stream::StreamExt;
 use tonic::{Code, Request, Streaming};
 use tonic_types::StatusExt;
 
-use crate::helpers::{Options, TestApp, error_info, sms, spawn};
+use crate::helpers::{Options, TestApp, error_info, sha256_hex, sms, spawn};
 
 const BILLING: &str = "billing-token-7f3a9c";
 const ORDERS: &str = "orders-token-1b2c3d";
 const READER: &str = "reader-token-9e8d7c";
 const AUDIT: &str = "audit-token-5a6b7c";
-
-fn sha256_hex(token: &str) -> String {
-    Sha256::digest(token.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
 
 /// The callers every test here starts with.
 fn callers_toml() -> String {

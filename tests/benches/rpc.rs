@@ -74,6 +74,10 @@ struct Args {
     /// instead of a SQLite file.
     #[arg(long)]
     postgres: bool,
+    /// Callers authenticate: a callers file with one caller, whose bearer token every
+    /// send carries (health stays open, as in production).
+    #[arg(long)]
+    bearer: bool,
     /// Ignored (cargo bench passes it).
     #[arg(long, hide = true)]
     bench: bool,
@@ -95,6 +99,7 @@ struct Msgw {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    AUTHENTICATED.store(args.bearer, Ordering::Relaxed);
     let runtime = |name: &str, threads: usize| {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads)
@@ -121,6 +126,9 @@ fn main() -> anyhow::Result<()> {
             "SQLite"
         }
     );
+    if args.bearer {
+        println!("callers authenticate with a bearer token (--bearer)");
+    }
 
     // a, b, e: a gateway that answers at once, default limits.
     let msgw = start(
@@ -268,7 +276,22 @@ fn start(
         Some(schema) => schema.url.clone(),
         None => format!("sqlite://{}", dir.path().join("bench.db").display()),
     };
-    let config = config(gateway_url, &store_url, limits)?;
+    let callers_file = if args.bearer {
+        use sha2::Digest;
+        let hash: String = sha2::Sha256::digest(BEARER.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let path = dir.path().join("callers.toml");
+        std::fs::write(
+            &path,
+            format!("[[caller]]\nname = \"bench\"\ntoken_sha256 = \"{hash}\"\n"),
+        )?;
+        Some(path)
+    } else {
+        None
+    };
+    let config = config(gateway_url, &store_url, limits, callers_file)?;
     let (grpc, http, stop, server) = msgw_rt.block_on(async {
         let app = Application::build(config).await?;
         let (grpc, http) = (app.grpc_addr()?, app.admin_addr()?);
@@ -403,6 +426,12 @@ impl Phase {
     }
 }
 
+/// The authorization metadata of `--bearer`, and the token in it.
+const AUTHORIZATION: &str = "Bearer bench-caller-token-0123456789";
+const BEARER: &str = AUTHORIZATION.split_at(7).1;
+/// Whether sends carry it.
+static AUTHENTICATED: AtomicBool = AtomicBool::new(false);
+
 /// Ids are distinct across the whole run: every send is a new message.
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -421,16 +450,22 @@ async fn drive(channels: &[Channel], callers: usize, length: Duration, call: Cal
                 let began = Instant::now();
                 let done = match call {
                     Call::Health => health.check(HealthCheckRequest::default()).await.is_ok(),
-                    Call::Send => messaging
-                        .send_sms(SendSmsRequest {
+                    Call::Send => {
+                        let mut request = tonic::Request::new(SendSmsRequest {
                             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                             phone: "380971234567".into(),
                             message: "Your code is 4711".into(),
                             signature: "msgw".into(),
                             ..Default::default()
-                        })
-                        .await
-                        .is_ok(),
+                        });
+                        if AUTHENTICATED.load(Ordering::Relaxed) {
+                            request.metadata_mut().insert(
+                                "authorization",
+                                tonic::metadata::MetadataValue::from_static(AUTHORIZATION),
+                            );
+                        }
+                        messaging.send_sms(request).await.is_ok()
+                    }
                 };
                 latencies.push(began.elapsed());
                 if done { ok += 1 } else { failed += 1 }
@@ -534,7 +569,12 @@ async fn fake_gateway(latency: Duration) -> anyhow::Result<(String, Answered)> {
     Ok((url, answered))
 }
 
-fn config(gateway_url: &str, store_url: &str, limits: Limits) -> anyhow::Result<Config> {
+fn config(
+    gateway_url: &str,
+    store_url: &str,
+    limits: Limits,
+    callers_file: Option<std::path::PathBuf>,
+) -> anyhow::Result<Config> {
     let hour = Duration::from_secs(3600);
     Ok(Config {
         grpc_addr: "127.0.0.1:0".parse()?,
@@ -569,6 +609,6 @@ fn config(gateway_url: &str, store_url: &str, limits: Limits) -> anyhow::Result<
         upstream_limits: limits,
         webhook_limits: msgw::webhook::ListenerLimits::default(),
         tls: None,
-        callers_file: None,
+        callers_file,
     })
 }

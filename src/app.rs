@@ -7,24 +7,17 @@ use anyhow::Context;
 use secrecy::SecretString;
 use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
 use tonic::transport::Server;
-use tonic_health::{ServingStatus, server::HealthReporter};
+use tonic_health::ServingStatus;
 
 use crate::auth::tls::{TlsFiles, TlsReloader};
 use crate::auth::{AuthLayer, Authenticator};
 use crate::config::{Config, Upstream};
 use crate::dispatch::{Dispatcher, Tracking};
 use crate::events::EventLog;
-use crate::grpc::{
-    Account, Events, MAX_REQUEST_BYTES, Messaging, StampLayer, Templates, TooLargeLayer,
-};
+use crate::grpc::{StampLayer, TooLargeLayer};
 use crate::hooks::{HookSigner, HookUrls};
 use crate::metrics::Metrics;
 use crate::periodic::Leased;
-use crate::proto::{
-    self, account_service_server::AccountServiceServer, event_service_server::EventServiceServer,
-    messaging_service_server::MessagingServiceServer,
-    template_service_server::TemplateServiceServer,
-};
 use crate::reconcile::{ReconcileConfig, Reconciler};
 use crate::sandbox::{self, Sandbox, SandboxConfig};
 use crate::store::{Retention, Store};
@@ -199,12 +192,10 @@ impl Application {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        let (reporter, health_service) = tonic_health::server::health_reporter();
-        let health = Health {
-            reporter,
-            ready: Arc::new(watch::channel(false).0),
-        };
-        set_health(&health, ServingStatus::Serving).await;
+        let (routes, health) =
+            crate::grpc::server::routes(self.dispatcher.clone(), self.events.clone())
+                .context("gRPC reflection")?;
+        health.set(ServingStatus::Serving).await;
         let (stop_tx, stop) = watch::channel(false);
         tokio::spawn({
             let (health, delay) = (health.clone(), self.shutdown_delay);
@@ -215,7 +206,7 @@ impl Application {
                         ?delay,
                         "shutting down: NOT_SERVING, serving on while load balancers take msgw out"
                     );
-                    set_health(&health, ServingStatus::NotServing).await;
+                    health.set(ServingStatus::NotServing).await;
                     tokio::time::sleep(delay).await;
                 }
                 stop_tx.send_replace(true);
@@ -227,8 +218,7 @@ impl Application {
         let admin_addr = self.admin_addr()?;
 
         let admin_task = tokio::spawn({
-            let router =
-                crate::admin::router(self.webhooks.metrics.clone(), health.ready.subscribe());
+            let router = crate::admin::router(self.webhooks.metrics.clone(), health.ready());
             let mut stop = stop.clone();
             webhook::serve(self.admin, router, self.webhook_limits, async move {
                 let _ = stop.wait_for(|s| *s).await;
@@ -281,7 +271,7 @@ impl Application {
                 tracing::info!(
                     "shutting down: NOT_SERVING, closing streams, draining in-flight calls"
                 );
-                set_health(&health, ServingStatus::NotServing).await;
+                health.set(ServingStatus::NotServing).await;
                 events.close();
             }
         };
@@ -289,28 +279,7 @@ impl Application {
             .layer(StampLayer)
             .layer(TooLargeLayer)
             .layer(AuthLayer::new(self.auth.clone(), metrics))
-            .add_service(health_service)
-            .add_service(reflection_v1()?)
-            .add_service(reflection_v1alpha()?)
-            .add_service(
-                MessagingServiceServer::new(Messaging::new(
-                    self.dispatcher.clone(),
-                    self.events.clone(),
-                ))
-                .max_decoding_message_size(MAX_REQUEST_BYTES),
-            )
-            .add_service(
-                AccountServiceServer::new(Account::new(self.dispatcher.clone()))
-                    .max_decoding_message_size(MAX_REQUEST_BYTES),
-            )
-            .add_service(
-                TemplateServiceServer::new(Templates::new(self.dispatcher))
-                    .max_decoding_message_size(MAX_REQUEST_BYTES),
-            )
-            .add_service(
-                EventServiceServer::new(Events::new(self.events.clone()))
-                    .max_decoding_message_size(MAX_REQUEST_BYTES),
-            )
+            .add_routes(routes)
             // An incoming stream skips the builder's socket options: the accept loop
             // sets TCP_NODELAY itself.
             .serve_with_incoming_shutdown(
@@ -353,48 +322,6 @@ impl Application {
     }
 }
 
-/// msgw's health: the gRPC health service, and the same as a flag for the admin
-/// listener's `/readyz`.
-#[derive(Clone)]
-struct Health {
-    reporter: HealthReporter,
-    ready: Arc<watch::Sender<bool>>,
-}
-
-async fn set_health(health: &Health, status: ServingStatus) {
-    health.ready.send_replace(status == ServingStatus::Serving);
-    let health = &health.reporter;
-    health.set_service_status("", status).await;
-    for service in SERVICES {
-        health.set_service_status(service, status).await;
-    }
-}
-
-fn reflection_v1() -> anyhow::Result<
-    tonic_reflection::server::v1::ServerReflectionServer<
-        impl tonic_reflection::server::v1::ServerReflection,
-    >,
-> {
-    reflection_builder().build_v1().context("reflection v1")
-}
-
-fn reflection_v1alpha() -> anyhow::Result<
-    tonic_reflection::server::v1alpha::ServerReflectionServer<
-        impl tonic_reflection::server::v1alpha::ServerReflection,
-    >,
-> {
-    reflection_builder()
-        .build_v1alpha()
-        .context("reflection v1alpha")
-}
-
-fn reflection_builder() -> tonic_reflection::server::Builder<'static> {
-    tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
-}
-
 /// The gRPC port's TLS from its files (a bad file refuses to start), logging which
 /// security the port has.
 fn grpc_tls(files: Option<TlsFiles>) -> anyhow::Result<Option<Arc<TlsReloader>>> {
@@ -411,14 +338,6 @@ fn grpc_tls(files: Option<TlsFiles>) -> anyhow::Result<Option<Arc<TlsReloader>>>
     }
     Ok(Some(tls))
 }
-
-/// The services msgw serves, as health check names.
-const SERVICES: [&str; 4] = [
-    "msgw.v1.MessagingService",
-    "msgw.v1.AccountService",
-    "msgw.v1.TemplateService",
-    "msgw.v1.EventService",
-];
 
 /// A name for this process among the replicas: the pod's host name (for operators
 /// reading the leases table) plus a random suffix (unique even across restarts).

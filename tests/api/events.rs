@@ -34,7 +34,7 @@ async fn subscribe(
 }
 
 /// The next event, failing the test if none comes within a few seconds.
-async fn next(stream: &mut Streaming<StreamStatusEventsResponse>) -> StatusEvent {
+pub async fn next(stream: &mut Streaming<StreamStatusEventsResponse>) -> StatusEvent {
     tokio::time::timeout(Duration::from_secs(10), stream.next())
         .await
         .expect("an event within 10 s")

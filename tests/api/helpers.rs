@@ -603,3 +603,24 @@ pub fn sha256_hex(token: &str) -> String {
         .map(|b| format!("{b:02x}"))
         .collect()
 }
+
+/// Arguments of `msgw serve` on free loopback ports, logging JSON, with its SQLite
+/// store in `dir` (for tests that run the binary).
+pub fn serve_args(dir: &std::path::Path) -> Vec<String> {
+    [
+        "serve",
+        "--grpc-addr",
+        "127.0.0.1:0",
+        "--http-addr",
+        "127.0.0.1:0",
+        "--admin-addr",
+        "127.0.0.1:0",
+        "--log-format",
+        "json",
+        "--store-url",
+    ]
+    .map(str::to_owned)
+    .into_iter()
+    .chain([format!("sqlite://{}", dir.join("msgw.db").display())])
+    .collect()
+}

@@ -231,17 +231,7 @@ fn start_binary(
     store: &std::path::Path,
 ) -> (std::process::Child, std::net::SocketAddr) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_msgw"))
-        .args([
-            "serve",
-            "--grpc-addr",
-            "127.0.0.1:0",
-            "--http-addr",
-            "127.0.0.1:0",
-            "--admin-addr",
-            "127.0.0.1:0",
-            "--log-format",
-            "json",
-        ])
+        .args(crate::helpers::serve_args(store))
         .args([
             "--upstream-url",
             gateway_url,
@@ -249,8 +239,6 @@ fn start_binary(
             crate::helpers::API_KEY,
             "--allow-unauthenticated",
         ])
-        .arg("--store-url")
-        .arg(format!("sqlite://{}", store.join("msgw.db").display()))
         .args(["--shutdown-grace", "10s", "--balance-refresh", "0"])
         .stderr(Stdio::piped())
         .spawn()

@@ -78,14 +78,7 @@ fn webhook(id: u64) -> String {
 }
 
 async fn next_id(stream: &mut Streaming<StreamStatusEventsResponse>) -> u64 {
-    tokio::time::timeout(Duration::from_secs(10), stream.next())
-        .await
-        .expect("an event within 10 s")
-        .expect("the stream is open")
-        .expect("an event, not an error")
-        .event
-        .expect("event set")
-        .id
+    crate::events::next(stream).await.id
 }
 
 async fn stream_of(
@@ -515,24 +508,13 @@ async fn a_bad_callers_file_refuses_to_start_and_says_where() {
 async fn msgw_refuses_a_real_gateway_without_caller_authentication_and_says_how_to_fix_it() {
     let store = tempfile::tempdir().unwrap();
     let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_msgw"))
+        .args(crate::helpers::serve_args(store.path()))
         .args([
-            "serve",
-            "--grpc-addr",
-            "127.0.0.1:0",
-            "--http-addr",
-            "127.0.0.1:0",
-            "--admin-addr",
-            "127.0.0.1:0",
             "--upstream-url",
             "https://gateway.example",
             "--api-key",
             "k",
         ])
-        .arg("--store-url")
-        .arg(format!(
-            "sqlite://{}",
-            store.path().join("msgw.db").display()
-        ))
         .env_remove("MSGW_ALLOW_UNAUTHENTICATED")
         .env_remove("MSGW_CALLERS_FILE")
         .kill_on_drop(true)
@@ -550,4 +532,44 @@ async fn msgw_refuses_a_real_gateway_without_caller_authentication_and_says_how_
     ] {
         assert!(stderr.contains(hint), "{stderr}");
     }
+}
+
+/// The first line `msgw serve` logs on the sandbox, with `extra` flags.
+async fn first_log_line(extra: &[&str]) -> String {
+    use tokio::io::AsyncBufReadExt;
+    let store = tempfile::tempdir().unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_msgw"))
+        .args(crate::helpers::serve_args(store.path()))
+        .args(extra)
+        .env_remove("MSGW_UPSTREAM_URL")
+        .env_remove("MSGW_CALLERS_FILE")
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .expect("msgw logs within 30 s")
+        .unwrap()
+        .expect("a log line");
+    child.kill().await.unwrap();
+    line
+}
+
+#[tokio::test]
+async fn the_sandbox_says_in_its_first_log_line_whether_the_grpc_port_is_open() {
+    let open = first_log_line(&[]).await;
+    assert!(
+        open.contains("SANDBOX") && open.contains("The gRPC port is OPEN"),
+        "{open}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let callers = dir.path().join("callers.toml");
+    std::fs::write(&callers, callers_toml()).unwrap();
+    let closed = first_log_line(&["--callers-file", callers.to_str().unwrap()]).await;
+    assert!(
+        closed.contains("SANDBOX") && closed.contains("Callers authenticate"),
+        "{closed}"
+    );
 }

@@ -236,18 +236,9 @@ async fn a_layer_reads_the_verified_client_name_from_peer_info() {
     assert_eq!(seen[0].remote_addr.map(|a| a.ip()), Some(addr.ip()));
 }
 
-fn grpcurl() -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".tools/venv/bin/grpcurl");
-    assert!(
-        path.exists(),
-        "grpcurl is not installed: run .ci/install-tools (the README's test command does)"
-    );
-    path
-}
-
 /// `grpcurl <args>`: its output, or its error output when it fails.
 async fn run_grpcurl(args: &[&str]) -> Result<String, String> {
-    let out = Command::new(grpcurl())
+    let out = Command::new(crate::tools::grpcurl())
         .args(args)
         .output()
         .await

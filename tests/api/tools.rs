@@ -7,7 +7,7 @@ use tokio::process::Command;
 
 use crate::helpers::{TestApp, spawn_app};
 
-fn grpcurl() -> PathBuf {
+pub fn grpcurl() -> PathBuf {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".tools/venv/bin/grpcurl");
     assert!(
         path.exists(),

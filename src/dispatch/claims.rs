@@ -94,6 +94,11 @@ impl Claims {
         self.settled.subscribe()
     }
 
+    /// The claim of `id`, if any.
+    pub async fn record(&self, id: ClientId) -> Result<Option<ClaimRecord>, StoreError> {
+        self.store.claim_of(id).await
+    }
+
     /// Applies a group of claims and take-overs in one store transaction.
     pub async fn apply(&self, changes: &[ClaimChange]) -> Result<Vec<ClaimReply>, StoreError> {
         let replies = self.store.apply_claims(changes).await?;

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use crate::domain::{CallerName, Error, Operation, Output, UnavailableCause};
+use crate::domain::{CallerName, ClientId, Error, Operation, Output, UnavailableCause};
 use crate::hooks::HookUrls;
 use crate::metrics::Metrics;
 use crate::store::Store;
@@ -96,6 +96,20 @@ impl Dispatcher {
     /// The metrics this dispatcher records into.
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.engine.metrics
+    }
+
+    /// Who sent message `id` through msgw: `None` when msgw holds no claim of it (never
+    /// sent through msgw, or its claim is past retention), `Some(None)` when it was
+    /// sent without caller authentication.
+    pub async fn sender_of(&self, id: ClientId) -> Result<Option<Option<CallerName>>, Error> {
+        let Some(claims) = &self.engine.claims else {
+            return Ok(None);
+        };
+        claims
+            .record(id)
+            .await
+            .map(|record| record.map(|r| r.caller))
+            .map_err(|e| e.unavailable("msgw's store is unavailable"))
     }
 
     /// Runs one operation.

@@ -73,6 +73,7 @@ where
         let (ops, shape) = request.into_inner().plan(dispatcher.batch_max())?;
         record_operations(&ops);
         auth::admit(&caller, &ops, Req::BATCH)?;
+        own_messages_only(dispatcher, &caller, &ops, Req::BATCH).await?;
         let names: Vec<&'static str> = ops.iter().map(Operation::rpc_name).collect();
         let results = dispatcher
             .execute_all(ops, deadline, caller.name.as_ref())
@@ -81,6 +82,37 @@ where
         Req::respond(shape, results?)
     })
     .await
+}
+
+/// Refuses the status of a message another caller sent to a caller that sees only
+/// its own messages (`events = "own"`): a status carries the recipient's replies. The
+/// answer is the same whether the id exists or not, so it reveals nothing.
+pub async fn own_messages_only(
+    dispatcher: &Dispatcher,
+    caller: &Caller,
+    ops: &[Operation],
+    batch: bool,
+) -> Result<(), Error> {
+    if caller.events != auth::EventScope::Own {
+        return Ok(());
+    }
+    for (i, op) in ops.iter().enumerate() {
+        let Operation::GetMessageStatus(id) = op else {
+            continue;
+        };
+        if dispatcher.sender_of(*id).await?.flatten().as_ref() != caller.name.as_ref() {
+            let item = if batch {
+                format!("items[{i}]: ")
+            } else {
+                String::new()
+            };
+            return Err(Error::PermissionDenied(format!(
+                "{item}caller {} sees only the statuses of messages it sent through msgw, and id {id} is not one of them",
+                caller.label()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Runs the work of one RPC of `method` for `caller` (the response, and whether it is

@@ -98,6 +98,8 @@ impl MessagingService for Messaging {
             let op = handler::parse(query)?;
             handler::record_operations(std::slice::from_ref(&op));
             crate::auth::admit(&caller, std::slice::from_ref(&op), false)?;
+            handler::own_messages_only(&self.dispatcher, &caller, std::slice::from_ref(&op), false)
+                .await?;
             let Operation::GetMessageStatus(id) = op else {
                 return Err(Error::Internal(format!(
                     "a status request parsed as {op:?}"

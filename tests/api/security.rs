@@ -295,16 +295,6 @@ async fn a_caller_may_do_only_what_its_permissions_list() {
         .get_balance(as_caller(READER, GetBalanceRequest {}))
         .await
         .expect("query is permitted");
-    app.messaging()
-        .get_message_status(as_caller(
-            READER,
-            GetMessageStatusRequest {
-                id: 1,
-                ..Default::default()
-            },
-        ))
-        .await
-        .expect("status is a query");
 }
 
 #[tokio::test]
@@ -373,7 +363,7 @@ async fn sends_over_a_callers_rate_are_refused_with_retry_info_and_not_sent() {
 }
 
 #[tokio::test]
-async fn a_caller_streams_only_its_own_messages_events_even_from_the_oldest() {
+async fn a_caller_sees_only_its_own_messages_events_and_statuses_even_from_the_oldest() {
     let (app, _dir, _) = app_with_callers(&callers_toml()).await;
     for (token, id) in [(BILLING, 1), (ORDERS, 2)] {
         app.messaging()
@@ -417,6 +407,49 @@ async fn a_caller_streams_only_its_own_messages_events_even_from_the_oldest() {
     assert_eq!(next_id(&mut orders_asks_for_1).await, 3);
     assert_eq!(next_id(&mut orders_replay).await, 3);
     assert_eq!(next_id(&mut orders_live).await, 3);
+    // A status carries the recipient's replies too: only the sender may ask for it.
+    let status = |token: &'static str, id: u64, wait_for_final: bool| {
+        let mut messaging = app.messaging();
+        async move {
+            messaging
+                .get_message_status(as_caller(
+                    token,
+                    GetMessageStatusRequest { id, wait_for_final },
+                ))
+                .await
+        }
+    };
+    status(ORDERS, 2, false).await.expect("its own message");
+    status(ORDERS, 2, true)
+        .await
+        .expect("its own message, waited for");
+    for (id, wait) in [(1, false), (1, true), (404, false)] {
+        let refused = status(ORDERS, id, wait).await.unwrap_err();
+        assert_eq!(refused.code(), Code::PermissionDenied, "{id}: {refused:?}");
+        assert!(
+            refused.message().contains("messages it sent"),
+            "{refused:?}"
+        );
+    }
+    let batch = BatchRequest {
+        items: [2, 1]
+            .map(|id| BatchItem {
+                operation: Some(batch_item::Operation::GetMessageStatus(
+                    GetMessageStatusRequest {
+                        id,
+                        ..Default::default()
+                    },
+                )),
+            })
+            .to_vec(),
+    };
+    let refused = app
+        .messaging()
+        .batch(as_caller(ORDERS, batch))
+        .await
+        .unwrap_err();
+    assert!(refused.message().starts_with("items[1]: "), "{refused:?}");
+
     let mut billing_replay = stream_of(&app, BILLING, oldest).await;
     assert_eq!(next_id(&mut billing_replay).await, 1);
     // orders' 2 and 3 come between: billing's next is its own 5.

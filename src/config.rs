@@ -50,6 +50,18 @@ pub struct CheckArgs {
     /// How long to wait for the connection and the answer.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
+    /// CA certificate (PEM) msgw's TLS certificate must chain to: connect over TLS.
+    #[arg(long)]
+    pub tls_ca_file: Option<PathBuf>,
+    /// Client certificate (PEM) for an mTLS msgw.
+    #[arg(long, requires_all = ["tls_key_file", "tls_ca_file"])]
+    pub tls_cert_file: Option<PathBuf>,
+    /// Key (PEM) of --tls-cert-file.
+    #[arg(long, requires = "tls_cert_file")]
+    pub tls_key_file: Option<PathBuf>,
+    /// The name msgw's certificate must hold. Default: the host of --addr.
+    #[arg(long, requires = "tls_ca_file")]
+    pub tls_server_name: Option<String>,
 }
 
 /// Flags of `msgw copy-store`.

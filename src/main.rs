@@ -36,7 +36,7 @@ async fn run(cli: Cli, workers: usize, configured: bool) -> anyhow::Result<()> {
             tracing::info!(workers, source, "tokio worker threads");
             app.run(shutdown_signal()).await
         }
-        Command::Check(args) => msgw::check::run(&args.addr, &args.service, args.timeout).await,
+        Command::Check(args) => msgw::check::run(&args).await,
         Command::CopyStore(args) => {
             let password = args.password()?;
             let copied = msgw::store::copy::run(&args.from, &args.to, password.as_ref()).await?;

@@ -356,3 +356,42 @@ async fn an_mtls_caller_gets_the_permissions_of_its_callers_file_entry() {
             .all(|r| r.body.to_string().contains("balance"))
     );
 }
+
+#[tokio::test]
+async fn msgw_check_checks_an_mtls_msgw_with_its_client_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("msgw test CA");
+    let (cert, key) = ca.client_cert("probe.prod.svc");
+    let app = spawn(Options {
+        tls: Some(server_files(dir.path(), &ca, Some(&ca))),
+        tls_client: Some(ca.client(Some((cert.clone(), key.clone())))),
+        ..Options::default()
+    })
+    .await;
+    let ca_file = write(dir.path(), "ca.pem", &ca.pem);
+    let cert_file = write(dir.path(), "probe.pem", &cert);
+    let key_file = write(dir.path(), "probe.key", &key);
+    let check = |identity: bool| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_msgw"));
+        command
+            .args(["check", "--addr", &format!("localhost:{}", app.addr.port())])
+            .args(["--timeout", "5s", "--tls-ca-file"])
+            .arg(&ca_file);
+        if identity {
+            command
+                .arg("--tls-cert-file")
+                .arg(&cert_file)
+                .arg("--tls-key-file")
+                .arg(&key_file);
+        }
+        command.output()
+    };
+    let serving = check(true).await.unwrap();
+    assert!(serving.status.success(), "{serving:?}");
+    assert!(String::from_utf8_lossy(&serving.stdout).contains("https://localhost"));
+    let refused = check(false).await.unwrap();
+    assert!(
+        !refused.status.success(),
+        "no client certificate: {refused:?}"
+    );
+}

@@ -28,6 +28,8 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 /// Ready connections waiting for tonic to take them (it takes them at once).
 const READY_CONNECTIONS: usize = 32;
+/// TLS handshakes in progress at most.
+const HANDSHAKES: usize = 256;
 
 /// Who is on the other end of a gRPC connection; tonic puts it into every request's
 /// extensions (`request.extensions().get::<PeerInfo>()`).
@@ -64,6 +66,7 @@ async fn accept_loop(
     tls: Option<Arc<TlsReloader>>,
     tx: mpsc::Sender<Result<GrpcConn, io::Error>>,
 ) {
+    let handshakes = Arc::new(tokio::sync::Semaphore::new(HANDSHAKES));
     loop {
         let accepted = tokio::select! {
             () = tx.closed() => return,
@@ -95,8 +98,15 @@ async fn accept_loop(
                 }
             }
             Some(tls) => {
+                // A flood of connections that never finish their handshake waits in the
+                // kernel's backlog instead of growing tasks without bound.
+                let permit = tokio::select! {
+                    () = tx.closed() => return,
+                    permit = handshakes.clone().acquire_owned() => permit,
+                };
+                let Ok(permit) = permit else { return };
                 let acceptor = TlsAcceptor::from(tls.current());
-                tokio::spawn(handshake(acceptor, tcp, peer, tx.clone()));
+                tokio::spawn(handshake(acceptor, tcp, peer, tx.clone(), permit));
             }
         }
     }
@@ -109,6 +119,7 @@ async fn handshake(
     tcp: TcpStream,
     peer: SocketAddr,
     tx: mpsc::Sender<Result<GrpcConn, io::Error>>,
+    _permit: tokio::sync::OwnedSemaphorePermit,
 ) {
     let done = tokio::select! {
         () = tx.closed() => return,

@@ -156,6 +156,39 @@ impl Authenticator {
     }
 }
 
+/// msgw's RPCs, the only method names a refused call is counted under: the path of
+/// an unauthenticated call is anyone's choice, and must not become a metric label.
+const METHODS: [&str; 19] = [
+    "SendSms",
+    "SendViber",
+    "SendRcs",
+    "SendTelegramOtp",
+    "SendVoice",
+    "SendVoiceOtp",
+    "SendPipeline",
+    "Batch",
+    "GetMessageStatus",
+    "GetBalance",
+    "ListSenders",
+    "LookupHlr",
+    "CreateSmsTemplate",
+    "ListSmsTemplates",
+    "DeleteSmsTemplates",
+    "CreateViberTemplate",
+    "ListViberTemplates",
+    "DeleteViberTemplates",
+    "StreamStatusEvents",
+];
+
+/// The method of a msgw RPC path, `"unknown"` for any other path.
+fn method_label(path: &str) -> &'static str {
+    path.strip_prefix("/msgw.v1.")
+        .and_then(|rest| rest.split_once('/'))
+        .and_then(|(_, method)| METHODS.iter().find(|m| **m == method))
+        .copied()
+        .unwrap_or("unknown")
+}
+
 /// The token of a `Bearer` authorization value.
 fn bearer(value: &[u8]) -> Option<&str> {
     let value = std::str::from_utf8(value).ok()?.trim();
@@ -228,7 +261,7 @@ where
                 Either::Left(self.inner.call(request))
             }
             Err(error) => {
-                let method = path.rsplit('/').next().unwrap_or_default();
+                let method = method_label(path);
                 let (status, outcome) = match &error {
                     AuthError::Unauthenticated(m) => {
                         (tonic::Status::unauthenticated(m.clone()), "unauthenticated")
@@ -257,6 +290,31 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refused_calls_are_counted_under_msgws_own_method_names_only() {
+        use prost::Message;
+        let set =
+            prost_types::FileDescriptorSet::decode(crate::proto::FILE_DESCRIPTOR_SET).unwrap();
+        let mut rpcs: Vec<String> = set
+            .file
+            .iter()
+            .filter(|f| f.package() == "msgw.v1")
+            .flat_map(|f| &f.service)
+            .flat_map(|s| s.method.iter().map(|m| m.name().to_owned()))
+            .collect();
+        let mut listed: Vec<String> = METHODS.iter().map(|m| m.to_string()).collect();
+        rpcs.sort();
+        listed.sort();
+        assert_eq!(listed, rpcs, "METHODS lists every RPC of msgw.v1");
+        assert_eq!(method_label("/msgw.v1.MessagingService/SendSms"), "SendSms");
+        assert_eq!(
+            method_label("/msgw.v1.MessagingService/Random123"),
+            "unknown"
+        );
+        assert_eq!(method_label("/evil.Service/SendSms"), "unknown");
+        assert_eq!(method_label("/"), "unknown");
+    }
 
     #[test]
     fn bearer_values_are_parsed_strictly() {

@@ -13,7 +13,7 @@ pub mod tls;
 
 pub use callers::{Caller, EventScope, Permission};
 pub use layer::{AuthError, AuthLayer, Authenticator};
-pub use permits::{admit, admit_events, permission};
+pub use permits::{admit, admit_events};
 
 /// The caller the auth layer put into a request. A request without one never passed
 /// the layer (a wiring bug): it is refused rather than let through.

@@ -5,7 +5,7 @@ use super::callers::{Caller, Permission};
 use crate::domain::{Error, Operation};
 
 /// The permission an operation needs.
-pub fn permission(op: &Operation) -> Permission {
+fn permission(op: &Operation) -> Permission {
     match op {
         Operation::SendSms(_)
         | Operation::SendViber(_)

@@ -267,18 +267,14 @@ impl Store for PgStore {
             .map(|e| id_to_db(e.report.client_id))
             .filter(|&id| id != 0)
             .collect();
-        let claimed: Vec<(i64, Option<String>)> = sqlx::query_as(
-            "SELECT client_id, caller FROM claims WHERE caller IS NOT NULL AND client_id = ANY($1)",
-        )
-        .bind(&ids)
-        .fetch_all(&mut *tx)
-        .await?;
-        let mut callers = std::collections::HashMap::new();
-        for (id, caller) in claimed {
-            if let Some(caller) = super::rows::caller_from_db(caller)? {
-                callers.insert(id_from_db(id), caller);
-            }
-        }
+        let callers = super::rows::callers_by_id(
+            sqlx::query_as(
+                "SELECT client_id, caller FROM claims WHERE caller IS NOT NULL AND client_id = ANY($1)",
+            )
+            .bind(&ids)
+            .fetch_all(&mut *tx)
+            .await?,
+        )?;
         let mut columns = EventColumns::default();
         let mut next = head;
         let mut appended = Vec::with_capacity(events.len());

@@ -188,8 +188,21 @@ pub(super) struct ClaimRow {
 
 /// A stored caller name.
 pub(super) fn caller_from_db(v: Option<String>) -> Result<Option<CallerName>, StoreError> {
-    v.map(|name| CallerName::parse(&name).map_err(|e| StoreError::Corrupt(format!("caller: {e}"))))
-        .transpose()
+    v.map(|name| caller_named(&name)).transpose()
+}
+
+fn caller_named(name: &str) -> Result<CallerName, StoreError> {
+    CallerName::parse(name).map_err(|e| StoreError::Corrupt(format!("caller: {e}")))
+}
+
+/// The callers of client ids, from `(client_id, caller)` rows of `claims` (callers
+/// not null): the callers each appended event is stamped with.
+pub(super) fn callers_by_id(
+    rows: Vec<(i64, String)>,
+) -> Result<std::collections::HashMap<u64, CallerName>, StoreError> {
+    rows.into_iter()
+        .map(|(id, name)| Ok((id_from_db(id), caller_named(&name)?)))
+        .collect()
 }
 
 /// A stored claim generation.

@@ -216,12 +216,8 @@ async fn callers_of(
             list.push_bind(id_to_db(*id));
         }
         query.push(")");
-        let rows: Vec<(i64, Option<String>)> = query.build_query_as().fetch_all(&mut **tx).await?;
-        for (id, caller) in rows {
-            if let Some(caller) = super::rows::caller_from_db(caller)? {
-                callers.insert(super::rows::id_from_db(id), caller);
-            }
-        }
+        let rows: Vec<(i64, String)> = query.build_query_as().fetch_all(&mut **tx).await?;
+        callers.extend(super::rows::callers_by_id(rows)?);
     }
     Ok(callers)
 }

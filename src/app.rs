@@ -119,6 +119,7 @@ impl Application {
             .with_tracking(Tracking {
                 hooks: hooks.clone(),
                 store: store.clone(),
+                settle: config.upstream_settle,
             });
         let grpc = TcpListener::bind(config.grpc_addr)
             .await

@@ -199,9 +199,17 @@ pub struct ServeArgs {
     /// File holding the gateway API key (e.g. a mounted Kubernetes Secret); surrounding whitespace is ignored.
     #[arg(long, env = "MSGW_API_KEY_FILE")]
     pub api_key_file: Option<PathBuf>,
-    /// Upper bound of one upstream request (e.g. `10s`, `1500ms`); the caller's gRPC deadline may shorten it.
+    /// Upper bound of one upstream request (e.g. `10s`, `1500ms`). A request with a send
+    /// in it is never cut sooner for a caller's deadline: the caller is answered at its
+    /// deadline, and the request runs on so that its outcome is recorded.
     #[arg(long, env = "MSGW_UPSTREAM_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     pub upstream_timeout: Duration,
+    /// After a send request is cut while the gateway may hold it (the upstream timeout,
+    /// a connection lost after the body left), how long the gateway's "message not
+    /// found" still means "not yet": retries inside this window never send. `0s` trusts
+    /// "not found" at once.
+    #[arg(long, env = "MSGW_UPSTREAM_SETTLE", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub upstream_settle: Duration,
     /// Gateway requests in flight at most, and so connections to the gateway. Calls that
     /// arrive while all are busy queue and go out together in the next free one.
     #[arg(long, env = "MSGW_UPSTREAM_CONNECTIONS", default_value_t = 8)]
@@ -425,6 +433,8 @@ pub struct Config {
     pub upstream: Upstream,
     /// Upper bound of one upstream request.
     pub upstream_timeout: Duration,
+    /// How long "not found" means "not yet" after a cut send request.
+    pub upstream_settle: Duration,
     /// Gateway requests in flight, operations per request and queued operations, at most.
     pub upstream_limits: Limits,
     /// Timeouts and connection limit of the webhook listener.
@@ -637,6 +647,7 @@ impl ServeArgs {
             balance_refresh: self.balance_refresh,
             upstream,
             upstream_timeout: self.upstream_timeout,
+            upstream_settle: self.upstream_settle,
             upstream_limits: Limits {
                 connections: self.upstream_connections,
                 batch_max: self.upstream_batch_max,

@@ -217,8 +217,17 @@ impl Callers {
     pub fn load(path: &Path, previous: Option<&Callers>) -> Result<Self, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read the callers file {}: {e}", path.display()))?;
-        Self::parse(&text, previous)
-            .map_err(|e| format!("the callers file {}: {e}", path.display()))
+        let callers = Self::parse(&text, previous)
+            .map_err(|e| format!("the callers file {}: {e}", path.display()))?;
+        // An empty or truncated file (a half-written Secret, a bad edit) would lock every
+        // caller out: it is refused at start, and a reload keeps the callers it had.
+        if callers.is_empty() {
+            return Err(format!(
+                "the callers file {} lists no [[caller]]: msgw needs at least one caller in it (is the file empty or truncated?)",
+                path.display()
+            ));
+        }
+        Ok(callers)
     }
 
     /// Parses and checks the text of a callers file.
@@ -341,6 +350,17 @@ mod tests {
             .iter()
             .map(|b| format!("{b:02x}"))
             .collect()
+    }
+
+    #[test]
+    fn a_callers_file_listing_no_caller_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        for text in ["", "# all callers moved elsewhere\n"] {
+            let path = dir.path().join("callers.toml");
+            std::fs::write(&path, text).unwrap();
+            let error = Callers::load(&path, None).unwrap_err();
+            assert!(error.contains("lists no [[caller]]"), "{error}");
+        }
     }
 
     #[test]

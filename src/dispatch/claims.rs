@@ -10,6 +10,12 @@
 //! | in flight | wait for its outcome, up to the caller's deadline | `ALREADY_EXISTS` |
 //! | unknown, or in flight past the upstream timeout | take it over, ask `status` first | `ALREADY_EXISTS` |
 //!
+//! A request cut while the gateway may hold it (the upstream timeout, a connection lost
+//! after the body left) opens a settle window (`MSGW_UPSTREAM_SETTLE`), stored with the
+//! claim: inside it the gateway's "not found" means "not yet", so nothing is sent and
+//! the caller is told to retry; only after it does "not found" mean "never sent". A
+//! claim left in flight by a stopped owner gets the window from when it turned stale.
+//!
 //! A claim another caller made is "a different request" whatever its body, and its
 //! conflict never names that caller's `msg_id`; only a released claim (nothing was
 //! sent) is free for anyone.
@@ -21,7 +27,9 @@ use sha2::{Digest, Sha256};
 use tokio::{sync::watch, time::Instant};
 
 use super::Executed;
-use crate::domain::{CallerName, ClientId, Error, Operation, Output, SendReceipt};
+use crate::domain::{
+    CallerName, ClientId, Error, Operation, Output, SendReceipt, UnavailableCause,
+};
 use crate::store::{
     AcceptedOutcome, ClaimChange, ClaimRecord, ClaimReply, ClaimState, Fingerprint, Settlement,
     Store, StoreError,
@@ -52,12 +60,13 @@ pub struct Owned {
 pub enum Decision {
     /// Answered without sending: a replay or a conflict.
     Answer(Result<Executed, Error>),
-    /// Take the claim over at `attempt`; `resolve`: ask the gateway's `status` first.
+    /// Take the claim over at `attempt`; with `resolve`, ask the gateway's `status` first.
     TakeOver {
         /// The generation seen.
         attempt: u32,
-        /// Whether the earlier outcome is unknown.
-        resolve: bool,
+        /// The earlier outcome is unknown: the end of its settle window (before it, "not
+        /// found" means "not yet").
+        resolve: Option<DateTime<Utc>>,
     },
     /// Another call owns it: wait for its outcome, at most until it turns stale.
     Wait(DateTime<Utc>),
@@ -70,6 +79,7 @@ pub struct Claims {
     /// Bumped whenever this process settles claims; waiting calls look again then.
     settled: Arc<watch::Sender<u64>>,
     stale_after: Duration,
+    settle: Duration,
 }
 
 /// The fingerprint of a request: the hash of its canonical gateway operation.
@@ -79,13 +89,25 @@ pub fn fingerprint(op: &Operation) -> Fingerprint {
 
 impl Claims {
     /// Claims over `store`; a claim with no outcome `stale_after` after it was made
-    /// counts as unknown.
-    pub fn new(store: Arc<dyn Store>, stale_after: Duration) -> Self {
+    /// counts as unknown; a cut request's outcome is open for `settle` after the cut.
+    pub fn new(store: Arc<dyn Store>, stale_after: Duration, settle: Duration) -> Self {
         Self {
             store,
             settled: Arc::new(watch::channel(0).0),
             stale_after,
+            settle,
         }
+    }
+
+    /// The end of the settle window of a request cut now.
+    pub fn settle_until(&self) -> DateTime<Utc> {
+        Utc::now() + duration(self.settle)
+    }
+
+    /// Claims in flight since before this at `now` are past their settle window too:
+    /// their owner stopped, and the gateway has had the window to carry the request out.
+    pub fn in_flight_before(&self, now: DateTime<Utc>) -> DateTime<Utc> {
+        now - duration(self.stale_after) - duration(self.settle)
     }
 
     /// Wakes on every settlement of this process; subscribe before looking at a claim,
@@ -128,7 +150,7 @@ impl Claims {
                 msg_id: msg_id.cloned(),
             }))
         };
-        let take_over = |resolve| Decision::TakeOver {
+        let take_over = |resolve: Option<DateTime<Utc>>| Decision::TakeOver {
             attempt: record.attempt,
             resolve,
         };
@@ -140,14 +162,15 @@ impl Claims {
             }
             ClaimState::Accepted(outcome) if own => conflict(outcome.msg_id.as_ref()),
             ClaimState::Accepted(_) => conflict(None),
-            ClaimState::Released { .. } => take_over(false),
+            ClaimState::Released { .. } => take_over(None),
             _ if !same => conflict(None),
-            ClaimState::Unknown => take_over(true),
+            ClaimState::Unknown { settle_until } => {
+                take_over(Some(settle_until.unwrap_or(DateTime::<Utc>::MIN_UTC)))
+            }
             ClaimState::InFlight { since } => {
-                let stale_at = *since
-                    + chrono::Duration::from_std(self.stale_after).unwrap_or(chrono::Duration::MAX);
+                let stale_at = *since + duration(self.stale_after);
                 if Utc::now() >= stale_at {
-                    take_over(true)
+                    take_over(Some(stale_at + duration(self.settle)))
                 } else {
                     Decision::Wait(stale_at)
                 }
@@ -261,6 +284,27 @@ pub fn in_progress(id: ClientId, stale_at: DateTime<Utc>) -> Error {
         id: id.get(),
         retry_after: left.clamp(Duration::from_millis(100), Duration::from_secs(1)),
     }
+}
+
+/// The answer when the gateway does not know `id` yet but an earlier request with it may
+/// still be in its hands (inside the settle window ending `until`): nothing was sent.
+pub fn settling(id: ClientId, until: DateTime<Utc>) -> Error {
+    let left = (until - Utc::now()).to_std().unwrap_or_default();
+    Error::Unavailable {
+        cause: UnavailableCause::Settling {
+            retry_after: left.max(Duration::from_millis(100)),
+        },
+        outcome_unknown: true,
+        detail: format!(
+            "an earlier request with id {id} was cut off while the gateway may still be carrying it out; the gateway does not know the message yet, which proves nothing for another {}s: nothing was sent now, retry with the same id",
+            left.as_secs().max(1)
+        ),
+    }
+}
+
+/// A std duration as chrono's (saturating).
+fn duration(d: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
 }
 
 /// The answer when the claims cannot be read or written: nothing was sent.

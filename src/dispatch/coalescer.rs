@@ -4,11 +4,20 @@
 //! call at once, and under load every envelope takes what queued while the others
 //! were in flight. A call's operations always share one envelope; the queue is
 //! bounded in operations, and a call that would overflow it is refused.
+//!
+//! A caller is answered at its deadline whatever its envelope is doing: a gateway
+//! request that has left is never cut for one caller (the gateway may carry it out
+//! anyway), so the envelope runs on and records the outcome for the caller's retry.
+//! Whether the request had left is decided once, atomically, between the caller giving
+//! up and the envelope sending (`Phase`).
 
 use std::{
     collections::VecDeque,
     future::Future,
-    sync::{Arc, Mutex, MutexGuard},
+    sync::{
+        Arc, Mutex, MutexGuard,
+        atomic::{AtomicU8, Ordering},
+    },
     time::Duration,
 };
 
@@ -53,12 +62,60 @@ pub struct Call<A> {
     /// Where its answer goes.
     pub reply: oneshot::Sender<CallReply<A>>,
     seq: u64,
+    phase: Arc<Phase>,
 }
 
 impl<A> Call<A> {
     /// Whether the caller still waits for the answer.
     pub fn wanted(&self) -> bool {
-        !self.reply.is_closed()
+        !self.reply.is_closed() && !self.phase.is(Phase::ABANDONED)
+    }
+
+    /// Gives the call up unsent (its deadline passed before its request left).
+    pub fn abandon(&self) {
+        self.phase.abandon();
+    }
+
+    /// Marks the call's request as leaving for the gateway; false when the caller gave
+    /// up first (then nothing of it may be sent).
+    pub fn begin_send(&self) -> bool {
+        self.phase
+            .0
+            .compare_exchange(
+                Phase::WAITING,
+                Phase::SENDING,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+            && !self.reply.is_closed()
+    }
+}
+
+/// Whether a call's request has left msgw: set once, by whichever comes first of the
+/// envelope sending it and the caller giving up.
+struct Phase(AtomicU8);
+
+impl Phase {
+    const WAITING: u8 = 0;
+    const SENDING: u8 = 1;
+    const ABANDONED: u8 = 2;
+
+    fn is(&self, phase: u8) -> bool {
+        self.0.load(Ordering::Acquire) == phase
+    }
+
+    /// Gives up unless the request already left; true when it had not.
+    fn abandon(&self) -> bool {
+        match self.0.compare_exchange(
+            Self::WAITING,
+            Self::ABANDONED,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => true,
+            Err(phase) => phase == Self::ABANDONED,
+        }
     }
 }
 
@@ -130,9 +187,10 @@ impl<R: Runner> Coalescer<R> {
         self.limits
     }
 
-    /// Queues `ops` as one call and waits for their answers. A call still queued at
-    /// `deadline` is taken out unsent (`DEADLINE_EXCEEDED`, nothing happened); one
-    /// already in an envelope is answered by it, which ends by the deadline too.
+    /// Queues `ops` as one call and waits for their answers, at most until `deadline`.
+    /// Then a call whose request has not left is given up unsent (`DEADLINE_EXCEEDED`,
+    /// nothing happened); one whose request left gets `DEADLINE_EXCEEDED` with an
+    /// unknown outcome when it changes state, and its envelope runs on.
     pub async fn call(
         self: &Arc<Self>,
         ops: Vec<Operation>,
@@ -144,6 +202,8 @@ impl<R: Runner> Coalescer<R> {
         }
         let (reply, mut answer) = oneshot::channel();
         let size = ops.len();
+        let changes_state = ops.iter().any(Operation::changes_state);
+        let phase = Arc::new(Phase(AtomicU8::new(Phase::WAITING)));
         let seq = {
             let mut state = self.lock();
             if state.queued_ops + size > self.limits.queue_max {
@@ -163,6 +223,7 @@ impl<R: Runner> Coalescer<R> {
                     deadline,
                     reply,
                     seq,
+                    phase: phase.clone(),
                 },
                 since: Instant::now(),
             });
@@ -174,6 +235,7 @@ impl<R: Runner> Coalescer<R> {
         let _leave = Leave {
             coalescer: self,
             seq,
+            phase: &phase,
         };
         let Some(deadline) = deadline else {
             return answer.await.unwrap_or_else(|_| Err(dropped()));
@@ -181,10 +243,10 @@ impl<R: Runner> Coalescer<R> {
         tokio::select! {
             got = &mut answer => got.unwrap_or_else(|_| Err(dropped())),
             () = tokio::time::sleep_until(deadline) => {
-                if self.remove(seq) {
+                if self.remove(seq) || phase.abandon() {
                     Err(not_sent())
                 } else {
-                    answer.await.unwrap_or_else(|_| Err(dropped()))
+                    Err(Error::DeadlineExceeded { outcome_unknown: changes_state })
                 }
             }
         }
@@ -289,15 +351,19 @@ impl<R: Runner> Drop for Slot<R> {
     }
 }
 
-/// Takes a caller's call out of the queue when the caller's future is dropped.
+/// Takes a caller's call out of the queue, or gives it up if its request has not left,
+/// when the caller's future is dropped.
 struct Leave<'a, R: Runner> {
     coalescer: &'a Arc<Coalescer<R>>,
     seq: u64,
+    phase: &'a Phase,
 }
 
 impl<R: Runner> Drop for Leave<'_, R> {
     fn drop(&mut self) {
-        self.coalescer.remove(self.seq);
+        if !self.coalescer.remove(self.seq) {
+            self.phase.abandon();
+        }
     }
 }
 

@@ -2,6 +2,10 @@
 //! store call), unknown earlier outcomes are resolved by one `status` request, what
 //! this envelope now owns goes to the gateway in one request, and every outcome, with
 //! the messages reconcile tracks, is recorded in one transaction.
+//!
+//! A request with a send in it runs to its answer or the upstream timeout, whatever
+//! its callers' deadlines: once it has left, only its recorded outcome keeps a retry
+//! from sending the same id again.
 
 use std::sync::Arc;
 
@@ -54,8 +58,9 @@ pub struct Engine {
 enum Slot {
     /// Goes into the envelope; a keyed one with the claim it owns.
     Send(Option<Owned>),
-    /// Its earlier outcome is unknown: a `status` query decides.
-    Resolve(Owned),
+    /// Its earlier outcome is unknown: a `status` query decides; before the end of the
+    /// settle window, "not found" means "not yet".
+    Resolve(Owned, DateTime<Utc>),
     /// Another call owns its claim.
     Wait(DateTime<Utc>),
     /// Answered.
@@ -138,7 +143,7 @@ async fn acquire(claims: &Claims, entries: &mut [Entry]) {
             at,
         })
         .collect();
-    let mut taking = Vec::new();
+    let mut taking: Vec<(usize, Option<DateTime<Utc>>)> = Vec::new();
     let mut take_overs = Vec::new();
     for (i, reply) in apply(claims, &changes, entries, &keyed).await {
         let Some((id, fingerprint)) = entries[i].key else {
@@ -163,7 +168,7 @@ async fn acquire(claims: &Claims, entries: &mut [Entry]) {
                     }
                 }
             }
-            reply => claimed(id, reply, false),
+            reply => claimed(id, reply, None),
         };
     }
     if take_overs.is_empty() {
@@ -201,11 +206,14 @@ async fn apply(
     }
 }
 
-/// The slot of a keyed operation after a claim or take-over.
-fn claimed(id: ClientId, reply: ClaimReply, resolve: bool) -> Slot {
+/// The slot of a keyed operation after a claim or take-over (`resolve`: the earlier
+/// outcome is unknown, with the end of its settle window).
+fn claimed(id: ClientId, reply: ClaimReply, resolve: Option<DateTime<Utc>>) -> Slot {
     match reply {
-        ClaimReply::Claimed { attempt } if resolve => Slot::Resolve(Owned { id, attempt }),
-        ClaimReply::Claimed { attempt } => Slot::Send(Some(Owned { id, attempt })),
+        ClaimReply::Claimed { attempt } => match resolve {
+            Some(until) => Slot::Resolve(Owned { id, attempt }, until),
+            None => Slot::Send(Some(Owned { id, attempt })),
+        },
         // Another call got there between the look and the take-over: look again.
         ClaimReply::Existing(_) => Slot::Wait(Utc::now()),
         other => Slot::Done(Err(Error::Internal(format!(
@@ -214,35 +222,41 @@ fn claimed(id: ClientId, reply: ClaimReply, resolve: bool) -> Slot {
     }
 }
 
-/// Releases the claims of calls that can no longer use them: the caller left, or its
-/// deadline passed while the claims were written. Nothing of theirs is sent.
+/// Gives up the calls that can no longer use their claims: the caller left, or its
+/// deadline passed while the claims were written. Nothing of theirs is sent: a claim
+/// taken to send is released, one taken to resolve an unknown outcome stays unknown.
 fn release_unwanted(
     entries: &mut [Entry],
     callers: &[Caller],
     settlements: &mut Vec<(Owned, Settlement)>,
 ) {
     let now = Instant::now();
+    for caller in callers {
+        if caller.call.deadline.is_some_and(|d| d <= now) {
+            caller.call.abandon();
+        }
+    }
     for entry in entries.iter_mut() {
-        let call = &callers[entry.call].call;
-        let late = call.deadline.is_some_and(|d| d <= now);
-        if !late && call.wanted() {
+        if callers[entry.call].call.wanted() {
             continue;
         }
-        let owned = match entry.slot {
-            Slot::Send(owned) => owned,
-            Slot::Resolve(owned) => Some(owned),
+        match entry.slot {
+            Slot::Send(Some(owned)) => settlements.push((owned, unsent())),
+            Slot::Resolve(owned, settle_until) => {
+                settlements.push((owned, Settlement::Unknown { settle_until }));
+            }
+            Slot::Send(None) => {}
             _ => continue,
-        };
-        if let Some(owned) = owned {
-            settlements.push((
-                owned,
-                Settlement::Released("the caller left before the request was sent".into()),
-            ));
         }
         entry.slot = Slot::Done(Err(Error::DeadlineExceeded {
             outcome_unknown: false,
         }));
     }
+}
+
+/// The settlement of a claim whose request never left msgw.
+fn unsent() -> Settlement {
+    Settlement::Released("the caller left before the request was sent".into())
 }
 
 impl Engine {
@@ -255,11 +269,11 @@ impl Engine {
         callers: &[Caller],
         settlements: &mut Vec<(Owned, Settlement)>,
     ) {
-        let resolving: Vec<(usize, Owned)> = entries
+        let resolving: Vec<(usize, Owned, DateTime<Utc>)> = entries
             .iter()
             .enumerate()
             .filter_map(|(i, e)| match e.slot {
-                Slot::Resolve(owned) => Some((i, owned)),
+                Slot::Resolve(owned, until) => Some((i, owned, until)),
                 _ => None,
             })
             .collect();
@@ -268,9 +282,10 @@ impl Engine {
         }
         let queries: Vec<Operation> = resolving
             .iter()
-            .map(|(_, owned)| Operation::GetMessageStatus(owned.id))
+            .map(|(_, owned, _)| Operation::GetMessageStatus(owned.id))
             .collect();
-        let deadline = earliest(resolving.iter().map(|(i, _)| &callers[entries[*i].call]));
+        // Only queries: the request may end with the last caller waiting for it.
+        let deadline = latest(resolving.iter().map(|(i, ..)| &callers[entries[*i].call]));
         let answers = self
             .gateway
             .call(
@@ -279,7 +294,7 @@ impl Engine {
                 deadline,
             )
             .await;
-        for (n, (i, owned)) in resolving.into_iter().enumerate() {
+        for (n, (i, owned, settle_until)) in resolving.into_iter().enumerate() {
             let op = &entries[i].op;
             entries[i].slot = match &answers {
                 Ok(items) => match items.get(n) {
@@ -302,11 +317,22 @@ impl Engine {
                         );
                         Slot::Done(claims::replay(op, owned.id, outcome))
                     }
-                    // The gateway does not know the id: the earlier request never
-                    // arrived, so sending now is the first send.
+                    // The gateway does not know the id, but the earlier request may
+                    // still be on its way or in its queue: nothing proves it lost yet.
+                    Some(ItemOutcome::Rejected(_)) if Utc::now() < settle_until => {
+                        settlements.push((owned, Settlement::Unknown { settle_until }));
+                        tracing::info!(
+                            client_id = owned.id.get(),
+                            %settle_until,
+                            "unknown outcome: the gateway does not know the message yet; not sending inside the settle window"
+                        );
+                        Slot::Done(Err(claims::settling(owned.id, settle_until)))
+                    }
+                    // The gateway does not know the id after the window: the earlier
+                    // request never arrived, so sending now is the first send.
                     Some(ItemOutcome::Rejected(_)) => Slot::Send(Some(owned)),
                     _ => {
-                        settlements.push((owned, Settlement::Unknown));
+                        settlements.push((owned, Settlement::Unknown { settle_until }));
                         Slot::Done(Err(Error::Unavailable {
                             cause: UnavailableCause::BadResponse,
                             outcome_unknown: true,
@@ -315,7 +341,7 @@ impl Engine {
                     }
                 },
                 Err(e) => {
-                    settlements.push((owned, Settlement::Unknown));
+                    settlements.push((owned, Settlement::Unknown { settle_until }));
                     Slot::Done(Err(still_unknown(e)))
                 }
             };
@@ -331,9 +357,24 @@ impl Engine {
         settlements: &mut Vec<(Owned, Settlement)>,
         in_flight: InFlight<Engine>,
     ) -> Option<SemaphorePermit<'_>> {
-        let sending: Vec<usize> = (0..entries.len())
-            .filter(|&i| matches!(entries[i].slot, Slot::Send(_)))
-            .collect();
+        // Decided once per call, atomically against the caller giving up at its deadline.
+        let leaving: Vec<bool> = callers.iter().map(|c| c.call.begin_send()).collect();
+        let mut sending = Vec::new();
+        for (i, entry) in entries.iter_mut().enumerate() {
+            let Slot::Send(owned) = entry.slot else {
+                continue;
+            };
+            if leaving[entry.call] {
+                sending.push(i);
+                continue;
+            }
+            if let Some(owned) = owned {
+                settlements.push((owned, unsent()));
+            }
+            entry.slot = Slot::Done(Err(Error::DeadlineExceeded {
+                outcome_unknown: false,
+            }));
+        }
         if sending.is_empty() {
             return None;
         }
@@ -345,7 +386,14 @@ impl Engine {
                 Some(tracking.hooks.status_url(op.client_id()?.get()))
             })
             .collect();
-        let deadline = earliest(sending.iter().map(|&i| &callers[entries[i].call]));
+        // A request that changes state is never cut for a caller's deadline: it runs to
+        // its answer or the upstream timeout, and its outcome is recorded. Queries end
+        // with the last caller waiting for them.
+        let deadline = if batch.iter().any(|op| op.changes_state()) {
+            None
+        } else {
+            latest(sending.iter().map(|&i| &callers[entries[i].call]))
+        };
         let answered = self.gateway.call(&batch, &hooks, deadline).await;
         // The gateway request is over: the next envelope may go while this one records.
         let recording = self.recording.acquire().await.ok();
@@ -354,7 +402,9 @@ impl Engine {
             Ok(outcomes) => outcomes,
             Err(e) => {
                 let settlement = if e.may_have_arrived() {
-                    Settlement::Unknown
+                    Settlement::Unknown {
+                        settle_until: self.settle_until(),
+                    }
                 } else {
                     Settlement::Released(e.to_string())
                 };
@@ -433,8 +483,17 @@ impl Engine {
                 None,
             ),
             Err(Error::Rejected(text)) => Settlement::Released(text.clone()),
-            _ => Settlement::Unknown,
+            _ => Settlement::Unknown {
+                settle_until: self.settle_until(),
+            },
         }
+    }
+
+    /// The end of the settle window of a request cut now.
+    fn settle_until(&self) -> DateTime<Utc> {
+        self.claims
+            .as_ref()
+            .map_or_else(Utc::now, Claims::settle_until)
     }
 
     /// The message reconcile tracks for an accepted send, when msgw tracks deliveries.
@@ -451,9 +510,14 @@ impl Engine {
     }
 }
 
-/// The earliest deadline among `callers` (the request must end by it).
-fn earliest<'a>(callers: impl Iterator<Item = &'a Caller>) -> Option<Instant> {
-    callers.filter_map(|c| c.call.deadline).min()
+/// The latest deadline among `callers`: `None` when one of them has none.
+fn latest<'a>(callers: impl Iterator<Item = &'a Caller>) -> Option<Instant> {
+    callers
+        .map(|c| c.call.deadline)
+        .try_fold(None, |latest: Option<Instant>, d| {
+            d.map(|d| Some(latest.map_or(d, |l| l.max(d))))
+        })
+        .flatten()
 }
 
 /// Sends each call its answers: one per operation in order, or its failure.
@@ -466,7 +530,7 @@ fn answer(entries: Vec<Entry>, callers: Vec<Caller>) {
                 op: entry.op,
                 stale_at,
             },
-            Slot::Send(_) | Slot::Resolve(_) => {
+            Slot::Send(_) | Slot::Resolve(..) => {
                 Answer::Done(Err(Error::Internal("operation left unanswered".into())))
             }
         };

@@ -19,7 +19,7 @@ use crate::metrics::Metrics;
 use crate::store::Store;
 use crate::upstream::{Gateway, UpstreamError};
 
-pub use claims::{Claims, STALE_MARGIN, fingerprint};
+pub use claims::{Claims, Owned, STALE_MARGIN, fingerprint};
 use coalescer::Coalescer;
 pub use coalescer::Limits;
 use envelope::{Answer, Engine};
@@ -32,6 +32,9 @@ pub struct Tracking {
     pub hooks: HookUrls,
     /// Where claims and sent messages are recorded.
     pub store: Arc<dyn Store>,
+    /// After a request is cut while the gateway may hold it, how long "not found" from
+    /// `status` still means "not yet" (`MSGW_UPSTREAM_SETTLE`).
+    pub settle: std::time::Duration,
 }
 
 /// The answer to one operation.
@@ -73,7 +76,11 @@ impl Dispatcher {
         Self::build(
             Engine {
                 gateway: self.engine.gateway.clone(),
-                claims: Some(Claims::new(tracking.store.clone(), stale_after)),
+                claims: Some(Claims::new(
+                    tracking.store.clone(),
+                    stale_after,
+                    tracking.settle,
+                )),
                 tracking: Some(tracking),
                 metrics: self.engine.metrics.clone(),
                 recording: tokio::sync::Semaphore::new(self.coalescer.limits().connections),
@@ -91,6 +98,11 @@ impl Dispatcher {
     /// Operations one call may hold at most: they always share one envelope.
     pub fn batch_max(&self) -> usize {
         self.coalescer.limits().batch_max
+    }
+
+    /// The claims of keyed operations, when msgw tracks them.
+    pub fn claims(&self) -> Option<&Claims> {
+        self.engine.claims.as_ref()
     }
 
     /// The metrics this dispatcher records into.

@@ -26,6 +26,12 @@ pub enum UnavailableCause {
     Store,
     /// msgw is shutting down.
     ShuttingDown,
+    /// An earlier request with the id may still be in the gateway's hands (its settle
+    /// window is open): nothing was sent; retry after `retry_after`.
+    Settling {
+        /// When the window closes.
+        retry_after: std::time::Duration,
+    },
 }
 
 /// Everything that can go wrong with an operation.
@@ -130,7 +136,9 @@ fn rate_text(caller: &str, sends: &u32, never: bool) -> String {
 /// The text of an `Unavailable` error: only a gateway problem is called one.
 fn unavailable_text(cause: UnavailableCause, detail: &str) -> String {
     match cause {
-        UnavailableCause::Store | UnavailableCause::ShuttingDown => detail.to_owned(),
+        UnavailableCause::Store
+        | UnavailableCause::ShuttingDown
+        | UnavailableCause::Settling { .. } => detail.to_owned(),
         _ => format!("the gateway is unavailable: {detail}"),
     }
 }

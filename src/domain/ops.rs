@@ -354,21 +354,29 @@ impl Operation {
     /// how long the gateway may keep trying (the gateway's default when not set).
     pub fn delivery(&self) -> Option<(ClientId, super::Channel, std::time::Duration)> {
         use super::Channel;
-        let secs = |l: Option<Lifetime>, default: u32| {
-            std::time::Duration::from_secs(u64::from(l.map_or(default, Lifetime::seconds)))
+        let secs = |l: Option<Lifetime>, channel: Channel| {
+            l.map_or(channel.default_lifetime(), |l| {
+                std::time::Duration::from_secs(u64::from(l.seconds()))
+            })
         };
         match self {
-            Self::SendSms(op) => Some((op.to.id, Channel::Sms, secs(op.lifetime, 172_800))),
-            Self::SendViber(op) => Some((op.to.id, Channel::Viber, secs(op.lifetime, 86_400))),
-            Self::SendRcs(op) => Some((op.to.id, Channel::Rcs, secs(op.lifetime, 172_800))),
-            Self::SendTelegramOtp(op) => {
-                Some((op.to.id, Channel::Telegram, secs(op.lifetime, 172_800)))
+            Self::SendSms(op) => Some((op.to.id, Channel::Sms, secs(op.lifetime, Channel::Sms))),
+            Self::SendViber(op) => {
+                Some((op.to.id, Channel::Viber, secs(op.lifetime, Channel::Viber)))
             }
-            // The spec gives voice calls no lifetime; a call is over within the hour.
-            Self::SendVoice(op) => Some((op.to.id, Channel::Voice, secs(None, 3_600))),
+            Self::SendRcs(op) => Some((op.to.id, Channel::Rcs, secs(op.lifetime, Channel::Rcs))),
+            Self::SendTelegramOtp(op) => Some((
+                op.to.id,
+                Channel::Telegram,
+                secs(op.lifetime, Channel::Telegram),
+            )),
+            Self::SendVoice(op) => {
+                Some((op.to.id, Channel::Voice, Channel::Voice.default_lifetime()))
+            }
+            // The gateway tries the steps in turn; the longest default covers them all.
             Self::SendPipeline(op) => {
                 let first = op.steps.first().map(PipelineStep::channel)?;
-                Some((op.to.id, first, secs(None, 172_800)))
+                Some((op.to.id, first, Channel::Sms.default_lifetime()))
             }
             _ => None,
         }

@@ -28,6 +28,16 @@ impl Channel {
         Self::Whatsapp,
     ];
 
+    /// How long the gateway keeps trying a message on this channel when the send names
+    /// no lifetime (the spec's defaults; voice calls have none and end within the hour).
+    pub fn default_lifetime(self) -> std::time::Duration {
+        std::time::Duration::from_secs(match self {
+            Self::Viber => 86_400,
+            Self::Voice => 3_600,
+            Self::Sms | Self::Rcs | Self::Telegram | Self::Whatsapp => 172_800,
+        })
+    }
+
     /// The gateway's name of the channel.
     pub fn as_str(self) -> &'static str {
         match self {

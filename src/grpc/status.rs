@@ -51,6 +51,8 @@ pub fn reason(e: &Error) -> &'static str {
             | UnavailableCause::Timeout
             | UnavailableCause::HttpStatus(_)
             | UnavailableCause::BadResponse => "UPSTREAM_UNAVAILABLE",
+            // Always with `outcome_unknown` (above); here only for completeness.
+            UnavailableCause::Settling { .. } => "OUTCOME_UNKNOWN",
         },
         Error::DeadlineExceeded { .. } => "UPSTREAM_DEADLINE",
         Error::CursorOutOfRange { .. } => "CURSOR_OUT_OF_RANGE",
@@ -90,6 +92,15 @@ impl From<Error> for Status {
                     UnavailableCause::BadResponse => "bad_response".to_owned(),
                     UnavailableCause::Store => "store".to_owned(),
                     UnavailableCause::ShuttingDown => "shutting_down".to_owned(),
+                    UnavailableCause::Settling { retry_after } => {
+                        let mut details = ErrorDetails::with_retry_info(Some(*retry_after));
+                        details.set_error_info(
+                            reason,
+                            ERROR_DOMAIN,
+                            HashMap::from([("cause".to_owned(), "settling".to_owned())]),
+                        );
+                        return Status::with_error_details(Code::Unavailable, message, details);
+                    }
                 };
                 with_info(Code::Unavailable, message, reason, [("cause", cause)])
             }

@@ -1,7 +1,10 @@
 //! Finds the final status of messages whose webhook never came: a message with no
 //! final status some time after sending is polled with the `status` operation,
 //! with backoff, until it is final or its lifetime is over. What a poll learns
-//! becomes an event with source `poll`.
+//! becomes an event with source `poll`. Sends whose outcome stayed unknown past their
+//! settle window are resolved the same way (`unsettled`).
+
+mod unsettled;
 
 use std::{sync::Arc, time::Duration};
 
@@ -75,6 +78,16 @@ impl Reconciler {
                     Ok(_) => break,
                     Err(e) => {
                         tracing::warn!(error = %e, "reconcile: poll round failed");
+                        break;
+                    }
+                }
+            }
+            loop {
+                match self.resolve_unsettled().await {
+                    Ok(n) if n == self.poll_batch() as usize => continue,
+                    Ok(_) => break,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "reconcile: resolving unknown outcomes failed");
                         break;
                     }
                 }

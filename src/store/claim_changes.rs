@@ -102,10 +102,11 @@ macro_rules! change_by_change {
             at: DateTime<Utc>,
             first_poll_after: Duration,
         ) -> Result<ClaimReply, StoreError> {
-            let (state, accepted, reason) = settlement_columns(settlement);
+            let SettlementColumns { state, accepted, reason, settle_until_ms } =
+                settlement_columns(settlement);
             let updated = sqlx::query(
                 "UPDATE claims SET state = $1, settled_at_ms = $2, msg_id = $3, parts = $4, payload = $5,
-                        recovered = $6, reason = $7
+                        recovered = $6, reason = $7, settle_until_ms = $10
                   WHERE client_id = $8 AND attempt = $9",
             )
             .bind(state)
@@ -117,6 +118,7 @@ macro_rules! change_by_change {
             .bind(reason)
             .bind(id_to_db(id))
             .bind(i64::from(attempt))
+            .bind(settle_until_ms)
             .execute(&mut **tx)
             .await?
             .rows_affected();

@@ -43,7 +43,11 @@ pub enum ClaimState {
         reason: String,
     },
     /// The request may have reached the gateway; a `status` query decides.
-    Unknown,
+    Unknown {
+        /// Until then the gateway may still be carrying out the request, so its "not
+        /// found" means "not yet" (`None`: no window, as stored before windows existed).
+        settle_until: Option<DateTime<Utc>>,
+    },
 }
 
 /// A claim as stored.
@@ -66,8 +70,12 @@ pub enum Settlement {
     Accepted(AcceptedOutcome, Option<SentMessage>),
     /// Nothing sent.
     Released(String),
-    /// Outcome unknown.
-    Unknown,
+    /// Outcome unknown; the gateway may still be carrying the request out until
+    /// `settle_until`.
+    Unknown {
+        /// The end of the settle window.
+        settle_until: DateTime<Utc>,
+    },
 }
 
 /// One change of the claims. Settlements and take-overs of a group commit together;

@@ -110,6 +110,16 @@ pub trait Store: std::fmt::Debug + Send + Sync + 'static {
     /// The claim of `id`, if any.
     async fn claim_of(&self, id: ClientId) -> Result<Option<ClaimRecord>, StoreError>;
 
+    /// Claims whose outcome is still open once nothing can change it any more: unknown
+    /// ones whose settle window ended by `now`, and in-flight ones claimed at or before
+    /// `in_flight_before` (their owner stopped); oldest first, at most `limit`.
+    async fn unsettled_claims(
+        &self,
+        now: DateTime<Utc>,
+        in_flight_before: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<(ClientId, ClaimRecord)>, StoreError>;
+
     /// The client id of a gateway message id, if msgw sent it.
     async fn client_id_of(&self, msg_id: &str) -> Result<Option<u64>, StoreError>;
 
@@ -213,6 +223,14 @@ fn prune_statements(retention: Retention, now: DateTime<Utc>) -> [(&'static str,
         ),
     ]
 }
+
+/// Claims still open past their settle window (`$1`: now, `$2`: in flight before, `$3`:
+/// limit; the partial index `claims_unsettled` holds exactly the open ones).
+const UNSETTLED_SQL: &str = "SELECT * FROM claims
+     WHERE state IN ('in_flight', 'unknown')
+       AND ((state = 'unknown' AND COALESCE(settle_until_ms, 0) <= $1)
+            OR (state = 'in_flight' AND claimed_at_ms <= $2))
+     ORDER BY claimed_at_ms LIMIT $3";
 
 /// The final event of a message if it has one, else its newest (`$1`: the client id).
 const LAST_EVENT_SQL: &str =

@@ -12,8 +12,8 @@ use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 use tokio::sync::watch;
 
 use super::rows::{
-    ClaimRow, DueRow, EventRow, cursor_from_db, cursor_to_db, id_from_db, id_to_db, millis, ms,
-    pending_from_row, replies_to_json,
+    ClaimRow, DueRow, EventRow, claims_with_ids, cursor_from_db, cursor_to_db, id_from_db,
+    id_to_db, millis, ms, pending_from_row, replies_to_json,
 };
 use super::{
     ClaimChange, ClaimRecord, ClaimReply, PendingMessage, Retention, Store, StoreError, advance,
@@ -231,6 +231,21 @@ impl Store for PgStore {
             .await?
             .map(ClaimRecord::try_from)
             .transpose()
+    }
+
+    async fn unsettled_claims(
+        &self,
+        now: DateTime<Utc>,
+        in_flight_before: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<(ClientId, ClaimRecord)>, StoreError> {
+        let rows: Vec<ClaimRow> = sqlx::query_as(super::UNSETTLED_SQL)
+            .bind(ms(now))
+            .bind(ms(in_flight_before))
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?;
+        claims_with_ids(rows)
     }
 
     async fn client_id_of(&self, msg_id: &str) -> Result<Option<u64>, StoreError> {

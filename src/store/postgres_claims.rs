@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgPool, Postgres};
 
 use super::claims::{ClaimOutcome, Grouped, NewClaim, Settle, grouped};
-use super::rows::{ClaimRow, attempt_from_db, ms, seconds, settlement_columns};
+use super::rows::{ClaimRow, SettlementColumns, attempt_from_db, ms, seconds, settlement_columns};
 use super::{
     ClaimChange, ClaimRecord, ClaimReply, Fingerprint, SentMessage, Settlement, StoreError,
 };
@@ -101,7 +101,8 @@ async fn settle_all(
         Vec::with_capacity(n),
         Vec::with_capacity(n),
     );
-    let (mut msg_ids, mut parts, mut payloads, mut recovered, mut reasons) = (
+    let (mut msg_ids, mut parts, mut payloads, mut recovered, mut reasons, mut settle_until) = (
+        Vec::with_capacity(n),
         Vec::with_capacity(n),
         Vec::with_capacity(n),
         Vec::with_capacity(n),
@@ -116,7 +117,12 @@ async fn settle_all(
         Vec::with_capacity(n),
     );
     for (id, attempt, settlement, at) in settlements {
-        let (state, accepted, reason) = settlement_columns(settlement);
+        let SettlementColumns {
+            state,
+            accepted,
+            reason,
+            settle_until_ms,
+        } = settlement_columns(settlement);
         ids.push(id_to_db(*id));
         attempts.push(i64::from(*attempt));
         states.push(state);
@@ -126,6 +132,7 @@ async fn settle_all(
         payloads.push(accepted.map(|a| a.payload.to_string()));
         recovered.push(accepted.is_some_and(|a| a.recovered));
         reasons.push(reason.map(str::to_owned));
+        settle_until.push(settle_until_ms);
         let message: Option<&SentMessage> = match settlement {
             Settlement::Accepted(_, Some(message)) => Some(message),
             _ => None,
@@ -140,13 +147,15 @@ async fn settle_all(
         "WITH v AS (
              SELECT * FROM UNNEST($1::BIGINT[], $2::BIGINT[], $3::TEXT[], $4::BIGINT[], $5::TEXT[],
                                   $6::BIGINT[], $7::TEXT[], $8::BOOLEAN[], $9::TEXT[], $10::TEXT[],
-                                  $11::TEXT[], $12::BIGINT[], $13::BIGINT[], $14::BIGINT[])
+                                  $11::TEXT[], $12::BIGINT[], $13::BIGINT[], $14::BIGINT[],
+                                  $15::BIGINT[])
                  AS v (client_id, attempt, state, settled_at_ms, msg_id, parts, payload, recovered,
-                       reason, m_msg_id, m_channel, m_sent_at_ms, m_lifetime_s, m_next_poll_ms)
+                       reason, m_msg_id, m_channel, m_sent_at_ms, m_lifetime_s, m_next_poll_ms,
+                       settle_until_ms)
          ), settled AS (
              UPDATE claims c SET state = v.state, settled_at_ms = v.settled_at_ms,
                     msg_id = v.msg_id, parts = v.parts, payload = v.payload,
-                    recovered = v.recovered, reason = v.reason
+                    recovered = v.recovered, reason = v.reason, settle_until_ms = v.settle_until_ms
                FROM v WHERE c.client_id = v.client_id AND c.attempt = v.attempt
              RETURNING c.client_id
          ), tracked AS (
@@ -178,6 +187,7 @@ async fn settle_all(
     .bind(&sent_at)
     .bind(&lifetimes)
     .bind(&next_polls)
+    .bind(&settle_until)
     .fetch_all(pool)
     .await?;
     let settled: HashSet<i64> = settled.into_iter().map(|(id,)| id).collect();

@@ -184,6 +184,7 @@ pub(super) struct ClaimRow {
     recovered: bool,
     reason: Option<String>,
     caller: Option<String>,
+    settle_until_ms: Option<i64>,
 }
 
 /// A stored caller name.
@@ -202,6 +203,19 @@ pub(super) fn callers_by_id(
 ) -> Result<std::collections::HashMap<u64, CallerName>, StoreError> {
     rows.into_iter()
         .map(|(id, name)| Ok((id_from_db(id), caller_named(&name)?)))
+        .collect()
+}
+
+/// Reads claims with their ids.
+pub(super) fn claims_with_ids(
+    rows: Vec<ClaimRow>,
+) -> Result<Vec<(ClientId, ClaimRecord)>, StoreError> {
+    rows.into_iter()
+        .map(|row| {
+            let id = ClientId::new(id_from_db(row.client_id))
+                .map_err(|_| StoreError::Corrupt("claim with client id 0".into()))?;
+            Ok((id, ClaimRecord::try_from(row)?))
+        })
         .collect()
 }
 
@@ -237,7 +251,9 @@ impl TryFrom<ClaimRow> for ClaimRecord {
             "released" => ClaimState::Released {
                 reason: row.reason.unwrap_or_default(),
             },
-            "unknown" => ClaimState::Unknown,
+            "unknown" => ClaimState::Unknown {
+                settle_until: row.settle_until_ms.map(from_ms).transpose()?,
+            },
             other => return Err(StoreError::Corrupt(format!("claim state {other:?}"))),
         };
         Ok(ClaimRecord {
@@ -249,14 +265,30 @@ impl TryFrom<ClaimRow> for ClaimRecord {
     }
 }
 
-/// The stored state, accepted outcome and release reason of a settlement.
-pub(super) fn settlement_columns(
-    settlement: &Settlement,
-) -> (&'static str, Option<&AcceptedOutcome>, Option<&str>) {
-    match settlement {
-        Settlement::Accepted(outcome, _) => ("accepted", Some(outcome), None),
-        Settlement::Released(reason) => ("released", None, Some(reason.as_str())),
-        Settlement::Unknown => ("unknown", None, None),
+/// The stored columns of a settlement.
+pub(super) struct SettlementColumns<'a> {
+    /// `state`.
+    pub(super) state: &'static str,
+    /// The accepted outcome (`msg_id`, `parts`, `payload`, `recovered`).
+    pub(super) accepted: Option<&'a AcceptedOutcome>,
+    /// `reason` of a release.
+    pub(super) reason: Option<&'a str>,
+    /// `settle_until_ms` of an unknown outcome.
+    pub(super) settle_until_ms: Option<i64>,
+}
+
+/// How a settlement is stored.
+pub(super) fn settlement_columns(settlement: &Settlement) -> SettlementColumns<'_> {
+    let (state, accepted, reason, settle_until_ms) = match settlement {
+        Settlement::Accepted(outcome, _) => ("accepted", Some(outcome), None, None),
+        Settlement::Released(reason) => ("released", None, Some(reason.as_str()), None),
+        Settlement::Unknown { settle_until } => ("unknown", None, None, Some(ms(*settle_until))),
+    };
+    SettlementColumns {
+        state,
+        accepted,
+        reason,
+        settle_until_ms,
     }
 }
 

@@ -9,8 +9,8 @@ use sqlx::sqlite::{
 use tokio::sync::watch;
 
 use super::rows::{
-    ClaimRow, DueRow, EventRow, cursor_from_db, cursor_to_db, id_to_db, millis, ms,
-    pending_from_row, replies_to_json,
+    ClaimRow, DueRow, EventRow, claims_with_ids, cursor_from_db, cursor_to_db, id_to_db, millis,
+    ms, pending_from_row, replies_to_json,
 };
 use super::{
     ClaimChange, ClaimRecord, ClaimReply, PendingMessage, Retention, Store, StoreError,
@@ -243,6 +243,21 @@ impl Store for SqliteStore {
             .await?
             .map(ClaimRecord::try_from)
             .transpose()
+    }
+
+    async fn unsettled_claims(
+        &self,
+        now: DateTime<Utc>,
+        in_flight_before: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<(ClientId, ClaimRecord)>, StoreError> {
+        let rows: Vec<ClaimRow> = sqlx::query_as(super::UNSETTLED_SQL)
+            .bind(ms(now))
+            .bind(ms(in_flight_before))
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?;
+        claims_with_ids(rows)
     }
 
     async fn client_id_of(&self, msg_id: &str) -> Result<Option<u64>, StoreError> {

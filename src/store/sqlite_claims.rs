@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{Connection, Sqlite, SqliteConnection};
 
 use super::claims::{ClaimOutcome, Grouped, NewClaim, Settle, grouped};
-use super::rows::{ClaimRow, attempt_from_db, ms, seconds, settlement_columns};
+use super::rows::{ClaimRow, SettlementColumns, attempt_from_db, ms, seconds, settlement_columns};
 use super::{
     ClaimChange, ClaimRecord, ClaimReply, Fingerprint, SentMessage, Settlement, StoreError,
 };
@@ -131,10 +131,16 @@ async fn settle_all(
                  sent_at_ms = excluded.sent_at_ms, lifetime_s = excluded.lifetime_s,
                  last_status = NULL, is_final = 0, next_poll_ms = excluded.next_poll_ms,
                  polls = 0;
-             WITH v (client_id, attempt, state, settled_at_ms, msg_id, parts, payload, recovered, reason) AS (",
+             WITH v (client_id, attempt, state, settled_at_ms, msg_id, parts, payload, recovered, reason,
+                     settle_until_ms) AS (",
         );
         query.push_values(chunk, |mut row, (id, attempt, settlement, at)| {
-            let (state, accepted, reason) = settlement_columns(settlement);
+            let SettlementColumns {
+                state,
+                accepted,
+                reason,
+                settle_until_ms,
+            } = settlement_columns(settlement);
             row.push_bind(id_to_db(*id))
                 .push_bind(i64::from(*attempt))
                 .push_bind(state)
@@ -143,12 +149,13 @@ async fn settle_all(
                 .push_bind(accepted.map(|a| i64::from(a.parts)))
                 .push_bind(accepted.map(|a| a.payload.to_string()))
                 .push_bind(accepted.is_some_and(|a| a.recovered))
-                .push_bind(reason.map(str::to_owned));
+                .push_bind(reason.map(str::to_owned))
+                .push_bind(settle_until_ms);
         });
         query.push(
             ") UPDATE claims SET state = v.state, settled_at_ms = v.settled_at_ms,
                     msg_id = v.msg_id, parts = v.parts, payload = v.payload,
-                    recovered = v.recovered, reason = v.reason
+                    recovered = v.recovered, reason = v.reason, settle_until_ms = v.settle_until_ms
                FROM v WHERE claims.client_id = v.client_id AND claims.attempt = v.attempt
                RETURNING client_id;",
         );

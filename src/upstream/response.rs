@@ -484,12 +484,18 @@ pub(crate) mod flex {
     pub fn opt_f64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
         match Value::deserialize(d)? {
             Value::Null => Ok(None),
-            Value::Number(n) => Ok(n.as_f64()),
+            // A number a double cannot hold (`1e400`) is refused, never dropped.
+            Value::Number(n) => n
+                .as_f64()
+                .map(Some)
+                .ok_or_else(|| D::Error::custom(format!("number {n} out of range"))),
             Value::String(s) => s
                 .trim()
-                .parse()
+                .parse::<f64>()
+                .ok()
+                .filter(|f| f.is_finite())
                 .map(Some)
-                .map_err(|_| D::Error::custom(format!("expected a number, got {s:?}"))),
+                .ok_or_else(|| D::Error::custom(format!("expected a number, got {s:?}"))),
             other => Err(D::Error::custom(format!("expected a number, got {other}"))),
         }
     }

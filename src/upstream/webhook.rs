@@ -124,6 +124,8 @@ mod tests {
             br#"{"success":true,"duration":-1}"#,
             br#"{"success":true,"id":"1","type":"sms"}"#,
             br#"{"success":true,"id":"1","status":"DELIVERED","duration":1e300}"#,
+            br#"{"success":true,"id":"1","status":"DELIVERED","duration":1e400}"#,
+            br#"{"success":true,"id":"1","status":"DELIVERED","duration":"1e400"}"#,
             br#"{"success":true,"id":"1","type":"sms","status":" "}"#,
         ] {
             assert!(

@@ -218,7 +218,7 @@ async fn upstream_timeout_is_unavailable_outcome_unknown() {
 }
 
 #[tokio::test]
-async fn caller_deadline_bounds_the_upstream_call() {
+async fn a_caller_is_answered_at_its_deadline_while_its_send_runs_on() {
     let app = spawn_app_with(Duration::from_secs(10), None).await;
     app.gateway.respond_with(|b| {
         Reply::After(
@@ -232,10 +232,17 @@ async fn caller_deadline_bounds_the_upstream_call() {
     let status = app.messaging().send_sms(request).await.unwrap_err();
     assert!(
         started.elapsed() < Duration::from_secs(2),
-        "the deadline must cut the upstream call"
+        "the caller is answered at its deadline"
     );
     assert_eq!(status.code(), Code::DeadlineExceeded);
     assert_eq!(error_info(&status).0, "OUTCOME_UNKNOWN");
+    // The request was not abandoned: the gateway answers it and msgw records that.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        app.gateway.most_concurrent(),
+        1,
+        "one request, kept open until the gateway answered"
+    );
 }
 
 #[tokio::test]

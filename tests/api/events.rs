@@ -22,7 +22,7 @@ fn sms(id: u64, phone: &str) -> SendSmsRequest {
     }
 }
 
-async fn subscribe(
+pub async fn subscribe(
     app: &TestApp,
     request: StreamStatusEventsRequest,
 ) -> Streaming<StreamStatusEventsResponse> {

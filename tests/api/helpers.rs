@@ -46,6 +46,11 @@ pub enum Reply {
     Http(u16, &'static str),
     /// Wait, then answer.
     After(Duration, Box<Reply>),
+    /// Queue the request, then decide the answer (what the gateway does happens then,
+    /// even if msgw has hung up meanwhile, as a real gateway's queue would).
+    Later(Duration, Box<dyn FnOnce() -> Reply + Send>),
+    /// Break the connection after the request arrived: headers, then a body that fails.
+    Reset,
 }
 
 type Responder = Arc<dyn Fn(&Value) -> Reply + Send + Sync>;
@@ -166,6 +171,27 @@ async fn handle(
             Reply::After(d, next) => {
                 tokio::time::sleep(d).await;
                 reply = *next;
+            }
+            Reply::Later(d, decide) => {
+                let (done, decided) = oneshot::channel();
+                tokio::spawn(async move {
+                    tokio::time::sleep(d).await;
+                    let _ = done.send(decide());
+                });
+                reply = decided
+                    .await
+                    .unwrap_or(Reply::Http(500, "the fake gateway lost its queue"));
+            }
+            Reply::Reset => {
+                let broken = futures_util::stream::once(async {
+                    Err::<Bytes, _>(std::io::Error::other(
+                        "the fake gateway resets the connection",
+                    ))
+                });
+                return axum::response::Response::builder()
+                    .header("content-type", "application/json")
+                    .body(axum::body::Body::from_stream(broken))
+                    .unwrap();
             }
         }
     }
@@ -317,6 +343,8 @@ fn store_url(dir: &tempfile::TempDir) -> String {
 /// How a test wants msgw.
 pub struct Options {
     pub upstream_timeout: Duration,
+    /// After a cut send request, how long "not found" means "not yet".
+    pub upstream_settle: Duration,
     /// Another gateway URL instead of the fake gateway.
     pub upstream_url: Option<String>,
     /// Run against the sandbox with this step delay instead of the fake gateway.
@@ -353,6 +381,8 @@ impl Default for Options {
     fn default() -> Self {
         Self {
             upstream_timeout: Duration::from_secs(5),
+            // Tests of the settle window set their own.
+            upstream_settle: Duration::ZERO,
             upstream_url: None,
             sandbox_step: None,
             // Tests that do not expect polling must not see any.
@@ -445,6 +475,7 @@ pub fn config(options: Options, gateway: &FakeGateway) -> (Config, Arc<tempfile:
         balance_refresh: options.balance_refresh,
         upstream,
         upstream_timeout: options.upstream_timeout,
+        upstream_settle: options.upstream_settle,
         upstream_limits: options.limits,
         webhook_limits: options.webhook_limits,
         tls: options.tls,

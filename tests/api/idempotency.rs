@@ -1,100 +1,23 @@
 //! Exactly-once sends: the client `id` is the idempotency key, across retries,
 //! concurrent calls, lost answers and restarts. The fake gateway here keeps the
-//! messages it accepted, so its `status` knows them, like the real one.
+//! messages it accepted, so its `status` knows them, like the real one
+//! (`remembering`); `settling` covers slow and cut requests.
 
-use std::{
-    collections::HashMap,
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicU8, AtomicU64, Ordering},
-    },
-    time::Duration,
-};
+use std::time::Duration;
 
 use msgw::proto::{
     BatchItem, BatchRequest, GetBalanceRequest, SendSmsRequest, SendVoiceOtpRequest,
     batch_item::Operation as Item, batch_result::Result as Res,
 };
-use serde_json::{Value, json};
+use serde_json::json;
 use tonic::{Code, Request};
 
 use super::helpers::{
     Options, Reply, TestApp, default_reply, error_info, spawn, spawn_app, violations,
 };
+use super::remembering::{Mode, Remembering};
 
-/// How the recording gateway answers.
-const NORMAL: u8 = 0;
-/// Carries out every operation, then loses the answer (HTTP 502).
-const LOSE_ANSWERS: u8 = 1;
-/// Answers HTTP 502 without carrying anything out.
-const DOWN: u8 = 2;
-/// Refuses sends whose signature is not `msgw` with `Error in Sender-name`.
-const STRICT_SENDER: u8 = 3;
-
-/// A gateway that remembers what it accepted: sends get msg ids counting from
-/// 500000001, and `status` knows exactly those ids.
-#[derive(Clone)]
-struct Recording {
-    mode: Arc<AtomicU8>,
-    accepted: Arc<Mutex<HashMap<u64, u64>>>,
-}
-
-impl Recording {
-    fn install(app: &TestApp) -> Self {
-        let recording = Self {
-            mode: Arc::new(AtomicU8::new(NORMAL)),
-            accepted: Arc::default(),
-        };
-        let next = Arc::new(AtomicU64::new(500_000_001));
-        let r = recording.clone();
-        app.gateway.respond_with(move |body| {
-            let mode = r.mode.load(Ordering::SeqCst);
-            if mode == DOWN {
-                return Reply::Http(502, "bad gateway");
-            }
-            let items = body["data"].as_array().cloned().unwrap_or_default();
-            let results: Vec<Value> = items
-                .iter()
-                .map(|item| {
-                    let id = item["id"].as_u64().unwrap_or_default();
-                    match item["type"].as_str().unwrap_or_default() {
-                        "status" => match r.accepted.lock().unwrap().get(&id) {
-                            Some(msg_id) => json!({"success": true, "data":
-                                {"id": id.to_string(), "msg_id": msg_id, "type": "sms", "status": "ACCEPTED"}}),
-                            None => json!({"success": false, "error": "Message not found", "data": {"id": id}}),
-                        },
-                        "balance" => json!({"success": true, "data": {"amount": 31.1683, "currency": "UAH"}}),
-                        "call/otp" => {
-                            r.accepted.lock().unwrap().insert(id, 0);
-                            json!({"success": true, "data": {"code": "0471", "price": 0.2}})
-                        }
-                        _ if mode == STRICT_SENDER
-                            && item["sms_signature"].as_str() != Some("msgw") =>
-                        {
-                            json!({"success": false, "error": "Error in Sender-name", "data": {"id": id}})
-                        }
-                        _ => {
-                            let msg_id = next.fetch_add(1, Ordering::SeqCst);
-                            r.accepted.lock().unwrap().insert(id, msg_id);
-                            json!({"success": true, "data": {"id": id, "msg_id": msg_id, "data": 1, "parts": 2}})
-                        }
-                    }
-                })
-                .collect();
-            if mode == LOSE_ANSWERS {
-                return Reply::Http(502, "bad gateway");
-            }
-            Reply::Json(json!({"success": true, "data": results}))
-        });
-        recording
-    }
-
-    fn set(&self, mode: u8) {
-        self.mode.store(mode, Ordering::SeqCst);
-    }
-}
-
-fn sms(id: u64, text: &str) -> SendSmsRequest {
+pub fn sms(id: u64, text: &str) -> SendSmsRequest {
     SendSmsRequest {
         id,
         phone: "+380971234567".into(),
@@ -105,7 +28,7 @@ fn sms(id: u64, text: &str) -> SendSmsRequest {
 }
 
 /// The `type` of every operation the gateway received, request by request.
-fn upstream_types(app: &TestApp) -> Vec<Vec<String>> {
+pub fn upstream_types(app: &TestApp) -> Vec<Vec<String>> {
     app.gateway
         .requests()
         .iter()
@@ -120,7 +43,7 @@ fn upstream_types(app: &TestApp) -> Vec<Vec<String>> {
         .collect()
 }
 
-fn replayed<T>(response: &tonic::Response<T>) -> bool {
+pub fn replayed<T>(response: &tonic::Response<T>) -> bool {
     response
         .metadata()
         .get("msgw-replayed")
@@ -130,7 +53,7 @@ fn replayed<T>(response: &tonic::Response<T>) -> bool {
 #[tokio::test]
 async fn sequential_retry_is_replayed_without_a_second_send() {
     let app = spawn_app().await;
-    Recording::install(&app);
+    Remembering::install(&app.gateway);
     let first = app.messaging().send_sms(sms(42, "hello")).await.unwrap();
     let again = app.messaging().send_sms(sms(42, "hello")).await.unwrap();
     assert!(!replayed(&first), "the first call is not a replay");
@@ -147,7 +70,7 @@ async fn sequential_retry_is_replayed_without_a_second_send() {
 #[tokio::test]
 async fn same_number_with_or_without_plus_is_the_same_request() {
     let app = spawn_app().await;
-    Recording::install(&app);
+    Remembering::install(&app.gateway);
     app.messaging().send_sms(sms(7, "hi")).await.unwrap();
     let mut plain = sms(7, "hi");
     plain.phone = "380971234567".into();
@@ -159,7 +82,7 @@ async fn same_number_with_or_without_plus_is_the_same_request() {
 #[tokio::test]
 async fn voice_otp_retry_returns_the_same_code() {
     let app = spawn_app().await;
-    Recording::install(&app);
+    Remembering::install(&app.gateway);
     let request = || SendVoiceOtpRequest {
         id: 77,
         phone: "380970000438".into(),
@@ -175,7 +98,7 @@ async fn voice_otp_retry_returns_the_same_code() {
 #[tokio::test]
 async fn fifty_concurrent_identical_sends_reach_the_gateway_once() {
     let app = spawn_app().await;
-    let recording = Recording::install(&app);
+    let recording = Remembering::install(&app.gateway);
     // A slow gateway, so the calls overlap the first one's request.
     app.gateway.respond_with({
         let r = recording.clone();
@@ -240,7 +163,7 @@ async fn a_call_whose_deadline_passes_while_another_sends_is_aborted() {
 #[tokio::test]
 async fn same_id_with_other_content_is_already_exists() {
     let app = spawn_app().await;
-    Recording::install(&app);
+    Remembering::install(&app.gateway);
     app.messaging().send_sms(sms(5, "first")).await.unwrap();
     let status = app
         .messaging()
@@ -264,13 +187,13 @@ async fn same_id_with_other_content_is_already_exists() {
 #[tokio::test]
 async fn lost_answer_is_resolved_by_status_without_a_second_send() {
     let app = spawn_app().await;
-    let gateway = Recording::install(&app);
-    gateway.set(LOSE_ANSWERS);
+    let gateway = Remembering::install(&app.gateway);
+    gateway.set(Mode::LoseAnswers);
     let status = app.messaging().send_sms(sms(21, "x")).await.unwrap_err();
     assert_eq!(status.code(), Code::Unavailable);
     assert_eq!(error_info(&status).0, "OUTCOME_UNKNOWN");
 
-    gateway.set(NORMAL);
+    gateway.set(Mode::Normal);
     let retry = app.messaging().send_sms(sms(21, "x")).await.unwrap();
     assert!(replayed(&retry));
     assert_eq!(
@@ -291,12 +214,12 @@ async fn lost_answer_is_resolved_by_status_without_a_second_send() {
 #[tokio::test]
 async fn unknown_outcome_the_gateway_never_saw_is_sent_once() {
     let app = spawn_app().await;
-    let gateway = Recording::install(&app);
-    gateway.set(DOWN);
+    let gateway = Remembering::install(&app.gateway);
+    gateway.set(Mode::Down);
     let status = app.messaging().send_sms(sms(22, "x")).await.unwrap_err();
     assert_eq!(error_info(&status).0, "OUTCOME_UNKNOWN");
 
-    gateway.set(NORMAL);
+    gateway.set(Mode::Normal);
     let retry = app.messaging().send_sms(sms(22, "x")).await.unwrap();
     assert!(!replayed(&retry), "really sent now");
     assert_eq!(upstream_types(&app), [["sms"], ["status"], ["sms"]]);
@@ -305,16 +228,16 @@ async fn unknown_outcome_the_gateway_never_saw_is_sent_once() {
 #[tokio::test]
 async fn failed_status_query_keeps_the_outcome_unknown_and_sends_nothing() {
     let app = spawn_app().await;
-    let gateway = Recording::install(&app);
-    gateway.set(LOSE_ANSWERS);
+    let gateway = Remembering::install(&app.gateway);
+    gateway.set(Mode::LoseAnswers);
     app.messaging().send_sms(sms(23, "x")).await.unwrap_err();
-    gateway.set(DOWN);
+    gateway.set(Mode::Down);
     let status = app.messaging().send_sms(sms(23, "x")).await.unwrap_err();
     assert_eq!(status.code(), Code::Unavailable);
     assert_eq!(error_info(&status).0, "OUTCOME_UNKNOWN");
     assert_eq!(upstream_types(&app), [["sms"], ["status"]], "no resend");
 
-    gateway.set(NORMAL);
+    gateway.set(Mode::Normal);
     let retry = app.messaging().send_sms(sms(23, "x")).await.unwrap();
     assert_eq!(
         retry.get_ref().receipt.as_ref().unwrap().msg_id,
@@ -326,8 +249,8 @@ async fn failed_status_query_keeps_the_outcome_unknown_and_sends_nothing() {
 #[tokio::test]
 async fn rejected_send_retried_with_a_corrected_signature_is_sent() {
     let app = spawn_app().await;
-    let gateway = Recording::install(&app);
-    gateway.set(STRICT_SENDER);
+    let gateway = Remembering::install(&app.gateway);
+    gateway.set(Mode::StrictSender);
     let mut wrong = sms(31, "x");
     wrong.signature = "Unregistered".into();
     let status = app.messaging().send_sms(wrong).await.unwrap_err();
@@ -356,7 +279,7 @@ async fn unreachable_gateway_releases_the_id_and_a_restart_on_the_same_store_sen
     let status = app.messaging().send_sms(sms(41, "x")).await.unwrap_err();
     assert_eq!(error_info(&status).0, "UPSTREAM_UNAVAILABLE");
     let app = app.restart(Options::default()).await;
-    Recording::install(&app);
+    Remembering::install(&app.gateway);
     let sent = app.messaging().send_sms(sms(41, "x")).await.unwrap();
     assert!(!replayed(&sent));
     assert_eq!(
@@ -369,7 +292,7 @@ async fn unreachable_gateway_releases_the_id_and_a_restart_on_the_same_store_sen
 #[tokio::test]
 async fn retry_after_a_restart_on_the_same_store_is_replayed() {
     let app = spawn_app().await;
-    Recording::install(&app);
+    Remembering::install(&app.gateway);
     let first = app.messaging().send_sms(sms(51, "x")).await.unwrap();
     let app = app.restart(Options::default()).await;
     let again = app.messaging().send_sms(sms(51, "x")).await.unwrap();
@@ -388,7 +311,7 @@ async fn claim_left_in_flight_by_a_crash_is_resolved_once_it_is_stale() {
         ..Options::default()
     };
     let app = spawn(options()).await;
-    Recording::install(&app);
+    Remembering::install(&app.gateway);
     app.gateway
         .respond_with(|body| Reply::After(Duration::from_secs(5), Box::new(default_reply(body))));
     app.messaging().send_sms(sms(61, "x")).await.unwrap_err();
@@ -410,7 +333,7 @@ async fn claim_left_in_flight_by_a_crash_is_resolved_once_it_is_stale() {
         ..options()
     })
     .await;
-    let gateway = Recording::install(&app);
+    let gateway = Remembering::install(&app.gateway);
     gateway.accepted.lock().unwrap().insert(61, 500_000_777);
     let started = std::time::Instant::now();
     let retry = app.messaging().send_sms(sms(61, "x")).await.unwrap();
@@ -453,7 +376,7 @@ async fn batch_with_two_sends_of_one_id_is_invalid() {
 #[tokio::test]
 async fn retried_batch_replays_each_accepted_item() {
     let app = spawn_app().await;
-    Recording::install(&app);
+    Remembering::install(&app.gateway);
     let request = || BatchRequest {
         items: vec![
             batch_sms(71),

@@ -12,9 +12,11 @@ mod listener;
 mod operations;
 #[path = "../common/postgres.rs"]
 mod postgres;
+mod remembering;
 mod replicas;
 mod sandboxed;
 mod security;
+mod settling;
 mod tls;
 mod tools;
 mod translation;

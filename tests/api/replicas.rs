@@ -22,6 +22,8 @@ use crate::helpers::{
     FakeGateway, Options, Reply, WEBHOOK_SECRET, config, connect, default_reply, error_info, sms,
 };
 use crate::postgres::TestSchema;
+use crate::remembering::{Mode, Remembering};
+use crate::settling::{retry_until_ok, with_deadline};
 
 /// One msgw process, as far as the test can tell.
 struct Replica {
@@ -290,6 +292,43 @@ fn assert_complete(received: &Received, expected: &HashSet<u64>, who: &str) {
     assert!(
         missing.is_empty(),
         "{who}: missing acknowledged events {missing:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_send_cut_on_one_replica_is_not_sent_again_by_another_inside_the_settle_window() {
+    let schema = TestSchema::create().await;
+    let gateway = FakeGateway::start().await;
+    let remembering = Remembering::install(&gateway);
+    // Replicas cut requests after 1 s; the gateway carries sends out after 2 s.
+    *remembering.slow.lock().unwrap() = Duration::from_secs(2);
+    remembering.set(Mode::SlowSends);
+    let options = || Options {
+        upstream_settle: Duration::from_secs(5),
+        ..Options::default()
+    };
+    let a = Replica::start_with(options(), &schema, &gateway).await;
+    let b = Replica::start_with(options(), &schema, &gateway).await;
+    let status = a
+        .messaging()
+        .send_sms(with_deadline(9001, Duration::from_secs(30)))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert_eq!(error_info(&status).0, "OUTCOME_UNKNOWN");
+
+    let (ok, refused) = retry_until_ok(b.messaging(), 9001, Duration::from_secs(15)).await;
+    assert!(refused >= 1, "B honoured the window A opened");
+    assert!(
+        ok.metadata()
+            .get("msgw-replayed")
+            .is_some_and(|v| v == "true")
+    );
+    assert_eq!(ok.get_ref().receipt.as_ref().unwrap().msg_id, "500000001");
+    assert_eq!(
+        remembering.sends_of(9001),
+        1,
+        "the gateway got id 9001 once"
     );
 }
 

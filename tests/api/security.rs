@@ -203,6 +203,22 @@ async fn a_token_removed_from_the_callers_file_stops_working_without_a_restart()
         .await
         .expect("a broken file changes nothing");
 
+    // So is an empty one (a truncated write): zero callers would lock everyone out.
+    std::fs::write(&path, "").unwrap();
+    let failed = r#"msgw_config_reloads_total{file="callers file",outcome="failed"}"#;
+    let until = tokio::time::Instant::now() + Duration::from_secs(10);
+    while app.metric(failed).await < Some(2.0) {
+        assert!(
+            tokio::time::Instant::now() < until,
+            "the empty file was not refused"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    app.account()
+        .get_balance(as_caller(ORDERS, GetBalanceRequest {}))
+        .await
+        .expect("an empty file changes nothing");
+
     let without_orders: String = callers_toml()
         .split("[[caller]]")
         .filter(|entry| !entry.contains("\"orders\""))

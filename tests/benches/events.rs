@@ -120,6 +120,7 @@ async fn main() -> anyhow::Result<()> {
         balance_refresh: Duration::ZERO,
         upstream: Upstream::Sandbox(SandboxConfig::default()),
         upstream_timeout: Duration::from_secs(5),
+        upstream_settle: Duration::from_secs(60),
         upstream_limits: msgw::dispatch::Limits::default(),
         webhook_limits: msgw::webhook::ListenerLimits::default(),
         tls: None,

@@ -606,6 +606,7 @@ fn config(
             api_key: "bench-key".to_owned().into(),
         },
         upstream_timeout: Duration::from_secs(5),
+        upstream_settle: Duration::from_secs(60),
         upstream_limits: limits,
         webhook_limits: msgw::webhook::ListenerLimits::default(),
         tls: None,

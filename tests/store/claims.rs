@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use msgw::domain::{Channel, ClientId};
 use msgw::store::{
     AcceptedOutcome, ClaimChange, ClaimReply, ClaimState, Fingerprint, SentMessage, Settlement,
@@ -150,7 +150,13 @@ pub async fn a_group_of_settlements_fences_each_id_and_tracks_only_what_it_settl
             settle(1, 1, accepted(1)),
             // Someone took id 2 over: this outcome must not land, nor its tracking.
             settle(2, 7, accepted(2)),
-            settle(3, 1, Settlement::Unknown),
+            settle(
+                3,
+                1,
+                Settlement::Unknown {
+                    settle_until: whole_ms(Utc::now()),
+                },
+            ),
         ])
         .await
         .unwrap();
@@ -170,12 +176,109 @@ pub async fn a_group_of_settlements_fences_each_id_and_tracks_only_what_it_settl
         store.claim_of(id(2)).await.unwrap().unwrap().state,
         ClaimState::InFlight { .. }
     ));
-    assert_eq!(
+    assert!(matches!(
         store.claim_of(id(3)).await.unwrap().unwrap().state,
-        ClaimState::Unknown
-    );
+        ClaimState::Unknown {
+            settle_until: Some(_)
+        }
+    ));
     assert_eq!(store.client_id_of("m1").await.unwrap(), Some(1));
     assert_eq!(store.client_id_of("m2").await.unwrap(), None);
+}
+
+/// A time as the store keeps it (milliseconds).
+fn whole_ms(t: DateTime<Utc>) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(t.timestamp_millis()).unwrap()
+}
+
+pub async fn a_settle_window_survives_a_take_over_and_a_claim_is_open_for_reconcile_only_after_it(
+    fixture: Fixture,
+) {
+    let store = fixture.open().await;
+    let now = whole_ms(Utc::now());
+    let hour = chrono::Duration::hours(1);
+    store
+        .apply_claims(&[claim(1, A), claim(2, A), claim(3, A), claim(4, A)])
+        .await
+        .unwrap();
+    let settle = |n: u64, settlement| ClaimChange::Settle {
+        id: id(n),
+        attempt: 1,
+        settlement,
+        at: now,
+    };
+    store
+        .apply_claims(&[
+            settle(
+                1,
+                Settlement::Unknown {
+                    settle_until: now + hour,
+                },
+            ),
+            settle(
+                2,
+                Settlement::Unknown {
+                    settle_until: now - chrono::Duration::seconds(1),
+                },
+            ),
+            settle(4, Settlement::Released("refused".into())),
+        ])
+        .await
+        .unwrap();
+    let open = |at, in_flight_before| {
+        let store = store.clone();
+        async move {
+            let mut ids: Vec<u64> = store
+                .unsettled_claims(at, in_flight_before, 100)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|(id, _)| id.get())
+                .collect();
+            ids.sort();
+            ids
+        }
+    };
+    assert_eq!(
+        open(now, now - hour).await,
+        [2],
+        "only the window that ended"
+    );
+    assert_eq!(
+        open(now + hour * 2, now + hour).await,
+        [1, 2, 3],
+        "later: every window over, and the claim left in flight"
+    );
+
+    // A retry takes id 1 over to ask `status`; the window stays with the claim.
+    let taken = store
+        .apply_claims(&[ClaimChange::TakeOver {
+            id: id(1),
+            fingerprint: A,
+            attempt: 1,
+            caller: None,
+            at: now,
+        }])
+        .await
+        .unwrap();
+    assert_eq!(taken, [ClaimReply::Claimed { attempt: 2 }]);
+    store
+        .apply_claims(&[ClaimChange::Settle {
+            id: id(1),
+            attempt: 2,
+            settlement: Settlement::Unknown {
+                settle_until: now + hour,
+            },
+            at: now,
+        }])
+        .await
+        .unwrap();
+    assert_eq!(
+        store.claim_of(id(1)).await.unwrap().unwrap().state,
+        ClaimState::Unknown {
+            settle_until: Some(now + hour)
+        }
+    );
 }
 
 pub async fn replicas_claiming_the_same_ids_at_once_own_each_exactly_once(fixture: Fixture) {

@@ -81,6 +81,7 @@ on_both_stores!(
     claims::an_accepted_outcome_reads_back_exactly,
     claims::a_group_of_settlements_fences_each_id_and_tracks_only_what_it_settled,
     claims::replicas_claiming_the_same_ids_at_once_own_each_exactly_once,
+    claims::a_settle_window_survives_a_take_over_and_a_claim_is_open_for_reconcile_only_after_it,
     claims::a_claim_records_its_caller_and_its_messages_events_carry_it,
     events::appends_hand_out_increasing_cursors_and_skip_duplicates,
     events::every_field_of_an_event_reads_back_exactly,

@@ -1,0 +1,209 @@
+//! Exactly once when the gateway is slow, cut off or flaky: a request that has left is
+//! never abandoned for a caller's deadline, and a request cut while the gateway may
+//! hold it opens a settle window inside which "not found" never leads to a second send.
+
+use std::time::{Duration, Instant};
+
+use msgw::proto::{
+    EventSource, StreamStatusEventsRequest, messaging_service_client::MessagingServiceClient,
+};
+use tonic::{Code, Request, transport::Channel};
+use tonic_types::StatusExt;
+
+use crate::events::{next, subscribe};
+use crate::helpers::{Options, TestApp, error_info, spawn};
+use crate::idempotency::{replayed, sms, upstream_types};
+use crate::remembering::{Mode, Remembering};
+
+async fn app(upstream_timeout: Duration, settle: Duration) -> (TestApp, Remembering) {
+    let app = spawn(Options {
+        upstream_timeout,
+        upstream_settle: settle,
+        ..Options::default()
+    })
+    .await;
+    let gateway = Remembering::install(&app.gateway);
+    (app, gateway)
+}
+
+/// A send of `id` with a deadline of `timeout`.
+pub fn with_deadline(id: u64, timeout: Duration) -> Request<msgw::proto::SendSmsRequest> {
+    let mut request = Request::new(sms(id, "x"));
+    request.set_timeout(timeout);
+    request
+}
+
+/// Retries the send of `id` every 500 ms until it answers OK (or `within` passes);
+/// every refusal on the way must be "outcome unknown, retry", never a send.
+pub async fn retry_until_ok(
+    mut client: MessagingServiceClient<Channel>,
+    id: u64,
+    within: Duration,
+) -> (tonic::Response<msgw::proto::SendSmsResponse>, usize) {
+    let give_up = Instant::now() + within;
+    let mut refused = 0;
+    loop {
+        match client.send_sms(with_deadline(id, within)).await {
+            Ok(response) => return (response, refused),
+            Err(status) => {
+                assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+                let (reason, metadata) = error_info(&status);
+                assert_eq!(reason, "OUTCOME_UNKNOWN", "{status:?}");
+                assert_eq!(metadata["cause"], "settling", "{status:?}");
+                let delay = status
+                    .get_details_retry_info()
+                    .and_then(|r| r.retry_delay)
+                    .expect("RetryInfo");
+                assert!(delay > Duration::ZERO && delay <= Duration::from_secs(5));
+                refused += 1;
+            }
+        }
+        assert!(Instant::now() < give_up, "no OK within {within:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_send_whose_caller_deadline_passes_runs_on_and_the_retry_replays_its_answer() {
+    let (app, gateway) = app(Duration::from_secs(10), Duration::from_secs(60)).await;
+    gateway.set(Mode::SlowSends);
+    let started = Instant::now();
+    let status = app
+        .messaging()
+        .send_sms(with_deadline(8001, Duration::from_secs(1)))
+        .await
+        .unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "answered at its deadline"
+    );
+    assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+    assert_eq!(error_info(&status).0, "OUTCOME_UNKNOWN");
+
+    let retry = app
+        .messaging()
+        .send_sms(with_deadline(8001, Duration::from_secs(10)))
+        .await
+        .expect("the retry waits for the running send");
+    assert!(replayed(&retry));
+    assert_eq!(
+        retry.get_ref().receipt.as_ref().unwrap().msg_id,
+        "500000001",
+        "the gateway's own answer"
+    );
+    assert_eq!(gateway.sends_of(8001), 1);
+    assert_eq!(upstream_types(&app), [["sms"]]);
+}
+
+#[tokio::test]
+async fn a_send_cut_by_the_upstream_timeout_is_never_sent_again_inside_the_settle_window() {
+    let (app, gateway) = app(Duration::from_secs(2), Duration::from_secs(5)).await;
+    gateway.set(Mode::SlowSends);
+    let started = Instant::now();
+    let status = app
+        .messaging()
+        .send_sms(with_deadline(8002, Duration::from_secs(30)))
+        .await
+        .unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    let (reason, metadata) = error_info(&status);
+    assert_eq!(
+        (reason.as_str(), metadata["cause"].as_str()),
+        ("OUTCOME_UNKNOWN", "timeout")
+    );
+
+    // The gateway carries the send out 3 s after it arrived; until then it does not know it.
+    let (ok, refused) = retry_until_ok(app.messaging(), 8002, Duration::from_secs(15)).await;
+    assert!(
+        refused >= 1,
+        "retries before the gateway knew the message were refused"
+    );
+    assert!(replayed(&ok));
+    assert_eq!(ok.get_ref().receipt.as_ref().unwrap().msg_id, "500000001");
+    assert_eq!(gateway.sends_of(8002), 1, "the gateway got id 8002 once");
+    assert!(
+        upstream_types(&app)
+            .iter()
+            .filter(|r| r[0] == "sms")
+            .count()
+            == 1,
+        "{:?}",
+        upstream_types(&app)
+    );
+}
+
+#[tokio::test]
+async fn a_connection_reset_after_the_gateway_carried_the_send_out_is_replayed() {
+    let (app, gateway) = app(Duration::from_secs(5), Duration::from_secs(60)).await;
+    gateway.set(Mode::ResetAfter);
+    let status = app.messaging().send_sms(sms(8003, "x")).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert_eq!(error_info(&status).0, "OUTCOME_UNKNOWN");
+    gateway.set(Mode::Normal);
+    let retry = app.messaging().send_sms(sms(8003, "x")).await.unwrap();
+    assert!(replayed(&retry), "found by status inside the window");
+    assert_eq!(gateway.sends_of(8003), 1);
+    assert_eq!(upstream_types(&app), [["sms"], ["status"]]);
+}
+
+#[tokio::test]
+async fn a_reset_before_the_gateway_saw_the_send_is_sent_once_after_the_window() {
+    let window = Duration::from_secs(2);
+    let (app, gateway) = app(Duration::from_secs(5), window).await;
+    gateway.set(Mode::Reset);
+    let cut = Instant::now();
+    let status = app.messaging().send_sms(sms(8004, "x")).await.unwrap_err();
+    assert_eq!(error_info(&status).0, "OUTCOME_UNKNOWN", "{status:?}");
+    gateway.set(Mode::Normal);
+    let (ok, refused) = retry_until_ok(app.messaging(), 8004, Duration::from_secs(10)).await;
+    assert!(refused >= 1, "inside the window nothing is sent");
+    assert!(cut.elapsed() >= window, "sent only after the window");
+    assert!(!replayed(&ok), "really sent now: the gateway never had it");
+    assert_eq!(gateway.sends_of(8004), 1);
+}
+
+#[tokio::test]
+async fn without_a_retry_reconcile_resolves_a_cut_send_after_the_window_and_its_event_arrives() {
+    let window = Duration::from_secs(2);
+    let app = spawn(Options {
+        upstream_timeout: Duration::from_secs(1),
+        upstream_settle: window,
+        reconcile_after: Duration::from_millis(200),
+        ..Options::default()
+    })
+    .await;
+    let gateway = Remembering::install(&app.gateway);
+    *gateway.slow.lock().unwrap() = Duration::from_millis(1500);
+    *gateway.status.lock().unwrap() = "DELIVERED";
+    gateway.set(Mode::SlowSends);
+    let mut events = subscribe(
+        &app,
+        StreamStatusEventsRequest {
+            ids: vec![8005],
+            ..Default::default()
+        },
+    )
+    .await;
+    let cut = Instant::now();
+    let status = app.messaging().send_sms(sms(8005, "x")).await.unwrap_err();
+    assert_eq!(error_info(&status).0, "OUTCOME_UNKNOWN", "{status:?}");
+
+    let event = next(&mut events).await;
+    assert!(cut.elapsed() >= window, "resolved only after the window");
+    assert_eq!(event.id, 8005);
+    assert_eq!(event.raw_status, "DELIVERED");
+    assert_eq!(event.source, EventSource::Poll as i32);
+    assert_eq!(event.msg_id, "500000001");
+
+    // The claim is settled: a late retry is a plain replay, nothing more goes out.
+    let before = app.gateway.requests().len();
+    let retry = app.messaging().send_sms(sms(8005, "x")).await.unwrap();
+    assert!(replayed(&retry));
+    assert_eq!(
+        retry.get_ref().receipt.as_ref().unwrap().msg_id,
+        "500000001"
+    );
+    assert_eq!(app.gateway.requests().len(), before);
+    assert_eq!(gateway.sends_of(8005), 1);
+}

@@ -12,6 +12,74 @@ use tonic_health::pb::{
 /// checks `args.service` ("" for the whole server) within `args.timeout`; an error
 /// says what is wrong.
 pub async fn run(args: &CheckArgs) -> anyhow::Result<()> {
+    let tls = args.tls_ca_file.is_some();
+    let identity = args.tls_cert_file.is_some();
+    check(args)
+        .await
+        .map_err(|e| match hint(&format!("{e:#}"), tls, identity) {
+            Some(hint) => e.context(hint),
+            None => e,
+        })
+}
+
+/// What to do about a failed check, recognised from its error chain: the causes
+/// a TLS mismatch shows (an HTTP/2 frame error, a broken pipe, `UnknownIssuer`) say
+/// nothing to whoever reads them.
+fn hint(chain: &str, tls: bool, identity: bool) -> Option<&'static str> {
+    let chain = chain.to_lowercase();
+    let has = |words: &[&str]| words.iter().any(|w| chain.contains(w));
+    Some(
+        if !tls
+            && has(&[
+                "frame with invalid size",
+                "invalid http/2",
+                "h2 protocol error",
+            ])
+        {
+            "the server speaks TLS: pass --tls-ca-file with the CA that signs its certificate"
+        } else if tls && has(&["unknownissuer", "unknown issuer", "badsignature"]) {
+            "the CA in --tls-ca-file does not sign the server's certificate: pass the CA that does"
+        } else if tls && has(&["notvalidforname", "not valid for name"]) {
+            "the server's certificate does not name this host: pass --tls-server-name with a name it lists"
+        } else if tls
+            && has(&[
+                "invalidcontenttype",
+                "corrupt message",
+                "wrong version number",
+            ])
+        {
+            "the server speaks plaintext: drop the --tls-* flags"
+        } else if tls
+            && !identity
+            && has(&[
+                "certificaterequired",
+                "certificate required",
+                "broken pipe",
+                "connection reset",
+                "handshakefailure",
+            ])
+        {
+            "the server wants a client certificate (mTLS): pass --tls-cert-file and --tls-key-file"
+        } else if tls
+            && identity
+            && has(&[
+                "unknownca",
+                "unknown ca",
+                "badcertificate",
+                "bad certificate",
+                "certificate unknown",
+            ])
+        {
+            "the server does not accept this client certificate: it must be signed by the server's client CA"
+        } else if has(&["connection refused"]) {
+            "nothing listens there: is msgw running, and is this its gRPC port (MSGW_GRPC_ADDR)?"
+        } else {
+            return None;
+        },
+    )
+}
+
+async fn check(args: &CheckArgs) -> anyhow::Result<()> {
     let (addr, service, timeout) = (&args.addr, &args.service, args.timeout);
     let scheme = if args.tls_ca_file.is_some() {
         "https"
@@ -68,4 +136,57 @@ fn tls(args: &CheckArgs) -> anyhow::Result<Option<ClientTlsConfig>> {
         tls = tls.identity(Identity::from_pem(read(cert)?, read(key)?));
     }
     Ok(Some(tls))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hint;
+
+    #[test]
+    fn tls_mismatches_get_a_hint_that_says_what_to_do() {
+        let cases = [
+            (
+                "h2 protocol error: http2 error: frame with invalid size",
+                false,
+                false,
+                "speaks TLS",
+            ),
+            (
+                "invalid peer certificate: UnknownIssuer",
+                true,
+                false,
+                "does not sign",
+            ),
+            (
+                "invalid peer certificate: NotValidForName",
+                true,
+                false,
+                "--tls-server-name",
+            ),
+            (
+                "received corrupt message of type InvalidContentType",
+                true,
+                false,
+                "plaintext",
+            ),
+            (
+                "transport error: Broken pipe (os error 32)",
+                true,
+                false,
+                "client certificate",
+            ),
+            ("received fatal alert: UnknownCA", true, true, "client CA"),
+            (
+                "tcp connect error: Connection refused (os error 111)",
+                false,
+                false,
+                "nothing listens",
+            ),
+        ];
+        for (chain, tls, identity, want) in cases {
+            let got = hint(chain, tls, identity).unwrap_or_default();
+            assert!(got.contains(want), "{chain}: {got:?}");
+        }
+        assert_eq!(hint("status: NOT_SERVING", false, false), None);
+    }
 }

@@ -371,12 +371,15 @@ async fn msgw_check_checks_an_mtls_msgw_with_its_client_certificate() {
     let ca_file = write(dir.path(), "ca.pem", &ca.pem);
     let cert_file = write(dir.path(), "probe.pem", &cert);
     let key_file = write(dir.path(), "probe.key", &key);
-    let check = |identity: bool| {
+    let other_ca = write(dir.path(), "other-ca.pem", &Ca::new("another CA").pem);
+    let check_with = |ca: Option<&std::path::Path>, identity: bool| {
         let mut command = Command::new(env!("CARGO_BIN_EXE_msgw"));
         command
             .args(["check", "--addr", &format!("localhost:{}", app.addr.port())])
-            .args(["--timeout", "5s", "--tls-ca-file"])
-            .arg(&ca_file);
+            .args(["--timeout", "5s"]);
+        if let Some(ca) = ca {
+            command.arg("--tls-ca-file").arg(ca);
+        }
         if identity {
             command
                 .arg("--tls-cert-file")
@@ -386,6 +389,7 @@ async fn msgw_check_checks_an_mtls_msgw_with_its_client_certificate() {
         }
         command.output()
     };
+    let check = |identity: bool| check_with(Some(&ca_file), identity);
     let serving = check(true).await.unwrap();
     assert!(serving.status.success(), "{serving:?}");
     assert!(String::from_utf8_lossy(&serving.stdout).contains("https://localhost"));
@@ -394,4 +398,16 @@ async fn msgw_check_checks_an_mtls_msgw_with_its_client_certificate() {
         !refused.status.success(),
         "no client certificate: {refused:?}"
     );
+    // Each mismatch says what to do, not only what broke.
+    let stderr =
+        |output: std::process::Output| String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(stderr(refused).contains("wants a client certificate"));
+    let plaintext = check_with(None, false).await.unwrap();
+    let plaintext = stderr(plaintext);
+    assert!(
+        plaintext.contains("the server speaks TLS: pass --tls-ca-file"),
+        "{plaintext}"
+    );
+    let wrong_ca = check_with(Some(&other_ca), true).await.unwrap();
+    assert!(stderr(wrong_ca).contains("does not sign the server's certificate"));
 }

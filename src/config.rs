@@ -123,7 +123,7 @@ impl SandboxTuning {
 #[derive(Debug, Clone, Args)]
 pub struct SandboxArgs {
     /// Listen address of the sandbox gateway.
-    #[arg(long, env = "MSGW_SANDBOX_ADDR", default_value = "0.0.0.0:8090")]
+    #[arg(long, env = "MSGW_SANDBOX_ADDR", default_value = "0.0.0.0:8090", value_parser = listen_addr)]
     pub addr: SocketAddr,
     /// API key the sandbox accepts as `auth`.
     #[arg(long, env = "MSGW_SANDBOX_API_KEY", default_value = DEFAULT_API_KEY)]
@@ -183,7 +183,7 @@ const MAX_UPSTREAM_QUEUE: usize = 1_000_000;
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
     /// gRPC listen address.
-    #[arg(long, env = "MSGW_GRPC_ADDR", default_value = "0.0.0.0:50051")]
+    #[arg(long, env = "MSGW_GRPC_ADDR", default_value = "0.0.0.0:50051", value_parser = listen_addr)]
     pub grpc_addr: SocketAddr,
     /// The gateway's base URL; msgw posts to `{base_url}/api/json.php`. Unset: the built-in sandbox.
     #[arg(long, env = "MSGW_UPSTREAM_URL")]
@@ -223,10 +223,10 @@ pub struct ServeArgs {
     #[arg(long, env = "MSGW_UPSTREAM_QUEUE_MAX", default_value_t = 10_000)]
     pub upstream_queue_max: usize,
     /// HTTP listen address of the gateway's delivery webhooks (faces the internet).
-    #[arg(long, env = "MSGW_HTTP_ADDR", default_value = "0.0.0.0:8080")]
+    #[arg(long, env = "MSGW_HTTP_ADDR", default_value = "0.0.0.0:8080", value_parser = listen_addr)]
     pub http_addr: SocketAddr,
     /// Admin listen address: `/metrics` (never on the webhook listener).
-    #[arg(long, env = "MSGW_ADMIN_ADDR", default_value = "0.0.0.0:9090")]
+    #[arg(long, env = "MSGW_ADMIN_ADDR", default_value = "0.0.0.0:9090", value_parser = listen_addr)]
     pub admin_addr: SocketAddr,
     /// Webhook listener: time a client has to send a request's headers; also the
     /// longest a keep-alive connection may sit idle between requests.
@@ -664,6 +664,25 @@ impl ServeArgs {
     }
 }
 
+/// A listen address: `IP:PORT` or `HOST:PORT` (a host name is looked up once, at
+/// start: `localhost:50051` listens on loopback).
+fn listen_addr(value: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = value.parse() {
+        return Ok(addr);
+    }
+    use std::net::ToSocketAddrs;
+    let mut found = value.to_socket_addrs().map_err(|e| {
+        format!("expected IP:PORT or HOST:PORT (e.g. 0.0.0.0:50051, localhost:50051): {e}")
+    })?;
+    // Of a name's addresses, IPv4 first: what `localhost` means to most clients.
+    let all: Vec<SocketAddr> = found.by_ref().collect();
+    all.iter()
+        .find(|a| a.is_ipv4())
+        .or_else(|| all.first())
+        .copied()
+        .ok_or_else(|| format!("{value} names no address"))
+}
+
 /// A secret from its flag or file, checked; a random one when neither is set
 /// (the flag says so, for the startup log).
 fn secret_or_random(
@@ -713,6 +732,27 @@ mod tests {
             Command::Serve(args) => args.into_config(),
             Command::Sandbox(_) | Command::CopyStore(_) | Command::Check(_) => bail!("not serve"),
         }
+    }
+
+    #[test]
+    fn listen_addresses_take_host_names() {
+        let config = serve(&[
+            "--grpc-addr",
+            "localhost:58351",
+            "--http-addr",
+            "127.0.0.1:0",
+            "--admin-addr",
+            "[::1]:9091",
+        ])
+        .unwrap();
+        assert!(config.grpc_addr.ip().is_loopback(), "{}", config.grpc_addr);
+        assert_eq!(config.grpc_addr.port(), 58351);
+        assert_eq!(config.http_addr, "127.0.0.1:0".parse().unwrap());
+        assert_eq!(config.admin_addr, "[::1]:9091".parse().unwrap());
+        let error = serve(&["--grpc-addr", "localhost"])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("HOST:PORT"), "{error}");
     }
 
     #[test]

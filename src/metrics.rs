@@ -142,7 +142,7 @@ impl Metrics {
             config_reloads: counter(
                 &registry,
                 "msgw_config_reloads_total",
-                "Reloads of files msgw watches (the callers file, the gRPC TLS certificates) after they changed, by outcome: loaded, or failed (what was loaded before stays).",
+                "Reloads of files msgw watches (file: callers, grpc_tls) after they changed, by outcome: loaded, or failed (what was loaded before stays).",
                 &["file", "outcome"],
             ),
             operations_total: counter(

@@ -327,12 +327,14 @@ fn rate(entry: &Entry, at: &str) -> Result<Option<(f64, f64)>, String> {
 }
 
 fn parse_sha256(hex: &str) -> Result<[u8; 32], String> {
+    // `sha256sum` prints `<hash>  -` for its standard input: pasted whole, it still reads.
     let hex = hex.trim();
+    let hex = hex.strip_suffix('-').map_or(hex, str::trim_end);
     if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(
-            "must be the 64 hex digits of the token's SHA-256 (e.g. `printf %s \"$TOKEN\" | sha256sum`)"
-                .into(),
-        );
+        return Err(format!(
+            "must be the 64 hex digits of the token's SHA-256, got {} characters (print them with `printf %s \"$TOKEN\" | sha256sum | cut -d' ' -f1`)",
+            hex.chars().count()
+        ));
     }
     let mut out = [0u8; 32];
     for (i, byte) in out.iter_mut().enumerate() {
@@ -361,6 +363,20 @@ mod tests {
             let error = Callers::load(&path, None).unwrap_err();
             assert!(error.contains("lists no [[caller]]"), "{error}");
         }
+    }
+
+    #[test]
+    fn a_hash_pasted_with_sha256sums_dash_still_reads() {
+        let hash = sha("t");
+        for pasted in [
+            format!("{hash}  -"),
+            format!("{hash} -"),
+            format!(" {hash}\n"),
+        ] {
+            assert_eq!(parse_sha256(&pasted), parse_sha256(&hash), "{pasted:?}");
+        }
+        let error = parse_sha256("abc").unwrap_err();
+        assert!(error.contains("cut -d' ' -f1"), "{error}");
     }
 
     #[test]

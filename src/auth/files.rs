@@ -12,6 +12,7 @@ use crate::metrics::Metrics;
 pub const RELOAD_EVERY: Duration = Duration::from_secs(1);
 
 /// Watches `paths`; whenever the contents of any of them change, calls `reload`.
+/// `what` names them in logs and in the metric's `file` label (a bare word).
 /// A failed reload is logged and keeps what was loaded before (a half-written
 /// rotation must not lock every caller out); it is retried on the next change.
 /// Each reload is counted in `metrics`. Returns when `stop` turns true.

@@ -97,7 +97,7 @@ impl Authenticator {
             return;
         };
         files::watch(
-            "callers file",
+            "callers",
             vec![path],
             files::RELOAD_EVERY,
             stop,

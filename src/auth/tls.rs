@@ -118,7 +118,7 @@ impl TlsReloader {
             .cloned()
             .collect();
         files::watch(
-            "gRPC TLS certificates",
+            "grpc_tls",
             paths,
             files::RELOAD_EVERY,
             stop,

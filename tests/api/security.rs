@@ -195,7 +195,7 @@ async fn a_token_removed_from_the_callers_file_stops_working_without_a_restart()
     std::fs::write(&path, "[[caller]]\nname = \"orders\"\ntoken = \"plain\"\n").unwrap();
     wait_for_metric(
         &app,
-        r#"msgw_config_reloads_total{file="callers file",outcome="failed"}"#,
+        r#"msgw_config_reloads_total{file="callers",outcome="failed"}"#,
     )
     .await;
     app.account()
@@ -205,7 +205,7 @@ async fn a_token_removed_from_the_callers_file_stops_working_without_a_restart()
 
     // So is an empty one (a truncated write): zero callers would lock everyone out.
     std::fs::write(&path, "").unwrap();
-    let failed = r#"msgw_config_reloads_total{file="callers file",outcome="failed"}"#;
+    let failed = r#"msgw_config_reloads_total{file="callers",outcome="failed"}"#;
     let until = tokio::time::Instant::now() + Duration::from_secs(10);
     while app.metric(failed).await < Some(2.0) {
         assert!(
@@ -227,7 +227,7 @@ async fn a_token_removed_from_the_callers_file_stops_working_without_a_restart()
     std::fs::write(&path, without_orders).unwrap();
     wait_for_metric(
         &app,
-        r#"msgw_config_reloads_total{file="callers file",outcome="loaded"}"#,
+        r#"msgw_config_reloads_total{file="callers",outcome="loaded"}"#,
     )
     .await;
     let refused = app

@@ -127,3 +127,60 @@ async fn the_typescript_example_typechecks_sends_batches_waits_and_reads_errors(
     )
     .await;
 }
+
+#[tokio::test]
+async fn the_typescript_example_generates_its_code_without_python() {
+    // A copy of proto/ beside the example's installed plugin, and a PATH with Node alone.
+    let root = repo();
+    let work = tempfile::tempdir().unwrap();
+    let proto = work.path().join("proto");
+    copy_dir(&root.join("proto"), &proto);
+    let example = work.path().join("examples/typescript");
+    std::fs::create_dir_all(&example).unwrap();
+    std::os::unix::fs::symlink(
+        root.join("examples/typescript/node_modules"),
+        example.join("node_modules"),
+    )
+    .unwrap();
+    let bin = work.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let node = which("node");
+    std::os::unix::fs::symlink(&node, bin.join("node")).unwrap();
+    let generated = Command::new(root.join(".tools/node_modules/.bin/buf"))
+        .args(["generate", "--template", "buf.gen.typescript.yaml"])
+        .current_dir(&proto)
+        .env("PATH", &bin)
+        .output()
+        .await
+        .expect("buf runs (run .ci/install-tools)");
+    assert!(
+        generated.status.success(),
+        "buf generate for TypeScript failed without Python on PATH:\n{}",
+        String::from_utf8_lossy(&generated.stderr)
+    );
+    assert!(example.join("gen/msgw/v1/messaging_pb.ts").exists());
+}
+
+/// Copies a directory tree.
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+/// The absolute path of a program on PATH.
+fn which(program: &str) -> std::path::PathBuf {
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join(program))
+        .find(|path| path.is_file())
+        .unwrap_or_else(|| panic!("{program} is not on PATH"))
+}

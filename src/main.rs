@@ -3,8 +3,29 @@ use clap::Parser;
 use msgw::app::{Application, shutdown_signal};
 use msgw::config::{Cli, Command};
 
-fn main() -> anyhow::Result<()> {
+fn main() {
     let cli = Cli::parse();
+    if let Err(error) = start(cli) {
+        // One line: what failed, its cause and the fix, each said once (a database
+        // error repeats its message at every layer of the chain).
+        eprintln!("msgw: {}", one_line(&error));
+        std::process::exit(1);
+    }
+}
+
+/// An error chain as one line, each cause that repeats what came before left out.
+fn one_line(error: &anyhow::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+    }
+    parts.join(": ")
+}
+
+fn start(cli: Cli) -> anyhow::Result<()> {
     let configured = match &cli.command {
         Command::Serve(args) => args.worker_threads.map(usize::from),
         Command::Sandbox(_) | Command::CopyStore(_) => None,

@@ -245,6 +245,17 @@ fn advance(newest: &tokio::sync::watch::Sender<u64>, cursor: u64) {
     });
 }
 
+/// The cause of a database error, said once: the database's own message, or the I/O
+/// error, without sqlx's wrapping.
+fn cause(error: &sqlx::Error) -> String {
+    match error {
+        sqlx::Error::Database(e) => e.message().to_owned(),
+        sqlx::Error::Io(e) => e.to_string(),
+        sqlx::Error::Tls(e) => format!("TLS: {e}"),
+        other => other.to_string(),
+    }
+}
+
 /// Whether a store URL names a PostgreSQL database (a store several replicas share).
 pub fn is_shared(url: &str) -> bool {
     url.starts_with("postgres:") || url.starts_with("postgresql:")

@@ -49,6 +49,17 @@ impl SqliteStore {
             // a checkpoint syncs the database file and would stall every waiting append.
             .pragma("wal_autocheckpoint", "0");
         let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+        if !in_memory {
+            let file = options.get_filename();
+            if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty())
+                && !dir.is_dir()
+            {
+                return Err(StoreError::Config(format!(
+                    "the directory {} does not exist: create it, or point MSGW_STORE_URL at a file in one that does",
+                    dir.display()
+                )));
+            }
+        }
         let pool_of = |connections| {
             SqlitePoolOptions::new()
                 .max_connections(connections)
@@ -58,7 +69,13 @@ impl SqliteStore {
                 .test_before_acquire(false)
                 .connect_with(options.clone())
         };
-        let writer = pool_of(1).await?;
+        let writer = pool_of(1).await.map_err(|e| {
+            StoreError::Config(format!(
+                "cannot open {}: {} (msgw must be able to create and write it)",
+                options.get_filename().display(),
+                super::cause(&e)
+            ))
+        })?;
         MIGRATOR.run(&writer).await?;
         // An in-memory database exists once per connection: it has only the writer's.
         let pool = if in_memory {

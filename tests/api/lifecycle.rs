@@ -1,4 +1,5 @@
-//! Shutdown: in-flight calls finish, new connections are refused.
+//! Start and shutdown: a start that cannot succeed fails fast in one line; at
+//! shutdown in-flight calls finish and new connections are refused.
 
 use std::time::Duration;
 
@@ -85,4 +86,60 @@ async fn during_the_shutdown_delay_health_says_not_serving_and_calls_still_work(
         started.elapsed() >= Duration::from_millis(800),
         "drained only after the delay"
     );
+}
+
+/// Runs `msgw serve` with this store URL (which must fail); its one error line and how
+/// long it took.
+async fn failed_start(store_url: &str) -> (String, Duration) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = crate::helpers::serve_args(dir.path());
+    let url = args.last_mut().unwrap();
+    *url = store_url.to_owned();
+    let started = std::time::Instant::now();
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_msgw"))
+        .args(args)
+        .env("MSGW_WEBHOOK_SECRET", crate::helpers::WEBHOOK_SECRET)
+        .env("MSGW_ACCOUNT_TOKEN", crate::helpers::ACCOUNT_TOKEN)
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(30), output)
+        .await
+        .expect("msgw gives up")
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    // Log lines (JSON here) come before it; the failure itself is one line.
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.starts_with('{')).collect();
+    assert_eq!(lines.len(), 1, "one line: {stderr}");
+    assert!(lines[0].starts_with("msgw: "), "{stderr}");
+    (lines[0].to_owned(), started.elapsed())
+}
+
+#[tokio::test]
+async fn a_start_that_cannot_open_its_store_fails_fast_in_one_line_that_names_cause_and_fix() {
+    let (line, _) = failed_start("sqlite:///nonexistent-msgw-dir/sub/msgw.db").await;
+    assert!(
+        line.contains("/nonexistent-msgw-dir/sub does not exist: create it"),
+        "{line}"
+    );
+
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let (line, took) = failed_start(&format!("postgres://msgw@{closed}/test")).await;
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    assert!(line.contains(&format!("PostgreSQL at {closed}")), "{line}");
+    assert!(line.to_lowercase().contains("connection refused"), "{line}");
+    assert!(line.contains("is PostgreSQL running there"), "{line}");
+
+    // A real server that refuses the role (start it with .ci/start-postgres).
+    let (line, took) = failed_start("postgres://msgw_no_such_role@127.0.0.1:5432/test").await;
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    assert_eq!(
+        line.matches("msgw_no_such_role\" does not exist").count(),
+        1,
+        "the cause once: {line}"
+    );
+    assert!(line.contains("check the user in MSGW_STORE_URL"), "{line}");
 }

@@ -55,7 +55,7 @@ ENV MSGW_STORE_URL=sqlite:///data/msgw.db
 VOLUME ["/data"]
 # Numeric, so Kubernetes' runAsNonRoot can verify it.
 USER 65532:65532
-# gRPC (MSGW_GRPC_ADDR) and HTTP: webhooks, /metrics (MSGW_HTTP_ADDR).
+# gRPC (MSGW_GRPC_ADDR), HTTP webhooks (MSGW_HTTP_ADDR), admin: /metrics, /readyz, /livez (MSGW_ADMIN_ADDR).
 EXPOSE 50051 8080 9090
 ENTRYPOINT ["/usr/local/bin/msgw"]
 CMD ["serve"]

@@ -129,8 +129,10 @@ pub struct StatusEvent {
 }
 
 impl From<DeliveryReport> for super::StatusReport {
-    /// The status a delivery report tells; `raw` is null (no status query was made).
+    /// The status a delivery report tells; `raw` is the report in the gateway's own
+    /// field names (no status query was made: this is what the webhook or poll said).
     fn from(r: DeliveryReport) -> Self {
+        let raw = raw_report(&r);
         Self {
             id: r.client_id,
             msg_id: r.msg_id,
@@ -139,7 +141,55 @@ impl From<DeliveryReport> for super::StatusReport {
             status: r.status,
             updated: r.updated,
             replies: r.replies,
-            raw: serde_json::Value::Null,
+            raw,
         }
     }
+}
+
+/// A report as the gateway's webhook names its fields (fields it did not carry left out).
+fn raw_report(r: &DeliveryReport) -> serde_json::Value {
+    use serde_json::{Map, Value, json};
+    let mut raw = Map::new();
+    raw.insert("success".into(), Value::Bool(r.success));
+    let mut put = |key: &str, value: Option<Value>| {
+        if let Some(value) = value {
+            raw.insert(key.into(), value);
+        }
+    };
+    put(
+        "id",
+        (r.client_id != 0).then(|| json!(r.client_id.to_string())),
+    );
+    put("msg_id", r.msg_id.clone().map(Value::String));
+    put("type", r.channel_raw.clone().map(Value::String));
+    put("status", r.status.as_ref().map(|s| json!(s.raw)));
+    put("error", r.error.clone().map(Value::String));
+    put("updated", r.updated.map(|t| json!(t.to_rfc3339())));
+    put("reply", r.reply.clone().map(Value::String));
+    put("duration", r.duration_secs.map(|d| json!(d)));
+    put("request_id", r.request_id.clone().map(Value::String));
+    if !r.replies.is_empty() {
+        let replies = r
+            .replies
+            .iter()
+            .map(|reply| {
+                let mut item = Map::new();
+                if let Some(t) = reply.datetime {
+                    item.insert("datetime".into(), json!(t.to_rfc3339()));
+                }
+                if let Some(m) = &reply.message {
+                    item.insert("message".into(), json!(m));
+                }
+                if let Some(m) = &reply.media {
+                    item.insert(
+                        "media".into(),
+                        json!({"url": m.url, "filename": m.filename, "filesize": m.filesize}),
+                    );
+                }
+                Value::Object(item)
+            })
+            .collect();
+        put("replies", Some(Value::Array(replies)));
+    }
+    Value::Object(raw)
 }

@@ -411,3 +411,64 @@ async fn msgw_check_checks_an_mtls_msgw_with_its_client_certificate() {
     let wrong_ca = check_with(Some(&other_ca), true).await.unwrap();
     assert!(stderr(wrong_ca).contains("does not sign the server's certificate"));
 }
+
+/// The README's certificate recipe, as written: its shell block run in `dir`.
+fn run_readme_recipe(dir: &Path) {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let start = readme
+        .find("# msgw-tls-recipe")
+        .expect("the README's certificate recipe");
+    let block = &readme[start..readme[start..].find("```").map(|end| start + end).unwrap()];
+    let ran = std::process::Command::new("bash")
+        .args(["-euo", "pipefail", "-c", block])
+        .current_dir(dir)
+        .output()
+        .expect("bash runs");
+    assert!(
+        ran.status.success(),
+        "the README's recipe fails:\n{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+}
+
+#[tokio::test]
+async fn the_readmes_certificate_recipe_works_verbatim_for_mtls() {
+    let dir = tempfile::tempdir().unwrap();
+    run_readme_recipe(dir.path());
+    let file = |name: &str| dir.path().join(name);
+    let read = |name: &str| std::fs::read_to_string(file(name)).unwrap();
+    let app = spawn(Options {
+        tls: Some(TlsFiles {
+            cert: file("server.pem"),
+            key: file("server.key"),
+            client_ca: Some(file("ca.pem")),
+        }),
+        tls_client: Some(TlsClient {
+            ca: read("ca.pem"),
+            identity: Some((read("client.pem"), read("client.key"))),
+        }),
+        ..Options::default()
+    })
+    .await;
+    let addr = format!("localhost:{}", app.addr.port());
+    let path = |name: &str| file(name).to_str().unwrap().to_owned();
+    let (ca, cert, key) = (path("ca.pem"), path("client.pem"), path("client.key"));
+    let listed = run_grpcurl(&["-cacert", &ca, "-cert", &cert, "-key", &key, &addr, "list"])
+        .await
+        .expect("grpcurl list with the recipe's client certificate");
+    assert!(listed.contains("msgw.v1.MessagingService"), "{listed}");
+    // As the README says: under mTLS even `list` needs the client certificate.
+    let refused = run_grpcurl(&["-connect-timeout", "2", "-cacert", &ca, &addr, "list"]).await;
+    assert!(
+        refused.is_err(),
+        "list without a client certificate was served"
+    );
+    let check = Command::new(env!("CARGO_BIN_EXE_msgw"))
+        .args(["check", "--addr", &addr, "--tls-ca-file", &ca])
+        .args(["--tls-cert-file", &cert, "--tls-key-file", &key])
+        .output()
+        .await
+        .unwrap();
+    assert!(check.status.success(), "{check:?}");
+}

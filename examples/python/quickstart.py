@@ -75,6 +75,31 @@ def sms(id_, phone="380971234567"):
     )
 
 
+def open_channel(addr):
+    """Plaintext, or TLS when MSGW_CA_FILE names the CA that signs msgw's certificate;
+    with MSGW_CERT_FILE and MSGW_KEY_FILE also a client certificate (mTLS).
+    MSGW_SERVER_NAME overrides the name checked in msgw's certificate."""
+    ca = os.environ.get("MSGW_CA_FILE")
+    if not ca:
+        return grpc.insecure_channel(addr)
+
+    def read(variable):
+        path = os.environ.get(variable)
+        if not path:
+            return None
+        with open(path, "rb") as f:
+            return f.read()
+
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=read("MSGW_CA_FILE"),
+        private_key=read("MSGW_KEY_FILE"),
+        certificate_chain=read("MSGW_CERT_FILE"),
+    )
+    name = os.environ.get("MSGW_SERVER_NAME")
+    options = [("grpc.ssl_target_name_override", name)] if name else []
+    return grpc.secure_channel(addr, credentials, options)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--addr", default="localhost:50051")
@@ -87,7 +112,7 @@ def main():
     token = os.environ.get("MSGW_TOKEN")
     auth = [("authorization", f"Bearer {token}")] if token else []
 
-    with grpc.insecure_channel(args.addr) as channel:
+    with open_channel(args.addr) as channel:
         messaging = messaging_pb2_grpc.MessagingServiceStub(channel)
         account = account_pb2_grpc.AccountServiceStub(channel)
 

@@ -10,6 +10,8 @@ import { create } from "@bufbuild/protobuf";
 import { BinaryReader } from "@bufbuild/protobuf/wire";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
+import { readFileSync } from "node:fs";
+import type { SecureClientSessionOptions } from "node:http2";
 
 import type { Money } from "./gen/google/type/money_pb.js";
 import { AccountService } from "./gen/msgw/v1/account_pb.js";
@@ -63,12 +65,32 @@ function sms(clientId: bigint, phone = "380971234567") {
   });
 }
 
+/** Plaintext, or TLS when MSGW_CA_FILE names the CA that signs msgw's certificate;
+ * with MSGW_CERT_FILE and MSGW_KEY_FILE also a client certificate (mTLS).
+ * MSGW_SERVER_NAME overrides the name checked in msgw's certificate. */
+function tlsOptions(): SecureClientSessionOptions | undefined {
+  const ca = process.env.MSGW_CA_FILE;
+  if (!ca) return undefined;
+  const read = (variable: string) => {
+    const path = process.env[variable];
+    return path ? readFileSync(path) : undefined;
+  };
+  return {
+    ca: readFileSync(ca),
+    cert: read("MSGW_CERT_FILE"),
+    key: read("MSGW_KEY_FILE"),
+    servername: process.env.MSGW_SERVER_NAME,
+  };
+}
+
 async function main(): Promise<number> {
   // A msgw that authenticates its callers wants `authorization: Bearer <token>` on
   // every call (health and reflection excepted).
   const token = process.env.MSGW_TOKEN;
+  const tls = tlsOptions();
   const transport = createGrpcTransport({
-    baseUrl: `http://${addr}`,
+    baseUrl: `${tls ? "https" : "http"}://${addr}`,
+    nodeOptions: tls,
     interceptors: token
       ? [
           (next) => (req) => {

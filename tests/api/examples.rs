@@ -184,3 +184,70 @@ fn which(program: &str) -> std::path::PathBuf {
         .find(|path| path.is_file())
         .unwrap_or_else(|| panic!("{program} is not on PATH"))
 }
+
+#[tokio::test]
+async fn both_examples_speak_mtls_from_environment_variables() {
+    let certs = tempfile::tempdir().unwrap();
+    crate::tls::run_readme_recipe(certs.path());
+    let file = |name: &str| certs.path().join(name);
+    let read = |name: &str| std::fs::read_to_string(file(name)).unwrap();
+    let app = spawn(Options {
+        sandbox_step: Some(Duration::from_millis(20)),
+        tls: Some(msgw::auth::tls::TlsFiles {
+            cert: file("server.pem"),
+            key: file("server.key"),
+            client_ca: Some(file("ca.pem")),
+        }),
+        tls_client: Some(crate::helpers::TlsClient {
+            ca: read("ca.pem"),
+            identity: Some((read("client.pem"), read("client.key"))),
+        }),
+        ..Options::default()
+    })
+    .await;
+    let addr = format!("localhost:{}", app.addr.port());
+    let mtls = |command: &mut Command| {
+        command
+            .env("MSGW_CA_FILE", file("ca.pem"))
+            .env("MSGW_CERT_FILE", file("client.pem"))
+            .env("MSGW_KEY_FILE", file("client.key"));
+    };
+    let python = repo().join("examples/python");
+    let mut command = Command::new(repo().join(".tools/venv/bin/python"));
+    command
+        .args([
+            "quickstart.py",
+            "--addr",
+            &addr,
+            "--id",
+            "7200",
+            "--wait",
+            "30",
+        ])
+        .current_dir(&python);
+    mtls(&mut command);
+    run_example(
+        &mut command,
+        &["sent 7200: msg_id ", "status of 7200: DELIVERED"],
+    )
+    .await;
+    let typescript = repo().join("examples/typescript");
+    let mut command = Command::new(typescript.join("node_modules/.bin/tsx"));
+    command
+        .args([
+            "quickstart.ts",
+            "--addr",
+            &addr,
+            "--id",
+            "7201",
+            "--wait",
+            "30",
+        ])
+        .current_dir(&typescript);
+    mtls(&mut command);
+    run_example(
+        &mut command,
+        &["sent 7201: msg_id ", "status of 7201: DELIVERED"],
+    )
+    .await;
+}

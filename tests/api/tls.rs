@@ -413,7 +413,7 @@ async fn msgw_check_checks_an_mtls_msgw_with_its_client_certificate() {
 }
 
 /// The README's certificate recipe, as written: its shell block run in `dir`.
-fn run_readme_recipe(dir: &Path) {
+pub fn run_readme_recipe(dir: &Path) {
     let readme =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
     let start = readme

@@ -78,6 +78,13 @@ impl Application {
         let signer = HookSigner::new(&config.webhook_secret)
             .with_previous(config.webhook_secret_previous.as_ref());
         let hooks = HookUrls::new(&public_url, signer.clone());
+        let store = crate::store::open(
+            &config.store_url,
+            config.store_password.as_ref(),
+            config.reconcile.first_after,
+        )
+        .await
+        .with_context(|| format!("cannot open the store {}", redact(&config.store_url)))?;
         let (base_url, api_key, sandbox) = match config.upstream {
             Upstream::Gateway { url, api_key } => (url, api_key, None),
             Upstream::Sandbox(sandbox_config) => {
@@ -86,10 +93,13 @@ impl Application {
                     ..sandbox_config
                 };
                 let api_key = SecretString::from(sandbox_config.api_key.clone());
-                let (url, task) = start_sandbox(sandbox_config, auth.is_open()).await?;
+                let (url, task) =
+                    start_sandbox(sandbox_config, store.clone(), auth.is_open()).await?;
                 (url, api_key, Some(task))
             }
         };
+        // After the sandbox's warning: that one is the first line a user sees.
+        tracing::info!(store = %redact(&config.store_url), "store open");
         let metrics = Metrics::new();
         let gateway = Gateway::new(
             GatewayConfig {
@@ -106,14 +116,6 @@ impl Application {
             tracing::info!("no {secret} configured: generated a random one for this run");
         }
 
-        let store = crate::store::open(
-            &config.store_url,
-            config.store_password.as_ref(),
-            config.reconcile.first_after,
-        )
-        .await
-        .with_context(|| format!("cannot open the store {}", redact(&config.store_url)))?;
-        tracing::info!(store = %redact(&config.store_url), "store open");
         let events = EventLog::new(store.clone(), config.event_fan_out, metrics.clone());
         let dispatcher = Dispatcher::new(gateway, config.upstream_limits, metrics.clone())
             .with_tracking(Tracking {
@@ -374,6 +376,7 @@ fn redact(url: &str) -> String {
 /// Starts the sandbox gateway on a free loopback port and returns its base URL.
 async fn start_sandbox(
     config: SandboxConfig,
+    store: Arc<dyn Store>,
     open: bool,
 ) -> anyhow::Result<(url::Url, SandboxTask)> {
     let listener = TcpListener::bind("127.0.0.1:0")
@@ -395,7 +398,11 @@ async fn start_sandbox(
         );
     }
     let (stop, mut stopped) = watch::channel(false);
-    let task = tokio::spawn(sandbox::serve(listener, Sandbox::new(config), async move {
+    // Kept in msgw's store: a restart changes nothing a user can see.
+    let sandbox = Sandbox::kept_in(config, store)
+        .await
+        .context("cannot restore the sandbox's account from the store")?;
+    let task = tokio::spawn(sandbox::serve(listener, sandbox, async move {
         let _ = stopped.wait_for(|s| *s).await;
     }));
     Ok((base_url, SandboxTask { stop, task }))

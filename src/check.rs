@@ -28,12 +28,16 @@ pub async fn run(args: &CheckArgs) -> anyhow::Result<()> {
 fn hint(chain: &str, tls: bool, identity: bool) -> Option<&'static str> {
     let chain = chain.to_lowercase();
     let has = |words: &[&str]| words.iter().any(|w| chain.contains(w));
+    // A TLS server closes on a plaintext client's first bytes, or answers with an alert
+    // that HTTP/2 reads as a bad frame.
     Some(
         if !tls
             && has(&[
                 "frame with invalid size",
                 "invalid http/2",
                 "h2 protocol error",
+                "broken pipe",
+                "connection reset",
             ])
         {
             "the server speaks TLS: pass --tls-ca-file with the CA that signs its certificate"
@@ -147,6 +151,12 @@ mod tests {
         let cases = [
             (
                 "h2 protocol error: http2 error: frame with invalid size",
+                false,
+                false,
+                "speaks TLS",
+            ),
+            (
+                "transport error: connection error: stream closed because of a broken pipe",
                 false,
                 false,
                 "speaks TLS",

@@ -1,7 +1,8 @@
 //! Delivery channels and their names on the wire.
 
 /// A channel a message can be delivered over.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Channel {
     Sms,
     Viber,

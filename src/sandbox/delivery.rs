@@ -12,7 +12,7 @@ use super::status::{self, ACCEPTED, DELIVERED, EXPIRED, READ, REJECTED, REPLIED,
 use super::webhook;
 
 /// Where the final status of a message is posted.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Target {
     /// Nowhere (no `hook` given, or an operation without one).
     None,
@@ -23,7 +23,7 @@ pub enum Target {
 }
 
 /// An accepted message whose delivery is simulated.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Delivery {
     pub id: u64,
     pub msg_id: u64,
@@ -48,6 +48,13 @@ const SLOW_FACTOR: u32 = 10;
 
 /// Starts the delivery task of `delivery`, which stops with the sandbox.
 pub(super) fn spawn(inner: Arc<Inner>, delivery: Delivery) {
+    inner.state().begin_delivery(delivery.clone());
+    resume(inner, delivery, 0);
+}
+
+/// Runs the delivery task of `delivery` from its step `done` on (after a restart, the
+/// steps it had made), stopping with the sandbox.
+pub(super) fn resume(inner: Arc<Inner>, delivery: Delivery, done: usize) {
     let mut stopped = inner.stopped.subscribe();
     if *stopped.borrow() {
         return;
@@ -59,7 +66,7 @@ pub(super) fn spawn(inner: Arc<Inner>, delivery: Delivery) {
     runtime.spawn(async move {
         tokio::select! {
             _ = stopped.wait_for(|stopped| *stopped) => {}
-            () = run(&inner, delivery) => {}
+            () = run(&inner, delivery, done) => {}
         }
     });
 }
@@ -111,16 +118,32 @@ pub fn timeline(channels: &[Channel], magic: Magic) -> Vec<Step> {
     steps
 }
 
-async fn run(inner: &Inner, delivery: Delivery) {
+async fn run(inner: &Inner, delivery: Delivery, done: usize) {
+    deliver(inner, &delivery, done).await;
+    inner.state().end_delivery(delivery.id, delivery.msg_id);
+}
+
+async fn deliver(inner: &Inner, delivery: &Delivery, done: usize) {
     let mut delay = inner.config.step_delay;
     if delivery.magic == Magic::Slow {
         delay = delay.saturating_mul(SLOW_FACTOR);
     }
     let mut last = None;
-    for step in timeline(&delivery.channels, delivery.magic) {
+    let steps = timeline(&delivery.channels, delivery.magic);
+    // After a restart, the record already shows the last step made.
+    if done > 0 && done >= steps.len() {
+        let state = inner.state();
+        last = state
+            .message(delivery.id)
+            .filter(|r| r.msg_id == delivery.msg_id)
+            .cloned()
+            .map(|record| (record, state.account_webhook_url.clone()));
+    }
+    for step in steps.into_iter().skip(done) {
         tokio::time::sleep(delay).await;
         let replies = (step.status == REPLIED).then(two_way_replies);
         let mut state = inner.state();
+        state.step_done(delivery.id, delivery.msg_id);
         let Some(record) = state.advance(
             delivery.id,
             delivery.msg_id,

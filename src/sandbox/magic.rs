@@ -1,7 +1,7 @@
 //! Magic phone numbers that force an outcome, so callers can test failures.
 
 /// Outcome forced by a phone number.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Magic {
     /// Any other number: the normal success timeline.
     None,

@@ -15,6 +15,7 @@ mod hlr;
 mod http;
 mod magic;
 mod ops;
+mod persist;
 mod pipeline;
 mod sends;
 mod state;
@@ -49,6 +50,8 @@ struct Inner {
     http: Option<reqwest::Client>,
     /// Flips to `true` when `serve` shuts down, stopping every delivery task.
     stopped: watch::Sender<bool>,
+    /// Where the account is kept across restarts; `None`: in memory only.
+    persistence: Option<persist::Persistence>,
 }
 
 impl Inner {
@@ -67,17 +70,41 @@ impl Inner {
 }
 
 impl Sandbox {
-    /// Creates a sandbox account from `config`.
+    /// Creates a sandbox account from `config`, kept in memory only.
     pub fn new(config: SandboxConfig) -> Self {
+        let state = State::new(
+            billing::to_units(config.balance),
+            config.account_webhook_url.clone(),
+        );
+        Self::with(config, state, None)
+    }
+
+    /// The sandbox account kept in `store`: as it was saved there, if it was, with
+    /// its deliveries under way resumed; saved again while it changes (see `serve`).
+    pub async fn kept_in(
+        config: SandboxConfig,
+        store: Arc<dyn crate::store::Store>,
+    ) -> Result<Self, crate::store::StoreError> {
+        let mut state = State::new(
+            billing::to_units(config.balance),
+            config.account_webhook_url.clone(),
+        );
+        let (persistence, underway) = persist::Persistence::load(store, &mut state).await?;
+        let sandbox = Self::with(config, state, Some(persistence));
+        persist::resume(&sandbox.inner, underway);
+        Ok(sandbox)
+    }
+
+    fn with(
+        config: SandboxConfig,
+        state: State,
+        persistence: Option<persist::Persistence>,
+    ) -> Self {
         let http = reqwest::Client::builder()
             .timeout(WEBHOOK_TIMEOUT)
             .build()
             .map_err(|err| tracing::error!(%err, "sandbox cannot build its webhook client"))
             .ok();
-        let state = State::new(
-            billing::to_units(config.balance),
-            config.account_webhook_url.clone(),
-        );
         let (stopped, _) = watch::channel(false);
         Self {
             inner: Arc::new(Inner {
@@ -85,6 +112,7 @@ impl Sandbox {
                 state: Mutex::new(state),
                 http,
                 stopped,
+                persistence,
             }),
         }
     }
@@ -130,6 +158,7 @@ pub async fn serve(
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, "sandbox gateway listening on /api/json.php");
     }
+    let keeping = tokio::spawn(persist::keep(sandbox.inner.clone()));
     let stopper = sandbox.clone();
     let result = axum::serve(listener, sandbox.router())
         .with_graceful_shutdown(async move {
@@ -138,5 +167,9 @@ pub async fn serve(
         })
         .await;
     sandbox.stop();
+    // The last save, before the store closes.
+    if let Err(e) = keeping.await {
+        tracing::error!(error = %e, "sandbox: saving its state failed");
+    }
     result
 }

@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 
 use super::billing::Units;
 use super::channel::Channel;
+use super::delivery::Delivery;
 use super::error::OpError;
 use super::status;
 
@@ -50,13 +51,16 @@ pub struct ViberTemplate {
 /// Mutable state of one sandbox account.
 #[derive(Debug)]
 pub struct State {
-    balance: Units,
-    messages: HashMap<u64, MessageRecord>,
+    pub(super) balance: Units,
+    pub(super) messages: HashMap<u64, MessageRecord>,
     pub sms_templates: Vec<SmsTemplate>,
     pub viber_templates: Vec<ViberTemplate>,
-    next_msg_id: u64,
-    next_template_id: u64,
+    pub(super) next_msg_id: u64,
+    pub(super) next_template_id: u64,
     pub account_webhook_url: Option<String>,
+    /// Deliveries under way by client id, with the steps each has made: what a
+    /// restart resumes.
+    pub(super) deliveries: HashMap<u64, (Delivery, usize)>,
 }
 
 impl State {
@@ -70,6 +74,32 @@ impl State {
             next_msg_id: FIRST_MSG_ID,
             next_template_id: FIRST_TEMPLATE_ID,
             account_webhook_url,
+            deliveries: HashMap::new(),
+        }
+    }
+
+    /// Records a delivery that starts now.
+    pub fn begin_delivery(&mut self, delivery: Delivery) {
+        self.deliveries.insert(delivery.id, (delivery, 0));
+    }
+
+    /// Counts a step of the delivery of message `msg_id`.
+    pub fn step_done(&mut self, id: u64, msg_id: u64) {
+        if let Some((delivery, done)) = self.deliveries.get_mut(&id)
+            && delivery.msg_id == msg_id
+        {
+            *done += 1;
+        }
+    }
+
+    /// Forgets the delivery of message `msg_id` (over, or replaced by a newer send).
+    pub fn end_delivery(&mut self, id: u64, msg_id: u64) {
+        if self
+            .deliveries
+            .get(&id)
+            .is_some_and(|(delivery, _)| delivery.msg_id == msg_id)
+        {
+            self.deliveries.remove(&id);
         }
     }
 

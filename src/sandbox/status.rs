@@ -9,6 +9,22 @@ pub const UNDELIVERABLE: &str = "UNDELIVERABLE";
 pub const EXPIRED: &str = "EXPIRED";
 pub const REJECTED: &str = "REJECTED";
 
+/// The status constant named `name`, if the sandbox uses it.
+pub fn known(name: &str) -> Option<&'static str> {
+    [
+        ACCEPTED,
+        ROUTING,
+        DELIVERED,
+        READ,
+        REPLIED,
+        UNDELIVERABLE,
+        EXPIRED,
+        REJECTED,
+    ]
+    .into_iter()
+    .find(|s| *s == name)
+}
+
 /// Whether `status` is a successful final state (webhook `success: true`).
 pub fn is_success(status: &str) -> bool {
     matches!(status, DELIVERED | READ | REPLIED | "PARTIALLY DELIVERED")

@@ -180,6 +180,12 @@ pub trait Store: std::fmt::Debug + Send + Sync + 'static {
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError>;
 
+    /// The built-in sandbox's saved state of `account` (a JSON document), if any.
+    async fn sandbox_state(&self, account: &str) -> Result<Option<String>, StoreError>;
+
+    /// Saves the built-in sandbox's state of `account`.
+    async fn save_sandbox_state(&self, account: &str, state: &str) -> Result<(), StoreError>;
+
     /// Flushes and closes the store.
     async fn close(&self);
 }
@@ -231,6 +237,13 @@ const UNSETTLED_SQL: &str = "SELECT * FROM claims
        AND ((state = 'unknown' AND COALESCE(settle_until_ms, 0) <= $1)
             OR (state = 'in_flight' AND claimed_at_ms <= $2))
      ORDER BY claimed_at_ms LIMIT $3";
+
+/// Reads the sandbox's state (`$1`: account) and saves it (`$1`, `$2`: state, `$3`:
+/// now); both databases speak this SQL.
+const SANDBOX_STATE_SQL: &str = "SELECT state FROM sandbox_state WHERE account = $1";
+const SAVE_SANDBOX_STATE_SQL: &str = "INSERT INTO sandbox_state (account, state, saved_at_ms)
+     VALUES ($1, $2, $3)
+     ON CONFLICT (account) DO UPDATE SET state = excluded.state, saved_at_ms = excluded.saved_at_ms";
 
 /// The final event of a message if it has one, else its newest (`$1`: the client id).
 const LAST_EVENT_SQL: &str =

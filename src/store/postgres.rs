@@ -503,6 +503,24 @@ impl Store for PgStore {
         Ok(held.is_some())
     }
 
+    async fn sandbox_state(&self, account: &str) -> Result<Option<String>, StoreError> {
+        let row: Option<(String,)> = sqlx::query_as(super::SANDBOX_STATE_SQL)
+            .bind(account)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(|(state,)| state))
+    }
+
+    async fn save_sandbox_state(&self, account: &str, state: &str) -> Result<(), StoreError> {
+        sqlx::query(super::SAVE_SANDBOX_STATE_SQL)
+            .bind(account)
+            .bind(state)
+            .bind(ms(Utc::now()))
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
     async fn close(&self) {
         self.pool.close().await;
     }

@@ -561,3 +561,91 @@ async fn lost_answer_magic_number_is_outcome_unknown_and_its_retry_is_not_sent_t
         "billed once: one SMS part"
     );
 }
+
+/// msgw on its sandbox again, on the same store, statuses moving every `step`.
+async fn restarted(app: TestApp, step: Duration) -> TestApp {
+    app.restart(crate::helpers::Options {
+        sandbox_step: Some(step),
+        ..Default::default()
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_restart_changes_nothing_the_sandbox_showed() {
+    let app = spawn_sandboxed_app(STEP).await;
+    let first = app
+        .messaging()
+        .send_sms(sms(77, "380971234567"))
+        .await
+        .unwrap();
+    let first = first.into_inner().receipt.unwrap();
+    let delivered = final_status(&app, 77).await;
+    app.templates()
+        .create_sms_template(CreateSmsTemplateRequest {
+            text: "Code: %code%".into(),
+            name: "otp".into(),
+        })
+        .await
+        .unwrap();
+    let balance = app
+        .account()
+        .get_balance(GetBalanceRequest {})
+        .await
+        .unwrap();
+
+    let app = restarted(app, STEP).await;
+    let again = app
+        .messaging()
+        .get_message_status(GetMessageStatusRequest {
+            id: 77,
+            ..Default::default()
+        })
+        .await
+        .expect("the sandbox still knows message 77")
+        .into_inner();
+    assert_eq!(
+        (again.status(), &again.msg_id),
+        (delivered.status(), &first.msg_id)
+    );
+    assert_eq!(
+        app.account()
+            .get_balance(GetBalanceRequest {})
+            .await
+            .unwrap()
+            .into_inner(),
+        balance.into_inner(),
+        "the same balance"
+    );
+    let templates = app
+        .templates()
+        .list_sms_templates(ListSmsTemplatesRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .templates;
+    assert_eq!(templates.len(), 1, "{templates:?}");
+    let next = app
+        .messaging()
+        .send_sms(sms(78, "380971234567"))
+        .await
+        .unwrap();
+    assert_ne!(
+        next.into_inner().receipt.unwrap().msg_id,
+        first.msg_id,
+        "message ids go on, never restart"
+    );
+}
+
+#[tokio::test]
+async fn a_delivery_under_way_at_a_restart_goes_on_after_it() {
+    let step = Duration::from_millis(300);
+    let app = spawn_sandboxed_app(step).await;
+    app.messaging()
+        .send_sms(sms(80, "380971234567"))
+        .await
+        .unwrap();
+    let app = restarted(app, step).await;
+    let done = final_status(&app, 80).await;
+    assert_eq!(done.status(), MessageStatus::Delivered);
+}

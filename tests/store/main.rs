@@ -90,4 +90,5 @@ on_both_stores!(
     events::a_messages_final_event_is_found_before_newer_ones,
     shared::a_due_message_is_taken_by_one_replica_until_its_lease_ends,
     shared::a_lease_is_held_by_one_replica_until_it_expires,
+    shared::the_sandboxs_state_reads_back_as_saved_from_any_replica,
 );

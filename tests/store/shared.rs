@@ -114,3 +114,23 @@ pub async fn a_lease_is_held_by_one_replica_until_it_expires(fixture: Fixture) {
     assert!(b.try_lease("retention", "b", ttl, expired).await.unwrap());
     assert!(!a.try_lease("retention", "a", ttl, expired).await.unwrap());
 }
+
+pub async fn the_sandboxs_state_reads_back_as_saved_from_any_replica(fixture: Fixture) {
+    let (a, b) = (fixture.open().await, fixture.open().await);
+    assert_eq!(
+        a.sandbox_state("sandbox").await.unwrap(),
+        None,
+        "nothing saved yet"
+    );
+    a.save_sandbox_state("sandbox", r#"{"balance":1}"#)
+        .await
+        .unwrap();
+    a.save_sandbox_state("sandbox", r#"{"balance":2}"#)
+        .await
+        .unwrap();
+    assert_eq!(
+        b.sandbox_state("sandbox").await.unwrap().as_deref(),
+        Some(r#"{"balance":2}"#),
+        "the last save, seen by another handle"
+    );
+}

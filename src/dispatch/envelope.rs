@@ -20,7 +20,7 @@ use crate::metrics::Metrics;
 use crate::store::{
     AcceptedOutcome, ClaimChange, ClaimReply, Fingerprint, SentMessage, Settlement,
 };
-use crate::upstream::{Gateway, ItemOutcome, UpstreamError};
+use crate::upstream::{Gateway, ItemOutcome};
 
 /// The answer to one operation of a call.
 #[derive(Debug)]
@@ -55,7 +55,7 @@ pub struct Engine {
 /// Where one operation of the envelope stands.
 // Lives only during one envelope; boxing the answer would cost an allocation per operation.
 #[allow(clippy::large_enum_variant)]
-enum Slot {
+pub(super) enum Slot {
     /// Goes into the envelope; a keyed one with the claim it owns.
     Send(Option<Owned>),
     /// Its earlier outcome is unknown: a `status` query decides; before the end of the
@@ -68,17 +68,17 @@ enum Slot {
 }
 
 /// One operation of the envelope.
-struct Entry {
-    call: usize,
-    op: Operation,
+pub(super) struct Entry {
+    pub(super) call: usize,
+    pub(super) op: Operation,
     caller: Option<CallerName>,
     key: Option<(ClientId, Fingerprint)>,
-    slot: Slot,
+    pub(super) slot: Slot,
 }
 
 /// One call of the envelope: where its answer goes, and whether it failed as a whole.
-struct Caller {
-    call: Call<Answer>,
+pub(super) struct Caller {
+    pub(super) call: Call<Answer>,
     failed: Option<Error>,
 }
 
@@ -260,94 +260,6 @@ fn unsent() -> Settlement {
 }
 
 impl Engine {
-    /// Asks the gateway's `status` for every id whose earlier outcome is unknown, in
-    /// one request: known → accepted (answered as a replay); not known → sent now;
-    /// no answer → still unknown.
-    async fn resolve_unknown(
-        &self,
-        entries: &mut [Entry],
-        callers: &[Caller],
-        settlements: &mut Vec<(Owned, Settlement)>,
-    ) {
-        let resolving: Vec<(usize, Owned, DateTime<Utc>)> = entries
-            .iter()
-            .enumerate()
-            .filter_map(|(i, e)| match e.slot {
-                Slot::Resolve(owned, until) => Some((i, owned, until)),
-                _ => None,
-            })
-            .collect();
-        if resolving.is_empty() {
-            return;
-        }
-        let queries: Vec<Operation> = resolving
-            .iter()
-            .map(|(_, owned, _)| Operation::GetMessageStatus(owned.id))
-            .collect();
-        // Only queries: the request may end with the last caller waiting for it.
-        let deadline = latest(resolving.iter().map(|(i, ..)| &callers[entries[*i].call]));
-        let answers = self
-            .gateway
-            .call(
-                &queries.iter().collect::<Vec<_>>(),
-                &vec![None; queries.len()],
-                deadline,
-            )
-            .await;
-        for (n, (i, owned, settle_until)) in resolving.into_iter().enumerate() {
-            let op = &entries[i].op;
-            entries[i].slot = match &answers {
-                Ok(items) => match items.get(n) {
-                    Some(ItemOutcome::Done(Output::Status(report))) => {
-                        let outcome = AcceptedOutcome {
-                            msg_id: report.msg_id.clone(),
-                            parts: 0,
-                            payload: report.raw.clone(),
-                            recovered: true,
-                        };
-                        let track = report
-                            .msg_id
-                            .as_ref()
-                            .and_then(|msg_id| self.sent_message(op, msg_id));
-                        settlements.push((owned, Settlement::Accepted(outcome.clone(), track)));
-                        tracing::info!(
-                            client_id = owned.id.get(),
-                            msg_id = report.msg_id.as_deref().unwrap_or_default(),
-                            "unknown outcome resolved: the gateway has the message"
-                        );
-                        Slot::Done(claims::replay(op, owned.id, outcome))
-                    }
-                    // The gateway does not know the id, but the earlier request may
-                    // still be on its way or in its queue: nothing proves it lost yet.
-                    Some(ItemOutcome::Rejected(_)) if Utc::now() < settle_until => {
-                        settlements.push((owned, Settlement::Unknown { settle_until }));
-                        tracing::info!(
-                            client_id = owned.id.get(),
-                            %settle_until,
-                            "unknown outcome: the gateway does not know the message yet; not sending inside the settle window"
-                        );
-                        Slot::Done(Err(claims::settling(owned.id, settle_until)))
-                    }
-                    // The gateway does not know the id after the window: the earlier
-                    // request never arrived, so sending now is the first send.
-                    Some(ItemOutcome::Rejected(_)) => Slot::Send(Some(owned)),
-                    _ => {
-                        settlements.push((owned, Settlement::Unknown { settle_until }));
-                        Slot::Done(Err(Error::Unavailable {
-                            cause: UnavailableCause::BadResponse,
-                            outcome_unknown: true,
-                            detail: "the outcome of an earlier send with this id is unknown, and the gateway's status answer is unreadable".into(),
-                        }))
-                    }
-                },
-                Err(e) => {
-                    settlements.push((owned, Settlement::Unknown { settle_until }));
-                    Slot::Done(Err(still_unknown(e)))
-                }
-            };
-        }
-    }
-
     /// Sends every operation still to send in one request; an envelope failure fails
     /// each call that had an operation in it.
     async fn send(
@@ -497,7 +409,7 @@ impl Engine {
     }
 
     /// The message reconcile tracks for an accepted send, when msgw tracks deliveries.
-    fn sent_message(&self, op: &Operation, msg_id: &str) -> Option<SentMessage> {
+    pub(super) fn sent_message(&self, op: &Operation, msg_id: &str) -> Option<SentMessage> {
         self.tracking.as_ref()?;
         let (client_id, channel, lifetime) = op.delivery()?;
         Some(SentMessage {
@@ -511,7 +423,7 @@ impl Engine {
 }
 
 /// The latest deadline among `callers`: `None` when one of them has none.
-fn latest<'a>(callers: impl Iterator<Item = &'a Caller>) -> Option<Instant> {
+pub(super) fn latest<'a>(callers: impl Iterator<Item = &'a Caller>) -> Option<Instant> {
     callers
         .map(|c| c.call.deadline)
         .try_fold(None, |latest: Option<Instant>, d| {
@@ -542,22 +454,5 @@ fn answer(entries: Vec<Entry>, callers: Vec<Caller>) {
             None => Ok(answers),
         };
         let _ = caller.call.reply.send(reply);
-    }
-}
-
-/// The error of a call whose earlier outcome is unknown and whose `status` query failed.
-fn still_unknown(e: &UpstreamError) -> Error {
-    match upstream_error(e, true) {
-        Error::Unavailable { cause, detail, .. } => Error::Unavailable {
-            cause,
-            outcome_unknown: true,
-            detail: format!(
-                "the outcome of an earlier send with this id is unknown, and the gateway's status could not be asked: {detail}"
-            ),
-        },
-        Error::DeadlineExceeded { .. } => Error::DeadlineExceeded {
-            outcome_unknown: true,
-        },
-        other => other,
     }
 }

@@ -8,6 +8,7 @@
 mod claims;
 mod coalescer;
 mod envelope;
+mod resolve;
 
 use std::sync::Arc;
 

@@ -1,0 +1,158 @@
+//! Unit tests of the coalescer: envelopes, bounds, deadlines, callers that leave.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::*;
+use crate::domain::ClientId;
+
+/// Answers every operation with the size of its envelope, after `hold`.
+struct Echo {
+    hold: Duration,
+    running: AtomicUsize,
+    most: AtomicUsize,
+    envelopes: Mutex<Vec<usize>>,
+}
+
+impl Runner for Echo {
+    type Answer = usize;
+
+    async fn run(&self, calls: Vec<Call<usize>>, _slot: Slot<Self>) {
+        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        let size: usize = calls.iter().map(|c| c.ops.len()).sum();
+        self.envelopes.lock().unwrap().push(size);
+        tokio::time::sleep(self.hold).await;
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        for call in calls {
+            let _ = call.reply.send(Ok(vec![size; call.ops.len()]));
+        }
+    }
+}
+
+fn echo(hold: Duration) -> Arc<Echo> {
+    Arc::new(Echo {
+        hold,
+        running: AtomicUsize::new(0),
+        most: AtomicUsize::new(0),
+        envelopes: Mutex::new(Vec::new()),
+    })
+}
+
+fn ops(n: usize) -> Vec<Operation> {
+    (0..n)
+        .map(|i| Operation::GetMessageStatus(ClientId::new(i as u64 + 1).unwrap()))
+        .collect()
+}
+
+fn limits(connections: usize, batch_max: usize, queue_max: usize) -> Limits {
+    Limits {
+        connections,
+        batch_max,
+        queue_max,
+    }
+}
+
+#[tokio::test]
+async fn a_lone_call_goes_at_once_in_its_own_envelope() {
+    let runner = echo(Duration::ZERO);
+    let c = Coalescer::new(runner.clone(), Limits::default(), Metrics::new());
+    assert_eq!(c.call(ops(1), None, None).await.unwrap(), vec![1]);
+    assert_eq!(*runner.envelopes.lock().unwrap(), vec![1]);
+}
+
+#[tokio::test]
+async fn calls_queued_while_the_slots_are_busy_share_envelopes_within_bounds() {
+    let runner = echo(Duration::from_millis(50));
+    let c = Coalescer::new(runner.clone(), limits(2, 10, 1000), Metrics::new());
+    let calls: Vec<_> = (0..60)
+        .map(|_| {
+            let c = c.clone();
+            tokio::spawn(async move { c.call(ops(1), None, None).await })
+        })
+        .collect();
+    for call in calls {
+        let sizes = call.await.unwrap().unwrap();
+        assert!(sizes[0] >= 1 && sizes[0] <= 10, "{sizes:?}");
+    }
+    let envelopes = runner.envelopes.lock().unwrap().clone();
+    assert_eq!(envelopes.iter().sum::<usize>(), 60);
+    assert!(envelopes.len() < 60, "nothing coalesced: {envelopes:?}");
+    assert!(runner.most.load(Ordering::SeqCst) <= 2);
+}
+
+#[tokio::test]
+async fn a_call_keeps_its_operations_together() {
+    let runner = echo(Duration::from_millis(20));
+    let c = Coalescer::new(runner.clone(), limits(1, 5, 1000), Metrics::new());
+    let first = tokio::spawn({
+        let c = c.clone();
+        async move { c.call(ops(1), None, None).await }
+    });
+    tokio::task::yield_now().await;
+    let (a, b) = tokio::join!(c.call(ops(3), None, None), c.call(ops(3), None, None));
+    first.await.unwrap().unwrap();
+    assert_eq!(a.unwrap(), vec![3; 3]);
+    assert_eq!(b.unwrap(), vec![3; 3]);
+}
+
+#[tokio::test]
+async fn a_full_queue_refuses_with_retry_advice() {
+    let runner = echo(Duration::from_millis(200));
+    let metrics = Metrics::new();
+    let c = Coalescer::new(runner, limits(1, 1, 2), metrics.clone());
+    let busy: Vec<_> = (0..3)
+        .map(|_| {
+            let c = c.clone();
+            tokio::spawn(async move { c.call(ops(1), None, None).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let refused = c.call(ops(1), None, None).await;
+    assert!(
+        matches!(refused, Err(Error::Overloaded { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(metrics.queue_rejected.get(), 1);
+    for call in busy {
+        call.await.unwrap().unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_call_whose_deadline_passes_in_the_queue_is_never_run() {
+    let runner = echo(Duration::from_millis(200));
+    let c = Coalescer::new(runner.clone(), limits(1, 1, 100), Metrics::new());
+    let busy = tokio::spawn({
+        let c = c.clone();
+        async move { c.call(ops(1), None, None).await }
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let deadline = Instant::now() + Duration::from_millis(30);
+    let late = c.call(ops(1), Some(deadline), None).await;
+    assert!(matches!(
+        late,
+        Err(Error::DeadlineExceeded {
+            outcome_unknown: false
+        })
+    ));
+    busy.await.unwrap().unwrap();
+    assert_eq!(*runner.envelopes.lock().unwrap(), vec![1]);
+}
+
+#[tokio::test]
+async fn a_caller_that_leaves_while_queued_is_never_run() {
+    let runner = echo(Duration::from_millis(100));
+    let metrics = Metrics::new();
+    let c = Coalescer::new(runner.clone(), limits(1, 1, 100), metrics.clone());
+    let busy = tokio::spawn({
+        let c = c.clone();
+        async move { c.call(ops(1), None, None).await }
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let gone = tokio::time::timeout(Duration::from_millis(20), c.call(ops(2), None, None)).await;
+    assert!(gone.is_err(), "the caller gave up");
+    assert_eq!(metrics.queue_depth.get(), 0, "its call left the queue");
+    busy.await.unwrap().unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(*runner.envelopes.lock().unwrap(), vec![1]);
+}

@@ -1,0 +1,121 @@
+//! Earlier outcomes that are unknown: before an envelope sends an id whose last
+//! request was cut off, one `status` query for all such ids decides. Known → the send
+//! happened (answered as a replay); not known inside the settle window → not yet
+//! (nothing sent, retry later); not known after it → never arrived (sent now);
+//! no answer → still unknown.
+
+use chrono::{DateTime, Utc};
+
+use super::claims::{self, Owned};
+use super::envelope::{Caller, Engine, Entry, Slot, latest};
+use super::upstream_error;
+use crate::domain::{Error, Operation, Output, UnavailableCause};
+use crate::store::{AcceptedOutcome, Settlement};
+use crate::upstream::{ItemOutcome, UpstreamError};
+
+impl Engine {
+    /// Asks the gateway's `status` for every id whose earlier outcome is unknown, in
+    /// one request: known → accepted (answered as a replay); not known → sent now;
+    /// no answer → still unknown.
+    pub(super) async fn resolve_unknown(
+        &self,
+        entries: &mut [Entry],
+        callers: &[Caller],
+        settlements: &mut Vec<(Owned, Settlement)>,
+    ) {
+        let resolving: Vec<(usize, Owned, DateTime<Utc>)> = entries
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| match e.slot {
+                Slot::Resolve(owned, until) => Some((i, owned, until)),
+                _ => None,
+            })
+            .collect();
+        if resolving.is_empty() {
+            return;
+        }
+        let queries: Vec<Operation> = resolving
+            .iter()
+            .map(|(_, owned, _)| Operation::GetMessageStatus(owned.id))
+            .collect();
+        // Only queries: the request may end with the last caller waiting for it.
+        let deadline = latest(resolving.iter().map(|(i, ..)| &callers[entries[*i].call]));
+        let answers = self
+            .gateway
+            .call(
+                &queries.iter().collect::<Vec<_>>(),
+                &vec![None; queries.len()],
+                deadline,
+            )
+            .await;
+        for (n, (i, owned, settle_until)) in resolving.into_iter().enumerate() {
+            let op = &entries[i].op;
+            entries[i].slot = match &answers {
+                Ok(items) => match items.get(n) {
+                    Some(ItemOutcome::Done(Output::Status(report))) => {
+                        let outcome = AcceptedOutcome {
+                            msg_id: report.msg_id.clone(),
+                            parts: 0,
+                            payload: report.raw.clone(),
+                            recovered: true,
+                        };
+                        let track = report
+                            .msg_id
+                            .as_ref()
+                            .and_then(|msg_id| self.sent_message(op, msg_id));
+                        settlements.push((owned, Settlement::Accepted(outcome.clone(), track)));
+                        tracing::info!(
+                            client_id = owned.id.get(),
+                            msg_id = report.msg_id.as_deref().unwrap_or_default(),
+                            "unknown outcome resolved: the gateway has the message"
+                        );
+                        Slot::Done(claims::replay(op, owned.id, outcome))
+                    }
+                    // The gateway does not know the id, but the earlier request may
+                    // still be on its way or in its queue: nothing proves it lost yet.
+                    Some(ItemOutcome::Rejected(_)) if Utc::now() < settle_until => {
+                        settlements.push((owned, Settlement::Unknown { settle_until }));
+                        tracing::info!(
+                            client_id = owned.id.get(),
+                            %settle_until,
+                            "unknown outcome: the gateway does not know the message yet; not sending inside the settle window"
+                        );
+                        Slot::Done(Err(claims::settling(owned.id, settle_until)))
+                    }
+                    // The gateway does not know the id after the window: the earlier
+                    // request never arrived, so sending now is the first send.
+                    Some(ItemOutcome::Rejected(_)) => Slot::Send(Some(owned)),
+                    _ => {
+                        settlements.push((owned, Settlement::Unknown { settle_until }));
+                        Slot::Done(Err(Error::Unavailable {
+                            cause: UnavailableCause::BadResponse,
+                            outcome_unknown: true,
+                            detail: "the outcome of an earlier send with this id is unknown, and the gateway's status answer is unreadable".into(),
+                        }))
+                    }
+                },
+                Err(e) => {
+                    settlements.push((owned, Settlement::Unknown { settle_until }));
+                    Slot::Done(Err(still_unknown(e)))
+                }
+            };
+        }
+    }
+}
+
+/// The error of a call whose earlier outcome is unknown and whose `status` query failed.
+fn still_unknown(e: &UpstreamError) -> Error {
+    match upstream_error(e, true) {
+        Error::Unavailable { cause, detail, .. } => Error::Unavailable {
+            cause,
+            outcome_unknown: true,
+            detail: format!(
+                "the outcome of an earlier send with this id is unknown, and the gateway's status could not be asked: {detail}"
+            ),
+        },
+        Error::DeadlineExceeded { .. } => Error::DeadlineExceeded {
+            outcome_unknown: true,
+        },
+        other => other,
+    }
+}

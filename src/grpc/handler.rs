@@ -207,47 +207,12 @@ fn finish(
             tracing::info!("rpc done");
         }
         Some(e) => {
-            let outcome = outcome(e);
-            span.record("outcome", outcome);
-            match e {
-                Error::InvalidArgument(_)
-                | Error::Rejected(_)
-                | Error::IdConflict { .. }
-                | Error::SendInProgress { .. }
-                | Error::Overloaded { .. }
-                | Error::PermissionDenied(_)
-                | Error::RateLimited { .. }
-                | Error::MessageNotFound { .. } => {
-                    tracing::info!(error = %e, "rpc refused")
-                }
-                _ => tracing::warn!(error = %e, "rpc failed"),
+            span.record("outcome", super::status::outcome(e));
+            if super::status::is_refusal(e) {
+                tracing::info!(error = %e, "rpc refused");
+            } else {
+                tracing::warn!(error = %e, "rpc failed");
             }
         }
-    }
-}
-
-fn outcome(e: &Error) -> &'static str {
-    match e {
-        Error::InvalidArgument(_) => "invalid_argument",
-        Error::AccessDenied => "access_denied",
-        Error::Rejected(_) => "rejected",
-        Error::Unavailable {
-            outcome_unknown: true,
-            ..
-        }
-        | Error::DeadlineExceeded {
-            outcome_unknown: true,
-        } => "outcome_unknown",
-        Error::Unavailable { .. } => "unavailable",
-        Error::DeadlineExceeded { .. } => "deadline_exceeded",
-        Error::CursorOutOfRange { .. } => "out_of_range",
-        Error::IdConflict { .. } => "id_conflict",
-        Error::SendInProgress { .. } => "send_in_progress",
-        Error::ResultLost(_) => "result_lost",
-        Error::Overloaded { .. } => "overloaded",
-        Error::MessageNotFound { .. } => "not_found",
-        Error::PermissionDenied(_) => "permission_denied",
-        Error::RateLimited { .. } => "rate_limited",
-        Error::Internal(_) => "internal",
     }
 }

@@ -65,106 +65,129 @@ pub fn reason(e: &Error) -> &'static str {
     }
 }
 
+/// The gRPC outcome of an error as one word for spans and logs: its reason in lower
+/// case, or its code's name when its status carries no reason.
+pub fn outcome(e: &Error) -> String {
+    match reason(e) {
+        "" => crate::metrics::code_name(code(e)).to_owned(),
+        reason => reason.to_ascii_lowercase(),
+    }
+}
+
+/// Whether the error refuses the caller's request (its call was wrong, or asked too
+/// much too soon), rather than a failure of msgw or the gateway.
+pub fn is_refusal(e: &Error) -> bool {
+    matches!(
+        code(e),
+        Code::InvalidArgument
+            | Code::FailedPrecondition
+            | Code::AlreadyExists
+            | Code::Aborted
+            | Code::ResourceExhausted
+            | Code::PermissionDenied
+            | Code::NotFound
+            | Code::OutOfRange
+    )
+}
+
+/// What a status carries besides its code, message and reason: `ErrorInfo` metadata,
+/// `RetryInfo`, and field violations.
+#[derive(Default)]
+struct Details {
+    metadata: Vec<(&'static str, String)>,
+    retry_after: Option<std::time::Duration>,
+    violations: Vec<crate::domain::FieldViolation>,
+}
+
+/// The details of each error: the one place a variant's extra fields become status details.
+fn details(e: Error) -> Details {
+    let metadata = |pairs: Vec<(&'static str, String)>| Details {
+        metadata: pairs,
+        ..Details::default()
+    };
+    match e {
+        Error::InvalidArgument(violations) => Details {
+            violations,
+            ..Details::default()
+        },
+        Error::Rejected(text) => metadata(vec![("upstream_error", text)]),
+        Error::Unavailable { cause, .. } => Details {
+            metadata: vec![("cause", cause_name(cause))],
+            retry_after: match cause {
+                UnavailableCause::Settling { retry_after } => Some(retry_after),
+                _ => None,
+            },
+            ..Details::default()
+        },
+        Error::DeadlineExceeded { .. } => metadata(vec![("cause", "deadline".to_owned())]),
+        Error::CursorOutOfRange {
+            oldest_available, ..
+        } => metadata(vec![(
+            "oldest_available_cursor",
+            oldest_available.to_string(),
+        )]),
+        Error::IdConflict { msg_id, .. } => {
+            metadata(msg_id.map(|m| ("msg_id", m)).into_iter().collect())
+        }
+        Error::SendInProgress { retry_after, .. } | Error::Overloaded { retry_after } => Details {
+            retry_after: Some(retry_after),
+            ..Details::default()
+        },
+        Error::MessageNotFound { upstream_error, .. } => {
+            metadata(vec![("upstream_error", upstream_error)])
+        }
+        Error::RateLimited {
+            caller,
+            retry_after,
+            ..
+        } => Details {
+            metadata: vec![("caller", caller)],
+            retry_after,
+            ..Details::default()
+        },
+        Error::AccessDenied
+        | Error::ResultLost(_)
+        | Error::PermissionDenied(_)
+        | Error::Internal(_) => Details::default(),
+    }
+}
+
+/// The `cause` of an `UNAVAILABLE`.
+fn cause_name(cause: UnavailableCause) -> String {
+    match cause {
+        UnavailableCause::Unreachable => "unreachable".to_owned(),
+        UnavailableCause::Timeout => "timeout".to_owned(),
+        UnavailableCause::HttpStatus(code) => format!("http_{code}"),
+        UnavailableCause::BadResponse => "bad_response".to_owned(),
+        UnavailableCause::Store => "store".to_owned(),
+        UnavailableCause::ShuttingDown => "shutting_down".to_owned(),
+        UnavailableCause::Settling { .. } => "settling".to_owned(),
+    }
+}
+
 impl From<Error> for Status {
     fn from(e: Error) -> Self {
-        let message = e.to_string();
-        match e {
-            Error::InvalidArgument(violations) => Status::with_error_details(
-                Code::InvalidArgument,
-                message,
-                ErrorDetails::with_bad_request(bounded(violations)),
-            ),
-            Error::AccessDenied => {
-                with_info(Code::Unauthenticated, message, "UPSTREAM_ACCESS_DENIED", [])
-            }
-            Error::Rejected(text) => with_info(
-                Code::FailedPrecondition,
-                message,
-                "UPSTREAM_REJECTED",
-                [("upstream_error", text)],
-            ),
-            Error::Unavailable { ref cause, .. } => {
-                let reason = reason(&e);
-                let cause = match cause {
-                    UnavailableCause::Unreachable => "unreachable".to_owned(),
-                    UnavailableCause::Timeout => "timeout".to_owned(),
-                    UnavailableCause::HttpStatus(code) => format!("http_{code}"),
-                    UnavailableCause::BadResponse => "bad_response".to_owned(),
-                    UnavailableCause::Store => "store".to_owned(),
-                    UnavailableCause::ShuttingDown => "shutting_down".to_owned(),
-                    UnavailableCause::Settling { retry_after } => {
-                        let mut details = ErrorDetails::with_retry_info(Some(*retry_after));
-                        details.set_error_info(
-                            reason,
-                            ERROR_DOMAIN,
-                            HashMap::from([("cause".to_owned(), "settling".to_owned())]),
-                        );
-                        return Status::with_error_details(Code::Unavailable, message, details);
-                    }
-                };
-                with_info(Code::Unavailable, message, reason, [("cause", cause)])
-            }
-            Error::DeadlineExceeded { .. } => with_info(
-                Code::DeadlineExceeded,
-                message,
-                reason(&e),
-                [("cause", "deadline".to_owned())],
-            ),
-            Error::CursorOutOfRange {
-                oldest_available, ..
-            } => with_info(
-                Code::OutOfRange,
-                message,
-                "CURSOR_OUT_OF_RANGE",
-                [("oldest_available_cursor", oldest_available.to_string())],
-            ),
-            Error::IdConflict { msg_id, .. } => {
-                let mut metadata = HashMap::new();
-                if let Some(msg_id) = msg_id {
-                    metadata.insert("msg_id".to_owned(), msg_id);
-                }
-                Status::with_error_details(
-                    Code::AlreadyExists,
-                    message,
-                    ErrorDetails::with_error_info("ID_CONFLICT", ERROR_DOMAIN, metadata),
-                )
-            }
-            Error::SendInProgress { retry_after, .. } => {
-                let mut details = ErrorDetails::with_retry_info(Some(retry_after));
-                details.set_error_info("SEND_IN_PROGRESS", ERROR_DOMAIN, HashMap::new());
-                Status::with_error_details(Code::Aborted, message, details)
-            }
-            Error::ResultLost(_) => with_info(Code::FailedPrecondition, message, "RESULT_LOST", []),
-            Error::MessageNotFound { upstream_error, .. } => with_info(
-                Code::NotFound,
-                message,
-                "MESSAGE_NOT_FOUND",
-                [("upstream_error", upstream_error)],
-            ),
-            Error::Overloaded { retry_after } => {
-                let mut details = ErrorDetails::with_retry_info(Some(retry_after));
-                details.set_error_info("QUEUE_FULL", ERROR_DOMAIN, HashMap::new());
-                Status::with_error_details(Code::ResourceExhausted, message, details)
-            }
-            Error::PermissionDenied(_) => Status::permission_denied(message),
-            Error::RateLimited {
-                caller,
-                retry_after,
-                ..
-            } => {
-                let mut details = ErrorDetails::new();
-                if let Some(after) = retry_after {
-                    details.set_retry_info(Some(after));
-                }
-                details.set_error_info(
-                    "RATE_LIMITED",
-                    ERROR_DOMAIN,
-                    HashMap::from([("caller".to_owned(), caller)]),
-                );
-                Status::with_error_details(Code::ResourceExhausted, message, details)
-            }
-            Error::Internal(_) => Status::internal(message),
+        let (code, reason, message) = (code(&e), reason(&e), e.to_string());
+        let details = details(e);
+        if reason.is_empty() && details.violations.is_empty() && details.retry_after.is_none() {
+            return Status::new(code, message);
         }
+        let mut rich = ErrorDetails::new();
+        if !details.violations.is_empty() {
+            rich.set_bad_request(bounded(details.violations));
+        }
+        if let Some(after) = details.retry_after {
+            rich.set_retry_info(Some(after));
+        }
+        if !reason.is_empty() {
+            let metadata: HashMap<String, String> = details
+                .metadata
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v))
+                .collect();
+            rich.set_error_info(reason, ERROR_DOMAIN, metadata);
+        }
+        Status::with_error_details(code, message, rich)
     }
 }
 
@@ -198,23 +221,6 @@ fn bounded(violations: Vec<crate::domain::FieldViolation>) -> Vec<FieldViolation
     listed
 }
 
-fn with_info<const N: usize>(
-    code: Code,
-    message: String,
-    reason: &str,
-    metadata: [(&str, String); N],
-) -> Status {
-    let metadata: HashMap<String, String> = metadata
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v))
-        .collect();
-    Status::with_error_details(
-        code,
-        message,
-        ErrorDetails::with_error_info(reason, ERROR_DOMAIN, metadata),
-    )
-}
-
 /// A status as the `google.rpc.Status` message of a batch result, details included.
 pub fn to_rpc_status(status: &Status) -> tonic_types::pb::Status {
     // tonic keeps the details of a rich status as an encoded google.rpc.Status.
@@ -226,4 +232,163 @@ pub fn to_rpc_status(status: &Status) -> tonic_types::pb::Status {
             message: status.message().to_owned(),
             details: Vec::new(),
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tonic_types::StatusExt;
+
+    use super::*;
+    use crate::domain::FieldViolation as Violation;
+
+    /// One error of each kind; the match below stops compiling when a variant is added
+    /// without being listed here.
+    fn every_error() -> Vec<Error> {
+        let second = Duration::from_secs(1);
+        let all = vec![
+            Error::InvalidArgument(vec![Violation {
+                field: "phone".into(),
+                description: "bad".into(),
+            }]),
+            Error::AccessDenied,
+            Error::Rejected("Error in Sender-name".into()),
+            Error::Unavailable {
+                cause: UnavailableCause::Timeout,
+                outcome_unknown: true,
+                detail: "cut".into(),
+            },
+            Error::Unavailable {
+                cause: UnavailableCause::Settling {
+                    retry_after: second,
+                },
+                outcome_unknown: true,
+                detail: "settling".into(),
+            },
+            Error::Unavailable {
+                cause: UnavailableCause::Store,
+                outcome_unknown: false,
+                detail: "store".into(),
+            },
+            Error::DeadlineExceeded {
+                outcome_unknown: false,
+            },
+            Error::DeadlineExceeded {
+                outcome_unknown: true,
+            },
+            Error::MessageNotFound {
+                id: 1,
+                upstream_error: "Message not found".into(),
+            },
+            Error::IdConflict {
+                id: 1,
+                msg_id: Some("m".into()),
+            },
+            Error::SendInProgress {
+                id: 1,
+                retry_after: second,
+            },
+            Error::ResultLost("lost".into()),
+            Error::Overloaded {
+                retry_after: second,
+            },
+            Error::CursorOutOfRange {
+                oldest_available: 5,
+                detail: "old".into(),
+            },
+            Error::PermissionDenied("no".into()),
+            Error::RateLimited {
+                caller: "billing".into(),
+                sends: 1,
+                retry_after: Some(second),
+            },
+            Error::Internal("bug".into()),
+        ];
+        for e in &all {
+            match e {
+                Error::InvalidArgument(_)
+                | Error::AccessDenied
+                | Error::Rejected(_)
+                | Error::Unavailable { .. }
+                | Error::DeadlineExceeded { .. }
+                | Error::MessageNotFound { .. }
+                | Error::IdConflict { .. }
+                | Error::SendInProgress { .. }
+                | Error::ResultLost(_)
+                | Error::Overloaded { .. }
+                | Error::CursorOutOfRange { .. }
+                | Error::PermissionDenied(_)
+                | Error::RateLimited { .. }
+                | Error::Internal(_) => {}
+            }
+        }
+        all
+    }
+
+    #[test]
+    fn every_error_becomes_the_status_its_code_and_reason_say() {
+        for e in every_error() {
+            let (code, reason, outcome) = (code(&e), reason(&e), outcome(&e));
+            let text = format!("{e:?}");
+            let status = Status::from(e);
+            assert_eq!(status.code(), code, "{text}");
+            let info = status.get_details_error_info();
+            match reason {
+                "" => assert!(info.is_none(), "{text}: no ErrorInfo expected"),
+                reason => {
+                    let info = info.unwrap_or_else(|| panic!("{text}: no ErrorInfo"));
+                    assert_eq!(
+                        (info.reason.as_str(), info.domain.as_str()),
+                        (reason, ERROR_DOMAIN)
+                    );
+                    assert_eq!(outcome, reason.to_ascii_lowercase(), "{text}");
+                }
+            }
+            assert!(
+                !outcome.is_empty() && !outcome.contains(' '),
+                "{text}: {outcome}"
+            );
+        }
+    }
+
+    #[test]
+    fn retry_advice_and_violations_reach_the_status() {
+        let retry = |e: Error| {
+            Status::from(e)
+                .get_details_retry_info()
+                .and_then(|r| r.retry_delay)
+        };
+        let second = Some(Duration::from_secs(1));
+        assert_eq!(
+            retry(Error::Overloaded {
+                retry_after: Duration::from_secs(1)
+            }),
+            second
+        );
+        assert_eq!(
+            retry(Error::Unavailable {
+                cause: UnavailableCause::Settling {
+                    retry_after: Duration::from_secs(1)
+                },
+                outcome_unknown: true,
+                detail: String::new(),
+            }),
+            second
+        );
+        let bad = Status::from(Error::InvalidArgument(vec![Violation {
+            field: "phone".into(),
+            description: "bad".into(),
+        }]));
+        let violations = bad.get_details_bad_request().unwrap().field_violations;
+        assert_eq!(violations[0].field, "phone");
+        let conflict = Status::from(Error::IdConflict {
+            id: 1,
+            msg_id: Some("m7".into()),
+        });
+        assert_eq!(
+            conflict.get_details_error_info().unwrap().metadata["msg_id"],
+            "m7"
+        );
+    }
 }

@@ -21,4 +21,5 @@ pub mod sandbox;
 pub mod store;
 pub mod telemetry;
 pub mod upstream;
+pub mod wait;
 pub mod webhook;

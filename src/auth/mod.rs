@@ -12,8 +12,16 @@ mod permits;
 pub mod tls;
 
 pub use callers::{Caller, EventScope, Permission};
-pub use layer::{AuthError, AuthLayer, Authenticator};
+pub use layer::{AuthError, AuthLayer, Authenticator, RpcMethod};
 pub use permits::{admit, admit_events};
+
+/// The method of a call, as the authentication layer named it.
+pub fn method_of<T>(request: &tonic::Request<T>) -> &'static str {
+    request
+        .extensions()
+        .get::<RpcMethod>()
+        .map_or("unknown", |m| m.0)
+}
 
 /// The caller the auth layer put into a request. A request without one never passed
 /// the layer (a wiring bug): it is refused rather than let through.

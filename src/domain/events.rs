@@ -193,3 +193,12 @@ fn raw_report(r: &DeliveryReport) -> serde_json::Value {
     }
     Value::Object(raw)
 }
+
+impl From<StatusEvent> for super::Waited {
+    fn from(e: StatusEvent) -> Self {
+        Self {
+            is_final: e.event.is_final(),
+            report: e.event.report.into(),
+        }
+    }
+}

@@ -24,7 +24,7 @@ pub use ops::{
 };
 pub use outputs::{
     Balance, HlrReport, Media, Network, Output, Reply, SendReceipt, Sender, SmsTemplate,
-    StatusReport, ViberTemplate, VoiceOtpCall,
+    StatusReport, ViberTemplate, VoiceOtpCall, Waited,
 };
 pub use status::{Channel, ReportedStatus, Status};
 pub use values::{ClientId, HttpUrl, Lifetime, OtpCode, Phone, Text, ValueError};

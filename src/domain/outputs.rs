@@ -83,6 +83,16 @@ impl StatusReport {
     }
 }
 
+/// A status, and whether it is final: a webhook's status msgw does not know is final
+/// all the same (the gateway reports final statuses only).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Waited {
+    /// The status.
+    pub report: StatusReport,
+    /// Whether it will not change any more.
+    pub is_final: bool,
+}
+
 /// Account balance.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Balance {
@@ -178,6 +188,8 @@ pub enum Output {
     VoiceOtp(VoiceOtpCall),
     /// A status query.
     Status(StatusReport),
+    /// A status waited for (`wait_for_final`): from the event log or a status query.
+    Waited(Waited),
     /// The balance.
     Balance(Balance),
     /// Sender names.

@@ -6,8 +6,6 @@
 //! replica's own appends go straight in when they are next in line; everything else
 //! (other replicas' appends, announced by the store) is read from the store first.
 
-pub mod wait;
-
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
 use chrono::Utc;

@@ -25,20 +25,20 @@ impl AccountService for Account {
         &self,
         request: Request<proto::GetBalanceRequest>,
     ) -> Result<Response<proto::GetBalanceResponse>, Status> {
-        handler::unary(&self.dispatcher, "GetBalance", request).await
+        handler::unary(&self.dispatcher, request).await
     }
 
     async fn list_senders(
         &self,
         request: Request<proto::ListSendersRequest>,
     ) -> Result<Response<proto::ListSendersResponse>, Status> {
-        handler::unary(&self.dispatcher, "ListSenders", request).await
+        handler::unary(&self.dispatcher, request).await
     }
 
     async fn lookup_hlr(
         &self,
         request: Request<proto::LookupHlrRequest>,
     ) -> Result<Response<proto::LookupHlrResponse>, Status> {
-        handler::unary(&self.dispatcher, "LookupHlr", request).await
+        handler::unary(&self.dispatcher, request).await
     }
 }

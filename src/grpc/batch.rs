@@ -43,28 +43,6 @@ impl Rpc<BatchResponse> for BatchRequest {
     }
 }
 
-/// How to answer an item: the response type of its RPC.
-#[derive(Clone, Copy)]
-pub enum Kind {
-    SendSms,
-    SendViber,
-    SendRcs,
-    SendTelegramOtp,
-    SendVoice,
-    SendVoiceOtp,
-    SendPipeline,
-    GetMessageStatus,
-    GetBalance,
-    ListSenders,
-    LookupHlr,
-    CreateSmsTemplate,
-    ListSmsTemplates,
-    DeleteSmsTemplates,
-    CreateViberTemplate,
-    ListViberTemplates,
-    DeleteViberTemplates,
-}
-
 /// Parses every item (at most `max_items`); any violation fails the whole batch
 /// before anything is sent.
 pub fn parse(items: Vec<BatchItem>, max_items: usize) -> Result<Vec<(Kind, Operation)>, Error> {
@@ -118,74 +96,10 @@ pub fn parse(items: Vec<BatchItem>, max_items: usize) -> Result<Vec<(Kind, Opera
     violations.finish(Some(parsed))
 }
 
-fn parse_item(item: Item, v: &mut Violations, i: usize) -> (Kind, &'static str, Option<Operation>) {
-    fn one<R: IntoOperation>(
-        v: &mut Violations,
-        i: usize,
-        field: &'static str,
-        r: R,
-    ) -> Option<Operation> {
-        r.into_operation(&mut v.scope(format!("items[{i}].{field}")))
-    }
-    macro_rules! items {
-        ($($variant:ident => $field:literal),* $(,)?) => {
-            match item {
-                $(Item::$variant(r) => (Kind::$variant, $field, one(v, i, $field, r)),)*
-            }
-        };
-    }
-    items!(
-        SendSms => "send_sms",
-        SendViber => "send_viber",
-        SendRcs => "send_rcs",
-        SendTelegramOtp => "send_telegram_otp",
-        SendVoice => "send_voice",
-        SendVoiceOtp => "send_voice_otp",
-        SendPipeline => "send_pipeline",
-        GetMessageStatus => "get_message_status",
-        GetBalance => "get_balance",
-        ListSenders => "list_senders",
-        LookupHlr => "lookup_hlr",
-        CreateSmsTemplate => "create_sms_template",
-        ListSmsTemplates => "list_sms_templates",
-        DeleteSmsTemplates => "delete_sms_templates",
-        CreateViberTemplate => "create_viber_template",
-        ListViberTemplates => "list_viber_templates",
-        DeleteViberTemplates => "delete_viber_templates",
-    )
-}
-
 /// The batch result of one item: its status, and its response when OK.
 fn result(kind: Kind, outcome: Result<Executed, Error>) -> BatchResult {
     let replayed = outcome.as_ref().is_ok_and(|e| e.replayed);
-    let converted = outcome.and_then(|Executed { output, .. }| {
-        macro_rules! responses {
-            ($($variant:ident),* $(,)?) => {
-                match kind {
-                    $(Kind::$variant => FromOutput::from_output(output).map(Res::$variant),)*
-                }
-            };
-        }
-        responses!(
-            SendSms,
-            SendViber,
-            SendRcs,
-            SendTelegramOtp,
-            SendVoice,
-            SendVoiceOtp,
-            SendPipeline,
-            GetMessageStatus,
-            GetBalance,
-            ListSenders,
-            LookupHlr,
-            CreateSmsTemplate,
-            ListSmsTemplates,
-            DeleteSmsTemplates,
-            CreateViberTemplate,
-            ListViberTemplates,
-            DeleteViberTemplates,
-        )
-    });
+    let converted = outcome.and_then(|Executed { output, .. }| respond_item(kind, output));
     match converted {
         Ok(result) => BatchResult {
             status: Some(tonic_types::pb::Status {
@@ -203,3 +117,58 @@ fn result(kind: Kind, outcome: Result<Executed, Error>) -> BatchResult {
         },
     }
 }
+
+/// The one list of what a Batch item can be: each entry names the `BatchItem` and
+/// `BatchResult` variant (the RPC's name) and the item's proto field, and defines the
+/// item kinds, their parsing and their answers. A new batchable RPC is one entry here.
+macro_rules! batchable {
+    ($($variant:ident => $field:literal),* $(,)?) => {
+        /// How to answer an item: the response type of its RPC.
+        #[derive(Clone, Copy)]
+        pub enum Kind {
+            $($variant,)*
+        }
+
+        /// Parses one item (`items[i]`), collecting its violations.
+        fn parse_item(
+            item: Item,
+            v: &mut Violations,
+            i: usize,
+        ) -> (Kind, &'static str, Option<Operation>) {
+            match item {
+                $(Item::$variant(r) => (
+                    Kind::$variant,
+                    $field,
+                    r.into_operation(&mut v.scope(format!("items[{i}].{}", $field))),
+                ),)*
+            }
+        }
+
+        /// The response of an item of `kind` from its output.
+        fn respond_item(kind: Kind, output: crate::domain::Output) -> Result<Res, Error> {
+            match kind {
+                $(Kind::$variant => FromOutput::from_output(output).map(Res::$variant),)*
+            }
+        }
+    };
+}
+
+batchable!(
+    SendSms => "send_sms",
+    SendViber => "send_viber",
+    SendRcs => "send_rcs",
+    SendTelegramOtp => "send_telegram_otp",
+    SendVoice => "send_voice",
+    SendVoiceOtp => "send_voice_otp",
+    SendPipeline => "send_pipeline",
+    GetMessageStatus => "get_message_status",
+    GetBalance => "get_balance",
+    ListSenders => "list_senders",
+    LookupHlr => "lookup_hlr",
+    CreateSmsTemplate => "create_sms_template",
+    ListSmsTemplates => "list_sms_templates",
+    DeleteSmsTemplates => "delete_sms_templates",
+    CreateViberTemplate => "create_viber_template",
+    ListViberTemplates => "list_viber_templates",
+    DeleteViberTemplates => "delete_viber_templates",
+);

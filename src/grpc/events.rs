@@ -39,11 +39,8 @@ impl EventService for Events {
     ) -> Result<Response<Self::StreamStatusEventsStream>, Status> {
         let started = tokio::time::Instant::now();
         let caller = crate::auth::caller_of(&request)?;
-        let span = tracing::info_span!(
-            "rpc",
-            method = "StreamStatusEvents",
-            caller = caller.label()
-        );
+        let method = crate::auth::method_of(&request);
+        let span = tracing::info_span!("rpc", method, caller = caller.label());
         let events = async {
             let opened = match crate::auth::admit_events(&caller).and(parse(request.into_inner())) {
                 Ok((start, filter)) => {
@@ -62,12 +59,9 @@ impl EventService for Events {
                 .as_ref()
                 .err()
                 .map_or(tonic::Code::Ok, super::status::code);
-            self.log.metrics().rpc(
-                "StreamStatusEvents",
-                caller.label(),
-                code,
-                started.elapsed(),
-            );
+            self.log
+                .metrics()
+                .rpc(method, caller.label(), code, started.elapsed());
             match &opened {
                 Ok(_) => tracing::info!(
                     own_events_only = caller.events == EventScope::Own,

@@ -2,6 +2,8 @@
 //! dispatch, answer, and trace it. RPCs differ only in their operations and in how
 //! their results become the response (one operation, or a `Batch` of them).
 
+use std::sync::Arc;
+
 use tokio::time::Instant;
 use tonic::{Request, Response, Status, metadata::MetadataValue};
 use tracing::{Instrument, field};
@@ -58,16 +60,36 @@ pub fn parse<R: IntoOperation>(request: R) -> Result<Operation, Error> {
     violations.finish(op)
 }
 
-/// Runs one unary RPC of `method`.
+/// Runs one unary RPC: its operations go to the gateway through `dispatcher`.
 pub async fn unary<Req, Resp>(
     dispatcher: &Dispatcher,
-    method: &'static str,
     request: Request<Req>,
 ) -> Result<Response<Resp>, Status>
 where
     Req: Rpc<Resp>,
 {
+    unary_with(dispatcher, request, |ops, deadline, caller| async move {
+        dispatcher
+            .execute_all(ops, deadline, caller.name.as_ref())
+            .await
+    })
+    .await
+}
+
+/// Runs one unary RPC whose operations `execute` carries out (the gateway's answer by
+/// default, see [`unary`]): the caller, parsing, permissions, the own-messages rule,
+/// counting and tracing are the same for every RPC.
+pub async fn unary_with<Req, Resp, Run>(
+    dispatcher: &Dispatcher,
+    request: Request<Req>,
+    execute: impl FnOnce(Vec<Operation>, Option<Instant>, Arc<Caller>) -> Run,
+) -> Result<Response<Resp>, Status>
+where
+    Req: Rpc<Resp>,
+    Run: Future<Output = Result<Vec<Result<Executed, Error>>, Error>>,
+{
     let caller = auth::caller_of(&request)?;
+    let method = auth::method_of(&request);
     observed(dispatcher.metrics(), method, &caller, async {
         let deadline = super::deadline::deadline(&request);
         let (ops, shape) = request.into_inner().plan(dispatcher.batch_max())?;
@@ -75,9 +97,7 @@ where
         auth::admit(&caller, &ops, Req::BATCH)?;
         own_messages_only(dispatcher, &caller, &ops, Req::BATCH).await?;
         let names: Vec<&'static str> = ops.iter().map(Operation::rpc_name).collect();
-        let results = dispatcher
-            .execute_all(ops, deadline, caller.name.as_ref())
-            .await;
+        let results = execute(ops, deadline, caller.clone()).await;
         count_operations(dispatcher.metrics(), &names, &results);
         Req::respond(shape, results?)
     })

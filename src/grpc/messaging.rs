@@ -6,13 +6,11 @@ use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 
 use super::handler;
-use crate::dispatch::Dispatcher;
-use crate::domain::{Error, Operation};
-use crate::events::{
-    EventLog,
-    wait::{self, MAX_WAIT},
-};
+use crate::dispatch::{Dispatcher, Executed};
+use crate::domain::{Error, Operation, Output};
+use crate::events::EventLog;
 use crate::proto::{self, messaging_service_server::MessagingService};
+use crate::wait::{self, MAX_WAIT};
 
 /// The MessagingService handlers.
 #[derive(Clone)]
@@ -34,49 +32,49 @@ impl MessagingService for Messaging {
         &self,
         request: Request<proto::SendSmsRequest>,
     ) -> Result<Response<proto::SendSmsResponse>, Status> {
-        handler::unary(&self.dispatcher, "SendSms", request).await
+        handler::unary(&self.dispatcher, request).await
     }
 
     async fn send_viber(
         &self,
         request: Request<proto::SendViberRequest>,
     ) -> Result<Response<proto::SendViberResponse>, Status> {
-        handler::unary(&self.dispatcher, "SendViber", request).await
+        handler::unary(&self.dispatcher, request).await
     }
 
     async fn send_rcs(
         &self,
         request: Request<proto::SendRcsRequest>,
     ) -> Result<Response<proto::SendRcsResponse>, Status> {
-        handler::unary(&self.dispatcher, "SendRcs", request).await
+        handler::unary(&self.dispatcher, request).await
     }
 
     async fn send_telegram_otp(
         &self,
         request: Request<proto::SendTelegramOtpRequest>,
     ) -> Result<Response<proto::SendTelegramOtpResponse>, Status> {
-        handler::unary(&self.dispatcher, "SendTelegramOtp", request).await
+        handler::unary(&self.dispatcher, request).await
     }
 
     async fn send_voice(
         &self,
         request: Request<proto::SendVoiceRequest>,
     ) -> Result<Response<proto::SendVoiceResponse>, Status> {
-        handler::unary(&self.dispatcher, "SendVoice", request).await
+        handler::unary(&self.dispatcher, request).await
     }
 
     async fn send_voice_otp(
         &self,
         request: Request<proto::SendVoiceOtpRequest>,
     ) -> Result<Response<proto::SendVoiceOtpResponse>, Status> {
-        handler::unary(&self.dispatcher, "SendVoiceOtp", request).await
+        handler::unary(&self.dispatcher, request).await
     }
 
     async fn send_pipeline(
         &self,
         request: Request<proto::SendPipelineRequest>,
     ) -> Result<Response<proto::SendPipelineResponse>, Status> {
-        handler::unary(&self.dispatcher, "SendPipeline", request).await
+        handler::unary(&self.dispatcher, request).await
     }
 
     async fn get_message_status(
@@ -84,34 +82,30 @@ impl MessagingService for Messaging {
         request: Request<proto::GetMessageStatusRequest>,
     ) -> Result<Response<proto::GetMessageStatusResponse>, Status> {
         if !request.get_ref().wait_for_final {
-            return handler::unary(&self.dispatcher, "GetMessageStatus", request).await;
+            return handler::unary(&self.dispatcher, request).await;
         }
         let until =
             super::deadline::deadline(&request).unwrap_or_else(|| Instant::now() + MAX_WAIT);
-        let caller = crate::auth::caller_of(&request)?;
+        // Parsed as a plain status query (`wait_for_final` is for this handler only;
+        // a Batch item may not wait).
+        let (metadata, extensions, query) = request.into_parts();
         let query = proto::GetMessageStatusRequest {
             wait_for_final: false,
-            ..request.into_inner()
+            ..query
         };
-        let metrics = self.dispatcher.metrics();
-        handler::observed(metrics, "GetMessageStatus", &caller, async {
-            let op = handler::parse(query)?;
-            handler::record_operations(std::slice::from_ref(&op));
-            crate::auth::admit(&caller, std::slice::from_ref(&op), false)?;
-            handler::own_messages_only(&self.dispatcher, &caller, std::slice::from_ref(&op), false)
-                .await?;
-            let Operation::GetMessageStatus(id) = op else {
+        let request = Request::from_parts(metadata, extensions, query);
+        let (events, dispatcher) = (&self.events, &self.dispatcher);
+        handler::unary_with(dispatcher, request, |ops, _, _| async move {
+            let [Operation::GetMessageStatus(id)] = ops[..] else {
                 return Err(Error::Internal(format!(
-                    "a status request parsed as {op:?}"
+                    "a status request parsed as {ops:?}"
                 )));
             };
-            let waited = wait::final_status(&self.events, &self.dispatcher, id, until).await;
-            handler::count_operation(
-                self.dispatcher.metrics(),
-                "GetMessageStatus",
-                waited.as_ref().err(),
-            );
-            Ok((waited?.into(), false))
+            let waited = wait::final_status(events, dispatcher, id, until).await;
+            Ok(vec![waited.map(|w| Executed {
+                output: Output::Waited(w),
+                replayed: false,
+            })])
         })
         .await
     }
@@ -120,6 +114,6 @@ impl MessagingService for Messaging {
         &self,
         request: Request<proto::BatchRequest>,
     ) -> Result<Response<proto::BatchResponse>, Status> {
-        handler::unary(&self.dispatcher, "Batch", request).await
+        handler::unary(&self.dispatcher, request).await
     }
 }

@@ -25,41 +25,41 @@ impl TemplateService for Templates {
         &self,
         request: Request<proto::CreateSmsTemplateRequest>,
     ) -> Result<Response<proto::CreateSmsTemplateResponse>, Status> {
-        handler::unary(&self.dispatcher, "CreateSmsTemplate", request).await
+        handler::unary(&self.dispatcher, request).await
     }
 
     async fn list_sms_templates(
         &self,
         request: Request<proto::ListSmsTemplatesRequest>,
     ) -> Result<Response<proto::ListSmsTemplatesResponse>, Status> {
-        handler::unary(&self.dispatcher, "ListSmsTemplates", request).await
+        handler::unary(&self.dispatcher, request).await
     }
 
     async fn delete_sms_templates(
         &self,
         request: Request<proto::DeleteSmsTemplatesRequest>,
     ) -> Result<Response<proto::DeleteSmsTemplatesResponse>, Status> {
-        handler::unary(&self.dispatcher, "DeleteSmsTemplates", request).await
+        handler::unary(&self.dispatcher, request).await
     }
 
     async fn create_viber_template(
         &self,
         request: Request<proto::CreateViberTemplateRequest>,
     ) -> Result<Response<proto::CreateViberTemplateResponse>, Status> {
-        handler::unary(&self.dispatcher, "CreateViberTemplate", request).await
+        handler::unary(&self.dispatcher, request).await
     }
 
     async fn list_viber_templates(
         &self,
         request: Request<proto::ListViberTemplatesRequest>,
     ) -> Result<Response<proto::ListViberTemplatesResponse>, Status> {
-        handler::unary(&self.dispatcher, "ListViberTemplates", request).await
+        handler::unary(&self.dispatcher, request).await
     }
 
     async fn delete_viber_templates(
         &self,
         request: Request<proto::DeleteViberTemplatesRequest>,
     ) -> Result<Response<proto::DeleteViberTemplatesResponse>, Status> {
-        handler::unary(&self.dispatcher, "DeleteViberTemplates", request).await
+        handler::unary(&self.dispatcher, request).await
     }
 }

@@ -5,7 +5,6 @@ use prost_types::{ListValue, Struct, Timestamp, Value as PValue, value::Kind};
 use serde_json::Value;
 
 use crate::domain::{self, Error, Output, ReportedStatus, Status};
-use crate::events::wait::Waited;
 use crate::proto;
 
 /// Converts an operation's output into the response message of its RPC.
@@ -172,18 +171,15 @@ impl FromOutput for proto::SendVoiceOtpResponse {
 
 impl FromOutput for proto::GetMessageStatusResponse {
     fn from_output(output: Output) -> Result<Self, Error> {
-        let Output::Status(r) = output else {
-            return Err(mismatch("status", &output));
-        };
-        let is_final = r.is_final();
-        Ok(status_response(r, is_final))
-    }
-}
-
-impl From<Waited> for proto::GetMessageStatusResponse {
-    fn from(w: Waited) -> Self {
-        // A final webhook with a status msgw does not know is final all the same.
-        status_response(w.report, w.is_final)
+        match output {
+            Output::Status(r) => {
+                let is_final = r.is_final();
+                Ok(status_response(r, is_final))
+            }
+            // A final webhook with a status msgw does not know is final all the same.
+            Output::Waited(w) => Ok(status_response(w.report, w.is_final)),
+            other => Err(mismatch("status", &other)),
+        }
     }
 }
 

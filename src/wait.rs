@@ -1,35 +1,19 @@
-//! "Send, then wait for the outcome": a message's status as soon as it is final, from
-//! what msgw holds or learns (delivery webhooks, reconcile polls), with one gateway
-//! status query at most; at the deadline, the newest status known.
+//! "Send, then wait for the outcome" (`GetMessageStatus` with `wait_for_final`): a
+//! message's status as soon as it is final, from what msgw holds or learns (delivery
+//! webhooks in the event log, reconcile polls), with one gateway status query at most;
+//! at the deadline, the newest status known. It joins the event log and dispatch, so
+//! it belongs to neither.
 
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
 use tokio::time::Instant;
 
-use super::{EventLog, Filter, Start};
 use crate::dispatch::Dispatcher;
-use crate::domain::{ClientId, Error, Operation, Output, StatusEvent, StatusReport};
+use crate::domain::{ClientId, Error, Operation, Output, Waited};
+use crate::events::{EventLog, Filter, Start};
 
 /// Longest wait when the caller set no deadline.
 pub const MAX_WAIT: Duration = Duration::from_secs(300);
-
-/// A status, and whether it is final.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Waited {
-    /// The status.
-    pub report: StatusReport,
-    /// Whether it will not change any more.
-    pub is_final: bool,
-}
-
-impl From<StatusEvent> for Waited {
-    fn from(e: StatusEvent) -> Self {
-        Self {
-            is_final: e.event.is_final(),
-            report: e.event.report.into(),
-        }
-    }
-}
 
 /// The status of message `id` once final, or the newest known at `until`.
 pub async fn final_status(

@@ -58,7 +58,8 @@ struct SandboxTask {
 }
 
 impl Application {
-    /// Binds both ports, opens the store and connects the layers; nothing is served yet.
+    /// Binds the gRPC, webhook and admin ports, opens the store and connects the layers;
+    /// nothing is served yet.
     pub async fn build(config: Config) -> anyhow::Result<Self> {
         let auth = Authenticator::new(
             config.callers_file.clone(),

@@ -135,8 +135,13 @@ impl HookUrls {
 
 /// Compares a presented account token with the configured one in constant time.
 pub fn same_token(presented: &str, expected: &SecretString) -> bool {
-    let (a, b) = (presented.as_bytes(), expected.expose_secret().as_bytes());
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    use subtle::ConstantTimeEq;
+    // Only the length may show in the timing: it is not secret (at least 16 characters).
+    bool::from(
+        presented
+            .as_bytes()
+            .ct_eq(expected.expose_secret().as_bytes()),
+    )
 }
 
 #[cfg(test)]

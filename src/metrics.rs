@@ -1,4 +1,5 @@
-//! Prometheus metrics, served at `GET /metrics` on the HTTP listener. Each
+//! Prometheus metrics, served at `GET /metrics` on the admin listener (never the
+//! webhook listener). Each
 //! `Application` owns its registry, so two msgw instances in one process (tests,
 //! benchmarks) never count into each other.
 

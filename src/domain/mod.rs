@@ -27,4 +27,4 @@ pub use outputs::{
     StatusReport, ViberTemplate, VoiceOtpCall, Waited,
 };
 pub use status::{Channel, ReportedStatus, Status};
-pub use values::{ClientId, HttpUrl, Lifetime, OtpCode, Phone, Text, ValueError};
+pub use values::{ClientId, HttpUrl, Lifetime, OtpCode, Phone, Text, TextKind, ValueError};

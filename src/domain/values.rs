@@ -105,6 +105,28 @@ impl Phone {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Text(String);
 
+/// What a text holds, which bounds its length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TextKind {
+    /// A message body ([`Text::MAX_MESSAGE`]).
+    Message,
+    /// A sender name ([`Text::MAX_SIGNATURE`]).
+    Signature,
+    /// A button, caption, voice profile, template name or id ([`Text::MAX_SHORT`]).
+    Short,
+}
+
+impl TextKind {
+    /// The most characters a text of this kind may have.
+    pub fn max_chars(self) -> usize {
+        match self {
+            Self::Message => Text::MAX_MESSAGE,
+            Self::Signature => Text::MAX_SIGNATURE,
+            Self::Short => Text::MAX_SHORT,
+        }
+    }
+}
+
 impl Text {
     /// Message bodies (SMS, Viber, RCS, voice, templates): above every channel's
     /// longest message (Viber takes 1,000 characters; a long SMS is a few dozen parts).
@@ -114,9 +136,10 @@ impl Text {
     /// Sender names: an SMS alpha name has 11 characters, other channels' names are short.
     pub const MAX_SIGNATURE: usize = 64;
 
-    /// Refuses empty and whitespace-only text, and text of more than `max` characters;
+    /// Refuses empty and whitespace-only text, and text longer than its kind allows;
     /// the text is kept as given.
-    pub fn parse(input: &str, max: usize) -> Result<Self, ValueError> {
+    pub fn parse(input: &str, kind: TextKind) -> Result<Self, ValueError> {
+        let max = kind.max_chars();
         if input.trim().is_empty() {
             return Err(ValueError::new("required: must not be empty"));
         }
@@ -131,11 +154,11 @@ impl Text {
     }
 
     /// `None` for empty input, for fields that are optional.
-    pub fn optional(input: &str, max: usize) -> Result<Option<Self>, ValueError> {
+    pub fn optional(input: &str, kind: TextKind) -> Result<Option<Self>, ValueError> {
         if input.is_empty() {
             Ok(None)
         } else {
-            Self::parse(input, max).map(Some)
+            Self::parse(input, kind).map(Some)
         }
     }
 
@@ -300,19 +323,20 @@ mod tests {
 
     #[test]
     fn text_must_not_be_blank() {
-        assert!(Text::parse(" \t", 10).is_err());
-        assert_eq!(Text::optional("", 10).unwrap(), None);
-        assert!(Text::optional(" ", 10).is_err());
+        assert!(Text::parse(" \t", TextKind::Short).is_err());
+        assert_eq!(Text::optional("", TextKind::Short).unwrap(), None);
+        assert!(Text::optional(" ", TextKind::Short).is_err());
     }
 
     #[test]
     fn text_is_bounded_in_characters_not_bytes() {
+        let max = TextKind::Signature.max_chars();
         assert!(
-            Text::parse(&"я".repeat(10), 10).is_ok(),
-            "20 bytes, 10 characters"
+            Text::parse(&"я".repeat(max), TextKind::Signature).is_ok(),
+            "twice as many bytes as characters"
         );
-        assert!(Text::parse(&"я".repeat(11), 10).is_err());
-        assert!(Text::parse(&"x".repeat(11), 10).is_err());
+        assert!(Text::parse(&"я".repeat(max + 1), TextKind::Signature).is_err());
+        assert!(Text::parse(&"x".repeat(max + 1), TextKind::Signature).is_err());
     }
 
     #[test]

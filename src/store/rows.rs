@@ -307,3 +307,44 @@ pub(super) fn pending_from_row(
         polls: u32::try_from(polls).unwrap_or(u32::MAX),
     })
 }
+
+/// Rows per multi-row statement at most (at most 14 bound values each, far below
+/// SQLite's variable limit).
+const INSERT_CHUNK: usize = 256;
+
+/// Splits `items` for multi-row statements into chunks whose lengths are powers of two
+/// (at most [`INSERT_CHUNK`]): every group size then reuses a handful of prepared
+/// statements from the connection's cache instead of preparing a new text each time.
+pub(super) fn row_chunks<T>(mut items: &[T]) -> impl Iterator<Item = &[T]> {
+    std::iter::from_fn(move || {
+        if items.is_empty() {
+            return None;
+        }
+        let n = items.len().min(INSERT_CHUNK);
+        let size = 1 << n.ilog2();
+        let (chunk, rest) = items.split_at(size);
+        items = rest;
+        Some(chunk)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn row_chunks_are_powers_of_two_covering_every_item_in_order() {
+        let items: Vec<u32> = (0..600).collect();
+        for n in [0, 1, 2, 3, 50, 255, 256, 257, 600] {
+            let chunks: Vec<&[u32]> = row_chunks(&items[..n]).collect();
+            assert!(
+                chunks
+                    .iter()
+                    .all(|c| c.len().is_power_of_two() && c.len() <= INSERT_CHUNK)
+            );
+            assert_eq!(chunks.concat(), items[..n].to_vec());
+        }
+        let sizes: Vec<usize> = row_chunks(&items[..50]).map(<[u32]>::len).collect();
+        assert_eq!(sizes, [32, 16, 2]);
+    }
+}

@@ -122,26 +122,6 @@ async fn checkpoint_wal(pool: SqlitePool) {
     }
 }
 
-/// Rows per multi-row statement at most (at most 14 bound values each, far below
-/// SQLite's variable limit).
-const INSERT_CHUNK: usize = 256;
-
-/// Splits `items` for multi-row statements into chunks whose lengths are powers of two
-/// (at most [`INSERT_CHUNK`]): every group size then reuses a handful of prepared
-/// statements from the connection's cache instead of preparing a new text each time.
-pub(super) fn row_chunks<T>(mut items: &[T]) -> impl Iterator<Item = &[T]> {
-    std::iter::from_fn(move || {
-        if items.is_empty() {
-            return None;
-        }
-        let n = items.len().min(INSERT_CHUNK);
-        let size = 1 << n.ilog2();
-        let (chunk, rest) = items.split_at(size);
-        items = rest;
-        Some(chunk)
-    })
-}
-
 /// Inserts events with one multi-row statement; duplicates (already stored, or twice in
 /// `events`) come back as `None`. Duplicates are found first and never inserted: an
 /// `INSERT` that conflicts would still use up a cursor, and a gap in the cursors costs
@@ -224,7 +204,7 @@ async fn callers_of(
     let ids: std::collections::BTreeSet<u64> = ids.filter(|&id| id != 0).collect();
     let ids: Vec<u64> = ids.into_iter().collect();
     let mut callers = std::collections::HashMap::new();
-    for chunk in row_chunks(&ids) {
+    for chunk in super::rows::row_chunks(&ids) {
         let mut query = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
             "SELECT client_id, caller FROM claims WHERE caller IS NOT NULL AND client_id IN (",
         );
@@ -294,7 +274,7 @@ impl Store for SqliteStore {
         // the same log even if another process appends to this file.
         let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
         let mut stored = Vec::with_capacity(events.len());
-        for chunk in row_chunks(events) {
+        for chunk in super::rows::row_chunks(events) {
             stored.extend(insert_events(&mut tx, chunk).await?);
         }
         tx.commit().await?;
@@ -442,26 +422,5 @@ impl Store for SqliteStore {
             tracing::warn!(error = %e, "store: final WAL checkpoint failed");
         }
         self.writer.close().await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn row_chunks_are_powers_of_two_covering_every_item_in_order() {
-        let items: Vec<u32> = (0..600).collect();
-        for n in [0, 1, 2, 3, 50, 255, 256, 257, 600] {
-            let chunks: Vec<&[u32]> = row_chunks(&items[..n]).collect();
-            assert!(
-                chunks
-                    .iter()
-                    .all(|c| c.len().is_power_of_two() && c.len() <= INSERT_CHUNK)
-            );
-            assert_eq!(chunks.concat(), items[..n].to_vec());
-        }
-        let sizes: Vec<usize> = row_chunks(&items[..50]).map(<[u32]>::len).collect();
-        assert_eq!(sizes, [32, 16, 2]);
     }
 }

@@ -53,7 +53,7 @@ async fn claim_all(
     claims: &[NewClaim<'_>],
 ) -> Result<Vec<ClaimReply>, StoreError> {
     let mut inserted = HashSet::new();
-    for chunk in super::sqlite::row_chunks(claims) {
+    for chunk in super::rows::row_chunks(claims) {
         let mut query = sqlx::QueryBuilder::<Sqlite>::new(
             "INSERT INTO claims (client_id, fingerprint, attempt, state, claimed_at_ms, caller) ",
         );
@@ -71,7 +71,7 @@ async fn claim_all(
     let outcome = ClaimOutcome::new(claims.iter().map(|c| id_to_db(c.0)).collect(), &inserted);
     let existing = outcome.to_read();
     let mut records = HashMap::new();
-    for chunk in super::sqlite::row_chunks(&existing) {
+    for chunk in super::rows::row_chunks(&existing) {
         let mut query =
             sqlx::QueryBuilder::<Sqlite>::new("SELECT * FROM claims WHERE client_id IN (");
         let mut ids = query.separated(", ");
@@ -100,7 +100,7 @@ async fn settle_all(
 ) -> Result<Vec<ClaimReply>, StoreError> {
     let after = chrono::Duration::from_std(first_poll_after).unwrap_or(chrono::Duration::MAX);
     let mut query = sqlx::QueryBuilder::<Sqlite>::new("BEGIN IMMEDIATE;");
-    for chunk in super::sqlite::row_chunks(settlements) {
+    for chunk in super::rows::row_chunks(settlements) {
         // Every settlement has a row here (NULL msg_id: nothing to track), so both
         // statements of a chunk have the same shape and stay in the statement cache.
         query.push(

@@ -7,8 +7,8 @@ use prost_types::Duration;
 use crate::domain::{
     CAROUSEL_SLIDES, ClientId, Gender, HttpUrl, Lifetime, Operation, OtpCode, Phone, PipelineSend,
     PipelineStep, RcsFallback, RcsSend, Recipient, Scope, Slide, SmsFallback, SmsSend, TelegramOtp,
-    TemplateSelector, Text, ValueError, ViberContent, ViberKind, ViberSend, ViberStage, Voice,
-    VoiceSend,
+    TemplateSelector, Text, TextKind, ValueError, ViberContent, ViberKind, ViberSend, ViberStage,
+    Voice, VoiceSend,
 };
 use crate::proto;
 
@@ -27,17 +27,8 @@ fn recipient(id: u64, phone: &str, s: &mut Scope<'_>) -> Option<Recipient> {
     })
 }
 
-fn text(s: &mut Scope<'_>, field: &str, value: &str) -> Option<Text> {
-    s.check(field, Text::parse(value, max_chars(field)))
-}
-
-/// The bound of a text field, by what the field holds.
-fn max_chars(field: &str) -> usize {
-    match field {
-        "message" | "text" => Text::MAX_MESSAGE,
-        "signature" => Text::MAX_SIGNATURE,
-        _ => Text::MAX_SHORT,
-    }
+fn text(s: &mut Scope<'_>, field: &str, kind: TextKind, value: &str) -> Option<Text> {
+    s.check(field, Text::parse(value, kind))
 }
 
 fn url(s: &mut Scope<'_>, field: &str, value: &str) -> Option<HttpUrl> {
@@ -75,8 +66,8 @@ fn sms_fallback(
         return None;
     };
     let mut s = s.child(field);
-    let message = text(&mut s, "message", &f.message);
-    let signature = text(&mut s, "signature", &f.signature);
+    let message = text(&mut s, "message", TextKind::Message, &f.message);
+    let signature = text(&mut s, "signature", TextKind::Signature, &f.signature);
     Some(SmsFallback {
         message: message?,
         signature: signature?,
@@ -84,14 +75,14 @@ fn sms_fallback(
 }
 
 fn slide(s: &mut Scope<'_>, slide: proto::ViberCarouselSlide) -> Option<Slide> {
-    let caption = text(s, "caption", &slide.caption);
+    let caption = text(s, "caption", TextKind::Short, &slide.caption);
     let image = url(s, "image_url", &slide.image_url);
     let link = url(s, "url", &slide.url);
-    let button = text(s, "button", &slide.button);
+    let button = text(s, "button", TextKind::Short, &slide.button);
     let second = match (slide.button2.is_empty(), slide.url2.is_empty()) {
         (true, true) => Some(None),
         (false, false) => {
-            let b = text(s, "button2", &slide.button2);
+            let b = text(s, "button2", TextKind::Short, &slide.button2);
             let u = url(s, "url2", &slide.url2);
             b.zip(u).map(Some)
         }
@@ -140,7 +131,7 @@ fn viber_content(s: &mut Scope<'_>, content: Option<ViberOneof>) -> Option<Viber
         ViberOneof::Text(c) => {
             let mut s = s.child("text");
             Some(ViberContent::Text {
-                message: text(&mut s, "message", &c.message)?,
+                message: text(&mut s, "message", TextKind::Message, &c.message)?,
             })
         }
         ViberOneof::Image(c) => {
@@ -151,9 +142,9 @@ fn viber_content(s: &mut Scope<'_>, content: Option<ViberOneof>) -> Option<Viber
         }
         ViberOneof::TextLink(c) => {
             let mut s = s.child("text_link");
-            let message = text(&mut s, "message", &c.message);
+            let message = text(&mut s, "message", TextKind::Message, &c.message);
             let link = url(&mut s, "link_url", &c.link_url);
-            let button = text(&mut s, "button", &c.button);
+            let button = text(&mut s, "button", TextKind::Short, &c.button);
             Some(ViberContent::TextLink {
                 message: message?,
                 link: link?,
@@ -162,10 +153,10 @@ fn viber_content(s: &mut Scope<'_>, content: Option<ViberOneof>) -> Option<Viber
         }
         ViberOneof::TextImageLink(c) => {
             let mut s = s.child("text_image_link");
-            let message = text(&mut s, "message", &c.message);
+            let message = text(&mut s, "message", TextKind::Message, &c.message);
             let image = url(&mut s, "image_url", &c.image_url);
             let link = url(&mut s, "link_url", &c.link_url);
-            let button = text(&mut s, "button", &c.button);
+            let button = text(&mut s, "button", TextKind::Short, &c.button);
             Some(ViberContent::TextImageLink {
                 message: message?,
                 image: image?,
@@ -175,7 +166,7 @@ fn viber_content(s: &mut Scope<'_>, content: Option<ViberOneof>) -> Option<Viber
         }
         ViberOneof::Carousel(c) => {
             let mut s = s.child("carousel");
-            let message = text(&mut s, "message", &c.message);
+            let message = text(&mut s, "message", TextKind::Message, &c.message);
             if !CAROUSEL_SLIDES.contains(&c.slides.len()) {
                 s.add(
                     "slides",
@@ -246,8 +237,8 @@ fn voice(s: &mut Scope<'_>, field: &str, v: Option<proto::VoiceProfile>) -> Opti
             None
         }
     };
-    let language = text(&mut s, "language", &v.language);
-    let name = text(&mut s, "name", &v.name);
+    let language = text(&mut s, "language", TextKind::Short, &v.language);
+    let name = text(&mut s, "name", TextKind::Short, &v.name);
     Some(Voice {
         gender: gender?,
         language: language?,
@@ -258,8 +249,8 @@ fn voice(s: &mut Scope<'_>, field: &str, v: Option<proto::VoiceProfile>) -> Opti
 impl IntoOperation for proto::SendSmsRequest {
     fn into_operation(self, s: &mut Scope<'_>) -> Option<Operation> {
         let to = recipient(self.id, &self.phone, s);
-        let message = text(s, "message", &self.message);
-        let signature = text(s, "signature", &self.signature);
+        let message = text(s, "message", TextKind::Message, &self.message);
+        let signature = text(s, "signature", TextKind::Signature, &self.signature);
         let lifetime = lifetime(s, self.lifetime, Lifetime::sms);
         Some(Operation::SendSms(SmsSend {
             to: to?,
@@ -275,7 +266,7 @@ impl IntoOperation for proto::SendSmsRequest {
 impl IntoOperation for proto::SendViberRequest {
     fn into_operation(self, s: &mut Scope<'_>) -> Option<Operation> {
         let to = recipient(self.id, &self.phone, s);
-        let signature = text(s, "signature", &self.signature);
+        let signature = text(s, "signature", TextKind::Signature, &self.signature);
         let content = viber_content(s, self.content.map(ViberOneof::from));
         let lifetime = lifetime(s, self.lifetime, Lifetime::at_least_minute);
         let sms_fallback = match self.sms_fallback {
@@ -296,10 +287,10 @@ impl IntoOperation for proto::SendViberRequest {
 impl IntoOperation for proto::SendRcsRequest {
     fn into_operation(self, s: &mut Scope<'_>) -> Option<Operation> {
         let to = recipient(self.id, &self.phone, s);
-        let message = text(s, "message", &self.message);
-        let signature = text(s, "signature", &self.signature);
+        let message = text(s, "message", TextKind::Message, &self.message);
+        let signature = text(s, "signature", TextKind::Signature, &self.signature);
         let image = url(s, "image_url", &self.image_url);
-        let button = text(s, "button", &self.button);
+        let button = text(s, "button", TextKind::Short, &self.button);
         let link = url(s, "link_url", &self.link_url);
         let lifetime = lifetime(s, self.lifetime, Lifetime::at_least_minute);
         let fallback = match (self.viber_fallback, self.sms_fallback) {
@@ -308,7 +299,8 @@ impl IntoOperation for proto::SendRcsRequest {
             (Some(viber), sms) => {
                 let stage = {
                     let mut s = s.child("viber_fallback");
-                    let signature = text(&mut s, "signature", &viber.signature);
+                    let signature =
+                        text(&mut s, "signature", TextKind::Signature, &viber.signature);
                     let content = viber_content(&mut s, viber.content.map(ViberOneof::from));
                     signature.zip(content)
                 };
@@ -356,7 +348,7 @@ impl IntoOperation for proto::SendTelegramOtpRequest {
 impl IntoOperation for proto::SendVoiceRequest {
     fn into_operation(self, s: &mut Scope<'_>) -> Option<Operation> {
         let to = recipient(self.id, &self.phone, s);
-        let message = text(s, "message", &self.message);
+        let message = text(s, "message", TextKind::Message, &self.message);
         let voice = voice(s, "voice", self.voice);
         Some(Operation::SendVoice(VoiceSend {
             to: to?,
@@ -423,8 +415,8 @@ fn pipeline_steps(
         seen.push(channel);
         let step = match channel {
             C::Sms => settings(s, "sms", r.sms.take()).and_then(|(mut s, v)| {
-                let message = text(&mut s, "message", &v.message);
-                let signature = text(&mut s, "signature", &v.signature);
+                let message = text(&mut s, "message", TextKind::Message, &v.message);
+                let signature = text(&mut s, "signature", TextKind::Signature, &v.signature);
                 Some(PipelineStep::Sms {
                     message: message?,
                     signature: signature?,
@@ -436,8 +428,8 @@ fn pipeline_steps(
                 })
             }),
             C::Viber => settings(s, "viber", r.viber.take()).and_then(|(mut s, v)| {
-                let message = text(&mut s, "message", &v.message);
-                let signature = text(&mut s, "signature", &v.signature);
+                let message = text(&mut s, "message", TextKind::Message, &v.message);
+                let signature = text(&mut s, "signature", TextKind::Signature, &v.signature);
                 let kind = viber_kind(v.kind);
                 if kind.is_none() {
                     s.add("kind", "required: a VIBER_KIND_* value");
@@ -451,16 +443,16 @@ fn pipeline_steps(
             C::Voice => settings(s, "voice", r.voice.take())
                 .and_then(|(mut s, v)| voice(&mut s, "voice", v.voice).map(PipelineStep::Voice)),
             C::Whatsapp => settings(s, "whatsapp", r.whatsapp.take()).and_then(|(mut s, v)| {
-                let message = text(&mut s, "message", &v.message);
-                let signature = text(&mut s, "signature", &v.signature);
+                let message = text(&mut s, "message", TextKind::Message, &v.message);
+                let signature = text(&mut s, "signature", TextKind::Signature, &v.signature);
                 Some(PipelineStep::Whatsapp {
                     message: message?,
                     signature: signature?,
                 })
             }),
             C::Rcs => settings(s, "rcs", r.rcs.take()).and_then(|(mut s, v)| {
-                let message = text(&mut s, "message", &v.message);
-                let signature = text(&mut s, "signature", &v.signature);
+                let message = text(&mut s, "message", TextKind::Message, &v.message);
+                let signature = text(&mut s, "signature", TextKind::Signature, &v.signature);
                 Some(PipelineStep::Rcs {
                     message: message?,
                     signature: signature?,
@@ -552,8 +544,8 @@ impl IntoOperation for proto::LookupHlrRequest {
 
 impl IntoOperation for proto::CreateSmsTemplateRequest {
     fn into_operation(self, s: &mut Scope<'_>) -> Option<Operation> {
-        let body = text(s, "text", &self.text);
-        let name = s.check("name", Text::optional(&self.name, max_chars("name")));
+        let body = text(s, "text", TextKind::Message, &self.text);
+        let name = s.check("name", Text::optional(&self.name, TextKind::Short));
         Some(Operation::CreateSmsTemplate {
             text: body?,
             name: name?,
@@ -569,18 +561,18 @@ impl IntoOperation for proto::ListSmsTemplatesRequest {
 
 impl IntoOperation for proto::DeleteSmsTemplatesRequest {
     fn into_operation(self, s: &mut Scope<'_>) -> Option<Operation> {
-        let id = s.check("id", Text::optional(&self.id, max_chars("id")));
-        let body = s.check("text", Text::optional(&self.text, max_chars("text")));
+        let id = s.check("id", Text::optional(&self.id, TextKind::Short));
+        let body = s.check("text", Text::optional(&self.text, TextKind::Message));
         selector(s, id?, body?).map(Operation::DeleteSmsTemplates)
     }
 }
 
 impl IntoOperation for proto::CreateViberTemplateRequest {
     fn into_operation(self, s: &mut Scope<'_>) -> Option<Operation> {
-        let body = text(s, "text", &self.text);
+        let body = text(s, "text", TextKind::Message, &self.text);
         let signature = s.check(
             "signature",
-            Text::optional(&self.signature, max_chars("signature")),
+            Text::optional(&self.signature, TextKind::Signature),
         );
         Some(Operation::CreateViberTemplate {
             text: body?,
@@ -597,7 +589,7 @@ impl IntoOperation for proto::ListViberTemplatesRequest {
 
 impl IntoOperation for proto::DeleteViberTemplatesRequest {
     fn into_operation(self, s: &mut Scope<'_>) -> Option<Operation> {
-        let body = s.check("text", Text::optional(&self.text, max_chars("text")));
+        let body = s.check("text", Text::optional(&self.text, TextKind::Message));
         selector(s, (self.id != 0).then_some(self.id), body?).map(Operation::DeleteViberTemplates)
     }
 }

@@ -6,25 +6,14 @@ use std::{collections::HashMap, time::Duration};
 
 use msgw::{
     dispatch::Limits,
-    proto::{
-        BatchItem, BatchRequest, GetBalanceRequest, SendSmsRequest, batch_item::Operation as Item,
-    },
+    proto::{BatchItem, BatchRequest, GetBalanceRequest, batch_item::Operation as Item},
 };
 use serde_json::{Value, json};
 use tonic::{Code, Request};
 use tonic_types::StatusExt;
 
+use super::builders::sms;
 use super::helpers::{Options, Reply, TestApp, error_info, spawn, violations};
-
-fn sms(id: u64) -> SendSmsRequest {
-    SendSmsRequest {
-        id,
-        phone: "380971234567".into(),
-        message: "Your code is 4711".into(),
-        signature: "msgw".into(),
-        ..Default::default()
-    }
-}
 
 /// After `latency`, accepts every send with msg id `id * 10`, except sends signed
 /// `bad` (`Error in Sender-name`); other operations get their usual answers.

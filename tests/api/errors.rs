@@ -6,21 +6,12 @@ use msgw::proto::*;
 use serde_json::json;
 use tonic::Code;
 
+use crate::builders::sms;
 use crate::helpers::{API_KEY, Reply, TestApp, error_info, spawn_app, spawn_app_with};
-
-fn sms() -> SendSmsRequest {
-    SendSmsRequest {
-        id: 100500,
-        phone: "380971234567".into(),
-        message: "Hi".into(),
-        signature: "msgw".into(),
-        ..Default::default()
-    }
-}
 
 async fn send(app: &TestApp) -> tonic::Status {
     app.messaging()
-        .send_sms(sms())
+        .send_sms(sms(100500))
         .await
         .expect_err("must fail")
 }
@@ -68,7 +59,7 @@ async fn rejected_item_inside_batch_fails_only_that_item() {
     let item = |id| BatchItem {
         operation: Some(batch_item::Operation::SendSms(SendSmsRequest {
             id,
-            ..sms()
+            ..sms(100500)
         })),
     };
     let r = app
@@ -226,7 +217,7 @@ async fn a_caller_is_answered_at_its_deadline_while_its_send_runs_on() {
             Box::new(crate::helpers::default_reply(b)),
         )
     });
-    let mut request = tonic::Request::new(sms());
+    let mut request = tonic::Request::new(sms(100500));
     request.set_timeout(Duration::from_millis(300));
     let started = std::time::Instant::now();
     let status = app.messaging().send_sms(request).await.unwrap_err();
@@ -278,7 +269,7 @@ async fn success_flag_as_integer_is_accepted() {
 async fn oversized_requests_are_resource_exhausted_and_nothing_is_sent() {
     let app = spawn_app().await;
     for megabytes in [2, 5, 10] {
-        let mut request = sms();
+        let mut request = sms(100500);
         request.message = "x".repeat(megabytes * 1024 * 1024);
         let status = app.messaging().send_sms(request).await.unwrap_err();
         assert_eq!(
@@ -288,7 +279,7 @@ async fn oversized_requests_are_resource_exhausted_and_nothing_is_sent() {
         );
     }
     // A normal request on the same connection still goes through.
-    let mut request = sms();
+    let mut request = sms(100500);
     request.message = "x".repeat(1000);
     app.messaging()
         .send_sms(request)

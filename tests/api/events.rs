@@ -8,19 +8,10 @@ use serde_json::json;
 use tokio_stream::StreamExt;
 use tonic::{Code, Streaming};
 
+use crate::builders::sms_to;
 use crate::helpers::{ACCOUNT_TOKEN, Options, TestApp, error_info, spawn, spawn_sandboxed_app};
 
 const STEP: Duration = Duration::from_millis(5);
-
-fn sms(id: u64, phone: &str) -> SendSmsRequest {
-    SendSmsRequest {
-        id,
-        phone: phone.into(),
-        message: "Hello".into(),
-        signature: "msgw".into(),
-        ..Default::default()
-    }
-}
 
 pub async fn subscribe(
     app: &TestApp,
@@ -44,11 +35,25 @@ pub async fn next(stream: &mut Streaming<StreamStatusEventsResponse>) -> StatusE
         .expect("event set")
 }
 
-/// Asserts that no event arrives for a while.
-async fn quiet(stream: &mut Streaming<StreamStatusEventsResponse>) {
-    if let Ok(Some(item)) = tokio::time::timeout(Duration::from_millis(300), stream.next()).await {
-        panic!("expected no event, got {item:?}");
-    }
+/// Asserts that nothing is on `stream` before a sentinel: a webhook of message `id`
+/// on `channel` (which the stream's filter must let through) is its next event.
+async fn nothing_before(
+    app: &TestApp,
+    stream: &mut Streaming<StreamStatusEventsResponse>,
+    id: u64,
+    channel: &str,
+) {
+    let body = json!({"success": true, "id": id.to_string(), "msg_id": format!("m{id}"),
+                      "type": channel, "status": "DELIVERED"});
+    assert_eq!(
+        app.post_webhook(&app.hook_path(id), body.to_string()).await,
+        200
+    );
+    assert_eq!(
+        next(stream).await.id,
+        id,
+        "an event came before the sentinel"
+    );
 }
 
 fn webhook(id: u64, status: &str) -> String {
@@ -70,7 +75,7 @@ async fn a_send_ends_in_its_final_status_on_the_stream() {
     .await;
     let receipt = app
         .messaging()
-        .send_sms(sms(1, "380971234567"))
+        .send_sms(sms_to(1, "380971234567"))
         .await
         .unwrap()
         .into_inner()
@@ -91,7 +96,7 @@ async fn a_send_ends_in_its_final_status_on_the_stream() {
 
     // A failed message: success false, the gateway's reason, still final.
     app.messaging()
-        .send_sms(sms(2, "380000000002"))
+        .send_sms(sms_to(2, "380000000002"))
         .await
         .unwrap();
     let e = next(&mut stream).await;
@@ -146,7 +151,7 @@ async fn resuming_after_the_last_cursor_gives_exactly_the_missed_events() {
     );
     let live = next(&mut resumed).await;
     assert_eq!((live.id, live.cursor), (5, first.cursor + 4));
-    quiet(&mut resumed).await;
+    nothing_before(&app, &mut resumed, 6, "sms").await;
 }
 
 #[tokio::test]
@@ -207,7 +212,7 @@ async fn forged_or_missing_tokens_are_refused_without_an_event() {
         .await,
         401
     );
-    quiet(&mut stream).await;
+    nothing_before(&app, &mut stream, 3, "sms").await;
 }
 
 #[tokio::test]
@@ -233,7 +238,7 @@ async fn malformed_or_oversized_bodies_are_refused_without_an_event() {
         "x".repeat(100 * 1024)
     );
     assert_eq!(app.post_webhook(&path, huge).await, 413);
-    quiet(&mut stream).await;
+    nothing_before(&app, &mut stream, 2, "sms").await;
 }
 
 #[tokio::test]
@@ -251,7 +256,7 @@ async fn the_same_webhook_twice_is_one_event() {
         200
     );
     assert_eq!(next(&mut stream).await.id, 1);
-    quiet(&mut stream).await;
+    nothing_before(&app, &mut stream, 2, "sms").await;
     let mut all = subscribe(
         &app,
         StreamStatusEventsRequest {
@@ -261,7 +266,7 @@ async fn the_same_webhook_twice_is_one_event() {
     )
     .await;
     assert_eq!(next(&mut all).await.cursor, 1);
-    quiet(&mut all).await;
+    assert_eq!(next(&mut all).await.id, 2, "the duplicate was not stored");
 }
 
 #[tokio::test]
@@ -283,7 +288,7 @@ async fn a_lost_webhook_still_ends_in_a_final_event_from_polling() {
     .await;
     // The sandbox never sends this number's webhook.
     app.messaging()
-        .send_sms(sms(5, "380000000005"))
+        .send_sms(sms_to(5, "380000000005"))
         .await
         .unwrap();
     let e = next(&mut stream).await;
@@ -383,7 +388,7 @@ async fn filters_select_by_id_msg_id_channel_and_finality() {
         (next(&mut finals).await.id, next(&mut finals).await.id),
         (1, 3)
     );
-    quiet(&mut by_channel).await;
+    nothing_before(&app, &mut by_channel, 4, "viber").await;
 
     let bad = app
         .events()

@@ -616,15 +616,7 @@ pub fn money(currency: &str, units: i64, nanos: i32) -> Option<msgw::proto::goog
 }
 
 /// A valid SMS with client id `id`.
-pub fn sms(id: u64) -> msgw::proto::SendSmsRequest {
-    msgw::proto::SendSmsRequest {
-        id,
-        phone: "380971234567".into(),
-        message: "Your code is 1234".into(),
-        signature: "msgw".into(),
-        ..Default::default()
-    }
-}
+pub use crate::builders::sms;
 
 /// The hex SHA-256 of a bearer token, as the callers file lists it.
 pub fn sha256_hex(token: &str) -> String {

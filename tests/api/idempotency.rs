@@ -6,26 +6,17 @@
 use std::time::Duration;
 
 use msgw::proto::{
-    BatchItem, BatchRequest, GetBalanceRequest, SendSmsRequest, SendVoiceOtpRequest,
-    batch_item::Operation as Item, batch_result::Result as Res,
+    BatchItem, BatchRequest, GetBalanceRequest, SendVoiceOtpRequest, batch_item::Operation as Item,
+    batch_result::Result as Res,
 };
 use serde_json::json;
 use tonic::{Code, Request};
 
+use super::builders::sms_saying;
 use super::helpers::{
     Options, Reply, TestApp, default_reply, error_info, spawn, spawn_app, violations,
 };
 use super::remembering::{Mode, Remembering};
-
-pub fn sms(id: u64, text: &str) -> SendSmsRequest {
-    SendSmsRequest {
-        id,
-        phone: "+380971234567".into(),
-        message: text.into(),
-        signature: "msgw".into(),
-        ..Default::default()
-    }
-}
 
 /// The `type` of every operation the gateway received, request by request.
 pub fn upstream_types(app: &TestApp) -> Vec<Vec<String>> {
@@ -54,8 +45,16 @@ pub fn replayed<T>(response: &tonic::Response<T>) -> bool {
 async fn sequential_retry_is_replayed_without_a_second_send() {
     let app = spawn_app().await;
     Remembering::install(&app.gateway);
-    let first = app.messaging().send_sms(sms(42, "hello")).await.unwrap();
-    let again = app.messaging().send_sms(sms(42, "hello")).await.unwrap();
+    let first = app
+        .messaging()
+        .send_sms(sms_saying(42, "hello"))
+        .await
+        .unwrap();
+    let again = app
+        .messaging()
+        .send_sms(sms_saying(42, "hello"))
+        .await
+        .unwrap();
     assert!(!replayed(&first), "the first call is not a replay");
     assert!(replayed(&again), "the retry says it is a replay");
     assert_eq!(first.get_ref(), again.get_ref(), "identical response");
@@ -71,8 +70,8 @@ async fn sequential_retry_is_replayed_without_a_second_send() {
 async fn same_number_with_or_without_plus_is_the_same_request() {
     let app = spawn_app().await;
     Remembering::install(&app.gateway);
-    app.messaging().send_sms(sms(7, "hi")).await.unwrap();
-    let mut plain = sms(7, "hi");
+    app.messaging().send_sms(sms_saying(7, "hi")).await.unwrap();
+    let mut plain = sms_saying(7, "hi");
     plain.phone = "380971234567".into();
     let again = app.messaging().send_sms(plain).await.unwrap();
     assert!(replayed(&again));
@@ -116,7 +115,7 @@ async fn fifty_concurrent_identical_sends_reach_the_gateway_once() {
     let mut calls = tokio::task::JoinSet::new();
     for _ in 0..50 {
         let mut client = app.messaging();
-        calls.spawn(async move { client.send_sms(sms(9, "once")).await });
+        calls.spawn(async move { client.send_sms(sms_saying(9, "once")).await });
     }
     let (mut ok, mut replays) = (0, 0);
     while let Some(result) = calls.join_next().await {
@@ -140,7 +139,7 @@ async fn a_call_whose_deadline_passes_while_another_sends_is_aborted() {
         Reply::After(Duration::from_millis(800), Box::new(default_reply(body)))
     });
     let mut first = app.messaging();
-    let sending = tokio::spawn(async move { first.send_sms(sms(11, "slow")).await });
+    let sending = tokio::spawn(async move { first.send_sms(sms_saying(11, "slow")).await });
     // Wait until the first call's request is at the gateway.
     for _ in 0..200 {
         if !app.gateway.requests().is_empty() {
@@ -148,7 +147,7 @@ async fn a_call_whose_deadline_passes_while_another_sends_is_aborted() {
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let mut request = Request::new(sms(11, "slow"));
+    let mut request = Request::new(sms_saying(11, "slow"));
     request.set_timeout(Duration::from_millis(200));
     let status = app.messaging().send_sms(request).await.unwrap_err();
     assert_eq!(status.code(), Code::Aborted, "{status:?}");
@@ -164,10 +163,13 @@ async fn a_call_whose_deadline_passes_while_another_sends_is_aborted() {
 async fn same_id_with_other_content_is_already_exists() {
     let app = spawn_app().await;
     Remembering::install(&app.gateway);
-    app.messaging().send_sms(sms(5, "first")).await.unwrap();
+    app.messaging()
+        .send_sms(sms_saying(5, "first"))
+        .await
+        .unwrap();
     let status = app
         .messaging()
-        .send_sms(sms(5, "second"))
+        .send_sms(sms_saying(5, "second"))
         .await
         .unwrap_err();
     assert_eq!(status.code(), Code::AlreadyExists, "{status:?}");
@@ -189,12 +191,16 @@ async fn lost_answer_is_resolved_by_status_without_a_second_send() {
     let app = spawn_app().await;
     let gateway = Remembering::install(&app.gateway);
     gateway.set(Mode::LoseAnswers);
-    let status = app.messaging().send_sms(sms(21, "x")).await.unwrap_err();
+    let status = app
+        .messaging()
+        .send_sms(sms_saying(21, "x"))
+        .await
+        .unwrap_err();
     assert_eq!(status.code(), Code::Unavailable);
     assert_eq!(error_info(&status).0, "OUTCOME_UNKNOWN");
 
     gateway.set(Mode::Normal);
-    let retry = app.messaging().send_sms(sms(21, "x")).await.unwrap();
+    let retry = app.messaging().send_sms(sms_saying(21, "x")).await.unwrap();
     assert!(replayed(&retry));
     assert_eq!(
         retry.get_ref().receipt.as_ref().unwrap().msg_id,
@@ -203,7 +209,7 @@ async fn lost_answer_is_resolved_by_status_without_a_second_send() {
     );
     assert_eq!(upstream_types(&app), [["sms"], ["status"]]);
     // Resolved for good: a third call is a plain replay, not another status query.
-    let third = app.messaging().send_sms(sms(21, "x")).await.unwrap();
+    let third = app.messaging().send_sms(sms_saying(21, "x")).await.unwrap();
     assert_eq!(
         third.get_ref().receipt.as_ref().unwrap().msg_id,
         "500000001"
@@ -216,11 +222,15 @@ async fn unknown_outcome_the_gateway_never_saw_is_sent_once() {
     let app = spawn_app().await;
     let gateway = Remembering::install(&app.gateway);
     gateway.set(Mode::Down);
-    let status = app.messaging().send_sms(sms(22, "x")).await.unwrap_err();
+    let status = app
+        .messaging()
+        .send_sms(sms_saying(22, "x"))
+        .await
+        .unwrap_err();
     assert_eq!(error_info(&status).0, "OUTCOME_UNKNOWN");
 
     gateway.set(Mode::Normal);
-    let retry = app.messaging().send_sms(sms(22, "x")).await.unwrap();
+    let retry = app.messaging().send_sms(sms_saying(22, "x")).await.unwrap();
     assert!(!replayed(&retry), "really sent now");
     assert_eq!(upstream_types(&app), [["sms"], ["status"], ["sms"]]);
 }
@@ -230,15 +240,22 @@ async fn failed_status_query_keeps_the_outcome_unknown_and_sends_nothing() {
     let app = spawn_app().await;
     let gateway = Remembering::install(&app.gateway);
     gateway.set(Mode::LoseAnswers);
-    app.messaging().send_sms(sms(23, "x")).await.unwrap_err();
+    app.messaging()
+        .send_sms(sms_saying(23, "x"))
+        .await
+        .unwrap_err();
     gateway.set(Mode::Down);
-    let status = app.messaging().send_sms(sms(23, "x")).await.unwrap_err();
+    let status = app
+        .messaging()
+        .send_sms(sms_saying(23, "x"))
+        .await
+        .unwrap_err();
     assert_eq!(status.code(), Code::Unavailable);
     assert_eq!(error_info(&status).0, "OUTCOME_UNKNOWN");
     assert_eq!(upstream_types(&app), [["sms"], ["status"]], "no resend");
 
     gateway.set(Mode::Normal);
-    let retry = app.messaging().send_sms(sms(23, "x")).await.unwrap();
+    let retry = app.messaging().send_sms(sms_saying(23, "x")).await.unwrap();
     assert_eq!(
         retry.get_ref().receipt.as_ref().unwrap().msg_id,
         "500000001"
@@ -251,12 +268,12 @@ async fn rejected_send_retried_with_a_corrected_signature_is_sent() {
     let app = spawn_app().await;
     let gateway = Remembering::install(&app.gateway);
     gateway.set(Mode::StrictSender);
-    let mut wrong = sms(31, "x");
+    let mut wrong = sms_saying(31, "x");
     wrong.signature = "Unregistered".into();
     let status = app.messaging().send_sms(wrong).await.unwrap_err();
     assert_eq!(status.code(), Code::FailedPrecondition);
 
-    let fixed = app.messaging().send_sms(sms(31, "x")).await.unwrap();
+    let fixed = app.messaging().send_sms(sms_saying(31, "x")).await.unwrap();
     assert!(!replayed(&fixed));
     assert_eq!(upstream_types(&app), [["sms"], ["sms"]]);
     assert_eq!(
@@ -276,11 +293,15 @@ async fn unreachable_gateway_releases_the_id_and_a_restart_on_the_same_store_sen
         ..Options::default()
     })
     .await;
-    let status = app.messaging().send_sms(sms(41, "x")).await.unwrap_err();
+    let status = app
+        .messaging()
+        .send_sms(sms_saying(41, "x"))
+        .await
+        .unwrap_err();
     assert_eq!(error_info(&status).0, "UPSTREAM_UNAVAILABLE");
     let app = app.restart(Options::default()).await;
     Remembering::install(&app.gateway);
-    let sent = app.messaging().send_sms(sms(41, "x")).await.unwrap();
+    let sent = app.messaging().send_sms(sms_saying(41, "x")).await.unwrap();
     assert!(!replayed(&sent));
     assert_eq!(
         upstream_types(&app),
@@ -293,9 +314,9 @@ async fn unreachable_gateway_releases_the_id_and_a_restart_on_the_same_store_sen
 async fn retry_after_a_restart_on_the_same_store_is_replayed() {
     let app = spawn_app().await;
     Remembering::install(&app.gateway);
-    let first = app.messaging().send_sms(sms(51, "x")).await.unwrap();
+    let first = app.messaging().send_sms(sms_saying(51, "x")).await.unwrap();
     let app = app.restart(Options::default()).await;
-    let again = app.messaging().send_sms(sms(51, "x")).await.unwrap();
+    let again = app.messaging().send_sms(sms_saying(51, "x")).await.unwrap();
     assert!(replayed(&again));
     assert_eq!(first.get_ref(), again.get_ref());
     assert!(
@@ -314,7 +335,10 @@ async fn claim_left_in_flight_by_a_crash_is_resolved_once_it_is_stale() {
     Remembering::install(&app.gateway);
     app.gateway
         .respond_with(|body| Reply::After(Duration::from_secs(5), Box::new(default_reply(body))));
-    app.messaging().send_sms(sms(61, "x")).await.unwrap_err();
+    app.messaging()
+        .send_sms(sms_saying(61, "x"))
+        .await
+        .unwrap_err();
     let store = app.store.clone();
     let store_url = app.store_url();
     app.stop().await.unwrap();
@@ -336,7 +360,7 @@ async fn claim_left_in_flight_by_a_crash_is_resolved_once_it_is_stale() {
     let gateway = Remembering::install(&app.gateway);
     gateway.accepted.lock().unwrap().insert(61, 500_000_777);
     let started = std::time::Instant::now();
-    let retry = app.messaging().send_sms(sms(61, "x")).await.unwrap();
+    let retry = app.messaging().send_sms(sms_saying(61, "x")).await.unwrap();
     assert!(
         started.elapsed() >= Duration::from_secs(5),
         "waited until the claim was stale (upstream timeout + margin)"
@@ -355,7 +379,7 @@ async fn claim_left_in_flight_by_a_crash_is_resolved_once_it_is_stale() {
 
 fn batch_sms(id: u64) -> BatchItem {
     BatchItem {
-        operation: Some(Item::SendSms(sms(id, "batch"))),
+        operation: Some(Item::SendSms(sms_saying(id, "batch"))),
     }
 }
 

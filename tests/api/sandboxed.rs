@@ -6,19 +6,10 @@ use std::time::Duration;
 use msgw::proto::*;
 use tonic::Code;
 
+use crate::builders::sms_to;
 use crate::helpers::{TestApp, error_info, spawn_sandboxed_app};
 
 const STEP: Duration = Duration::from_millis(5);
-
-fn sms(id: u64, phone: &str) -> SendSmsRequest {
-    SendSmsRequest {
-        id,
-        phone: phone.into(),
-        message: "Hello from msgw".into(),
-        signature: "msgw".into(),
-        ..Default::default()
-    }
-}
 
 /// Polls GetMessageStatus until `done` holds (or fails after a few seconds).
 async fn wait_for(
@@ -68,7 +59,7 @@ async fn sms_is_sent_billed_and_delivered() {
         .into_inner();
     let r = app
         .messaging()
-        .send_sms(sms(1, "+380971234567"))
+        .send_sms(sms_to(1, "+380971234567"))
         .await
         .unwrap()
         .into_inner();
@@ -393,10 +384,10 @@ async fn batch_against_the_sandbox_fails_only_the_bad_item() {
     let app = spawn_sandboxed_app(STEP).await;
     let items = vec![
         BatchItem {
-            operation: Some(batch_item::Operation::SendSms(sms(40, "380971234567"))),
+            operation: Some(batch_item::Operation::SendSms(sms_to(40, "380971234567"))),
         },
         BatchItem {
-            operation: Some(batch_item::Operation::SendSms(sms(41, "380000000001"))),
+            operation: Some(batch_item::Operation::SendSms(sms_to(41, "380000000001"))),
         },
         BatchItem {
             operation: Some(batch_item::Operation::GetBalance(GetBalanceRequest {})),
@@ -429,14 +420,14 @@ async fn magic_numbers_through_grpc() {
     let app = spawn_sandboxed_app(STEP).await;
     let mut m = app.messaging();
 
-    let blocked = m.send_sms(sms(1, "380000000001")).await.unwrap_err();
+    let blocked = m.send_sms(sms_to(1, "380000000001")).await.unwrap_err();
     assert_eq!(blocked.code(), Code::FailedPrecondition);
     assert_eq!(
         error_info(&blocked).1["upstream_error"],
         "Phone number is blocked"
     );
 
-    let sender = m.send_sms(sms(4, "380000000004")).await.unwrap_err();
+    let sender = m.send_sms(sms_to(4, "380000000004")).await.unwrap_err();
     assert_eq!(
         error_info(&sender).1["upstream_error"],
         "Error in Sender-name"
@@ -449,7 +440,7 @@ async fn magic_numbers_through_grpc() {
         (7, "380000000007", MessageStatus::Undeliverable),
         (8, "380000000008", MessageStatus::Rejected),
     ] {
-        m.send_sms(sms(id, phone)).await.unwrap();
+        m.send_sms(sms_to(id, phone)).await.unwrap();
         assert_eq!(final_status(&app, id).await.status(), expected, "{phone}");
     }
 
@@ -473,8 +464,8 @@ async fn magic_numbers_through_grpc() {
 async fn slow_number_is_still_in_flight_when_a_normal_one_is_done() {
     let app = spawn_sandboxed_app(Duration::from_millis(50)).await;
     let mut m = app.messaging();
-    m.send_sms(sms(6, "380000000006")).await.unwrap();
-    m.send_sms(sms(60, "380971234567")).await.unwrap();
+    m.send_sms(sms_to(6, "380000000006")).await.unwrap();
+    m.send_sms(sms_to(60, "380971234567")).await.unwrap();
     assert_eq!(
         final_status(&app, 60).await.status(),
         MessageStatus::Delivered
@@ -529,7 +520,7 @@ async fn lost_answer_magic_number_is_outcome_unknown_and_its_retry_is_not_sent_t
     let before = balance().await;
     let status = app
         .messaging()
-        .send_sms(sms(90, "380000000010"))
+        .send_sms(sms_to(90, "380000000010"))
         .await
         .unwrap_err();
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");
@@ -540,7 +531,7 @@ async fn lost_answer_magic_number_is_outcome_unknown_and_its_retry_is_not_sent_t
     // The sandbox did send it: the retry finds it by `status` and does not send again.
     let retry = app
         .messaging()
-        .send_sms(sms(90, "380000000010"))
+        .send_sms(sms_to(90, "380000000010"))
         .await
         .unwrap();
     assert_eq!(
@@ -576,7 +567,7 @@ async fn a_restart_changes_nothing_the_sandbox_showed() {
     let app = spawn_sandboxed_app(STEP).await;
     let first = app
         .messaging()
-        .send_sms(sms(77, "380971234567"))
+        .send_sms(sms_to(77, "380971234567"))
         .await
         .unwrap();
     let first = first.into_inner().receipt.unwrap();
@@ -627,7 +618,7 @@ async fn a_restart_changes_nothing_the_sandbox_showed() {
     assert_eq!(templates.len(), 1, "{templates:?}");
     let next = app
         .messaging()
-        .send_sms(sms(78, "380971234567"))
+        .send_sms(sms_to(78, "380971234567"))
         .await
         .unwrap();
     assert_ne!(
@@ -642,7 +633,7 @@ async fn a_delivery_under_way_at_a_restart_goes_on_after_it() {
     let step = Duration::from_millis(300);
     let app = spawn_sandboxed_app(step).await;
     app.messaging()
-        .send_sms(sms(80, "380971234567"))
+        .send_sms(sms_to(80, "380971234567"))
         .await
         .unwrap();
     let app = restarted(app, step).await;

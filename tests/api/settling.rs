@@ -10,9 +10,10 @@ use msgw::proto::{
 use tonic::{Code, Request, transport::Channel};
 use tonic_types::StatusExt;
 
+use crate::builders::sms_saying as sms;
 use crate::events::{next, subscribe};
 use crate::helpers::{Options, TestApp, error_info, spawn};
-use crate::idempotency::{replayed, sms, upstream_types};
+use crate::idempotency::{replayed, upstream_types};
 use crate::remembering::{Mode, Remembering};
 
 async fn app(upstream_timeout: Duration, settle: Duration) -> (TestApp, Remembering) {

@@ -4,6 +4,7 @@ use msgw::proto::{self, *};
 use prost_types::Duration;
 use serde_json::{Value, json};
 
+use crate::builders::viber;
 use crate::helpers::{TestApp, spawn_app};
 
 fn viber_text() -> send_viber_request::Content {
@@ -91,16 +92,6 @@ async fn sms_minimal_sends_no_optional_fields() {
         only_item(&app).await,
         json!({"type": "sms", "id": 7, "phone": 380971234567u64, "sms_message": "Hi", "sms_signature": "msgw"})
     );
-}
-
-fn viber(content: send_viber_request::Content) -> SendViberRequest {
-    SendViberRequest {
-        id: 1,
-        phone: "380971234567".into(),
-        signature: "msgw".into(),
-        content: Some(content),
-        ..Default::default()
-    }
 }
 
 async fn viber_item(content: send_viber_request::Content) -> Value {

@@ -4,6 +4,7 @@
 use msgw::proto::*;
 use prost_types::Duration;
 
+use crate::builders::{sms, viber};
 use crate::helpers::{TestApp, spawn_app, violations};
 
 /// Runs `call` against a fresh msgw, expects INVALID_ARGUMENT, checks that the
@@ -19,26 +20,6 @@ macro_rules! refused {
         );
         fields
     }};
-}
-
-fn sms() -> SendSmsRequest {
-    SendSmsRequest {
-        id: 1,
-        phone: "380971234567".into(),
-        message: "Hi".into(),
-        signature: "msgw".into(),
-        ..Default::default()
-    }
-}
-
-fn viber(content: send_viber_request::Content) -> SendViberRequest {
-    SendViberRequest {
-        id: 1,
-        phone: "380971234567".into(),
-        signature: "msgw".into(),
-        content: Some(content),
-        ..Default::default()
-    }
 }
 
 fn secs(seconds: i64) -> Option<Duration> {
@@ -64,7 +45,7 @@ fn carousel(slides: Vec<ViberCarouselSlide>) -> send_viber_request::Content {
 
 #[tokio::test]
 async fn rejects_id_zero() {
-    let f = refused!(|app| app.messaging().send_sms(SendSmsRequest { id: 0, ..sms() }));
+    let f = refused!(|app| app.messaging().send_sms(SendSmsRequest { id: 0, ..sms(1) }));
     assert_eq!(f, ["id"]);
 }
 
@@ -72,7 +53,7 @@ async fn rejects_id_zero() {
 async fn rejects_phone_with_letters() {
     let f = refused!(|app| app.messaging().send_sms(SendSmsRequest {
         phone: "38097abc4567".into(),
-        ..sms()
+        ..sms(1)
     }));
     assert_eq!(f, ["phone"]);
 }
@@ -81,12 +62,12 @@ async fn rejects_phone_with_letters() {
 async fn rejects_phone_too_short_or_too_long() {
     let f = refused!(|app| app.messaging().send_sms(SendSmsRequest {
         phone: "+123456".into(),
-        ..sms()
+        ..sms(1)
     }));
     assert_eq!(f, ["phone"]);
     let f = refused!(|app| app.messaging().send_sms(SendSmsRequest {
         phone: "1234567890123456".into(),
-        ..sms()
+        ..sms(1)
     }));
     assert_eq!(f, ["phone"]);
 }
@@ -95,7 +76,7 @@ async fn rejects_phone_too_short_or_too_long() {
 async fn rejects_phone_with_leading_zero() {
     let f = refused!(|app| app.messaging().send_sms(SendSmsRequest {
         phone: "0971234567".into(),
-        ..sms()
+        ..sms(1)
     }));
     assert_eq!(f, ["phone"]);
 }
@@ -105,7 +86,7 @@ async fn rejects_empty_sms_text_and_signature() {
     let f = refused!(|app| app.messaging().send_sms(SendSmsRequest {
         message: " ".into(),
         signature: String::new(),
-        ..sms()
+        ..sms(1)
     }));
     assert_eq!(f, ["message", "signature"]);
 }
@@ -115,7 +96,7 @@ async fn rejects_sms_lifetime_out_of_bounds() {
     for bad in [3599, 259_201] {
         let f = refused!(|app| app.messaging().send_sms(SendSmsRequest {
             lifetime: secs(bad),
-            ..sms()
+            ..sms(1)
         }));
         assert_eq!(f, ["lifetime"], "{bad}");
     }
@@ -128,12 +109,12 @@ async fn rejects_fractional_or_negative_lifetime() {
             seconds: 3600,
             nanos: 5
         }),
-        ..sms()
+        ..sms(1)
     }));
     assert_eq!(f, ["lifetime"]);
     let f = refused!(|app| app.messaging().send_sms(SendSmsRequest {
         lifetime: secs(-3600),
-        ..sms()
+        ..sms(1)
     }));
     assert_eq!(f, ["lifetime"]);
 }
@@ -593,12 +574,12 @@ async fn lists_every_violation_at_once() {
 async fn rejects_whole_batch_when_any_item_is_invalid() {
     let items = vec![
         BatchItem {
-            operation: Some(batch_item::Operation::SendSms(sms())),
+            operation: Some(batch_item::Operation::SendSms(sms(1))),
         },
         BatchItem {
             operation: Some(batch_item::Operation::SendSms(SendSmsRequest {
                 phone: "1".into(),
-                ..sms()
+                ..sms(1)
             })),
         },
         BatchItem { operation: None },
@@ -639,7 +620,7 @@ async fn accepts_plus_prefixed_phone_and_boundary_values() {
         .send_sms(SendSmsRequest {
             phone: "+1234567".into(),
             lifetime: secs(3600),
-            ..sms()
+            ..sms(1)
         })
         .await
         .unwrap();
@@ -648,7 +629,7 @@ async fn accepts_plus_prefixed_phone_and_boundary_values() {
             id: 2,
             phone: "123456789012345".into(),
             lifetime: secs(259_200),
-            ..sms()
+            ..sms(1)
         })
         .await
         .unwrap();
@@ -683,7 +664,7 @@ async fn a_flood_of_violations_stays_small_enough_for_every_client() {
             operation: Some(batch_item::Operation::SendSms(SendSmsRequest {
                 id,
                 phone: "not-a-phone-number".into(),
-                ..sms()
+                ..sms(1)
             })),
         })
         .collect();
@@ -727,21 +708,21 @@ async fn texts_urls_signatures_and_ids_beyond_their_bounds_are_refused() {
         (
             SendSmsRequest {
                 message: long(5_001),
-                ..sms()
+                ..sms(1)
             },
             "message",
         ),
         (
             SendSmsRequest {
                 signature: long(100_000),
-                ..sms()
+                ..sms(1)
             },
             "signature",
         ),
         (
             SendSmsRequest {
                 id: 1 << 63,
-                ..sms()
+                ..sms(1)
             },
             "id",
         ),
@@ -761,7 +742,7 @@ async fn texts_urls_signatures_and_ids_beyond_their_bounds_are_refused() {
         id: i64::MAX as u64,
         message: long(5_000),
         signature: long(64),
-        ..sms()
+        ..sms(1)
     };
     app.messaging()
         .send_sms(at_bounds)

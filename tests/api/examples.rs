@@ -188,7 +188,7 @@ fn which(program: &str) -> std::path::PathBuf {
 #[tokio::test]
 async fn both_examples_speak_mtls_from_environment_variables() {
     let certs = tempfile::tempdir().unwrap();
-    crate::tls::run_readme_recipe(certs.path());
+    crate::tls::run_certificate_recipe(certs.path());
     let file = |name: &str| certs.path().join(name);
     let read = |name: &str| std::fs::read_to_string(file(name)).unwrap();
     let app = spawn(Options {

@@ -412,14 +412,14 @@ async fn msgw_check_checks_an_mtls_msgw_with_its_client_certificate() {
     assert!(stderr(wrong_ca).contains("does not sign the server's certificate"));
 }
 
-/// The README's certificate recipe, as written: its shell block run in `dir`.
-pub fn run_readme_recipe(dir: &Path) {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let start = readme
+/// The certificate recipe of docs/security.md, as written: its shell block run in `dir`.
+pub fn run_certificate_recipe(dir: &Path) {
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/security.md")).unwrap();
+    let start = doc
         .find("# msgw-tls-recipe")
-        .expect("the README's certificate recipe");
-    let block = &readme[start..readme[start..].find("```").map(|end| start + end).unwrap()];
+        .expect("the certificate recipe of docs/security.md");
+    let block = &doc[start..doc[start..].find("```").map(|end| start + end).unwrap()];
     let ran = std::process::Command::new("bash")
         .args(["-euo", "pipefail", "-c", block])
         .current_dir(dir)
@@ -427,15 +427,15 @@ pub fn run_readme_recipe(dir: &Path) {
         .expect("bash runs");
     assert!(
         ran.status.success(),
-        "the README's recipe fails:\n{}",
+        "the recipe of docs/security.md fails:\n{}",
         String::from_utf8_lossy(&ran.stderr)
     );
 }
 
 #[tokio::test]
-async fn the_readmes_certificate_recipe_works_verbatim_for_mtls() {
+async fn the_documented_certificate_recipe_works_verbatim_for_mtls() {
     let dir = tempfile::tempdir().unwrap();
-    run_readme_recipe(dir.path());
+    run_certificate_recipe(dir.path());
     let file = |name: &str| dir.path().join(name);
     let read = |name: &str| std::fs::read_to_string(file(name)).unwrap();
     let app = spawn(Options {
@@ -458,7 +458,7 @@ async fn the_readmes_certificate_recipe_works_verbatim_for_mtls() {
         .await
         .expect("grpcurl list with the recipe's client certificate");
     assert!(listed.contains("msgw.v1.MessagingService"), "{listed}");
-    // As the README says: under mTLS even `list` needs the client certificate.
+    // As docs/security.md says: under mTLS even `list` needs the client certificate.
     let refused = run_grpcurl(&["-connect-timeout", "2", "-cacert", &ca, &addr, "list"]).await;
     assert!(
         refused.is_err(),

@@ -6,14 +6,15 @@ use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 use anyhow::Context;
 use secrecy::SecretString;
 use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
-use tonic::transport::Server;
 use tonic_health::ServingStatus;
+use tower_layer::Layer;
 
 use crate::auth::tls::{TlsFiles, TlsReloader};
 use crate::auth::{AuthLayer, Authenticator};
 use crate::config::{Config, Upstream};
 use crate::dispatch::{Dispatcher, Tracking};
 use crate::events::EventLog;
+use crate::grpc::port::PortLimits;
 use crate::grpc::{StampLayer, TooLargeLayer};
 use crate::hooks::{HookSigner, HookUrls};
 use crate::metrics::Metrics;
@@ -34,6 +35,9 @@ pub struct Application {
     tls: Option<Arc<TlsReloader>>,
     /// Who may call the gRPC port.
     auth: Arc<Authenticator>,
+    /// Bounds of the gRPC port, and its connection cap (resolved from the file limit).
+    grpc_limits: PortLimits,
+    grpc_max_connections: usize,
     http: TcpListener,
     admin: TcpListener,
     dispatcher: Dispatcher,
@@ -60,7 +64,23 @@ struct SandboxTask {
 impl Application {
     /// Binds the gRPC, webhook and admin ports, opens the store and connects the layers;
     /// nothing is served yet.
-    pub async fn build(config: Config) -> anyhow::Result<Self> {
+    pub async fn build(mut config: Config) -> anyhow::Result<Self> {
+        let files = crate::fd_limit::raise();
+        let shares = crate::fd_limit::share(
+            files,
+            config.upstream_limits.connections,
+            config.grpc_limits.max_connections,
+            config.webhook_limits.max_connections,
+        )
+        .map_err(anyhow::Error::msg)?;
+        if shares.webhook < config.webhook_limits.max_connections {
+            tracing::warn!(
+                file_limit = files,
+                webhook_max_connections = shares.webhook,
+                "the file limit is low: the webhook listener takes fewer connections than MSGW_WEBHOOK_MAX_CONNECTIONS"
+            );
+            config.webhook_limits.max_connections = shares.webhook;
+        }
         let auth = Authenticator::new(
             config.callers_file.clone(),
             config.tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
@@ -142,6 +162,13 @@ impl Application {
         }
         let tls = grpc_tls(config.tls)?;
         tracing::info!(
+            max_connections = shares.grpc,
+            file_limit = files,
+            handshake_timeout = ?config.grpc_limits.handshake_timeout,
+            idle_timeout = ?config.grpc_limits.idle_timeout,
+            "gRPC port bounds"
+        );
+        tracing::info!(
             %public_url,
             "gateway webhooks: per-message hooks under /v1/webhooks/status/, pipeline statuses at /v1/webhooks/account/<MSGW_ACCOUNT_TOKEN>"
         );
@@ -149,6 +176,8 @@ impl Application {
             grpc,
             tls,
             auth,
+            grpc_limits: config.grpc_limits,
+            grpc_max_connections: shares.grpc,
             http,
             admin,
             dispatcher,
@@ -224,7 +253,11 @@ impl Application {
         let admin_task = tokio::spawn({
             let router = crate::admin::router(self.webhooks.metrics.clone(), health.ready());
             let mut stop = stop.clone();
-            webhook::serve(self.admin, router, self.webhook_limits, async move {
+            let limits = webhook::ListenerLimits {
+                max_connections: crate::fd_limit::ADMIN_CONNECTIONS,
+                ..self.webhook_limits
+            };
+            webhook::serve(self.admin, router, limits, async move {
                 let _ = stop.wait_for(|s| *s).await;
             })
         });
@@ -268,7 +301,8 @@ impl Application {
         let callers_task = tokio::spawn(self.auth.clone().watch(stop.clone(), metrics.clone()));
         tracing::info!(%grpc_addr, %http_addr, %admin_addr, "msgw serving");
 
-        let draining = {
+        let (drain, draining) = watch::channel(false);
+        tokio::spawn({
             let (health, events, mut stop) = (health.clone(), self.events.clone(), stop.clone());
             async move {
                 let _ = stop.wait_for(|s| *s).await;
@@ -277,19 +311,22 @@ impl Application {
                 );
                 health.set(ServingStatus::NotServing).await;
                 events.close();
+                drain.send_replace(true);
             }
-        };
-        let server = Server::builder()
-            .layer(StampLayer)
-            .layer(TooLargeLayer)
-            .layer(AuthLayer::new(self.auth.clone(), metrics))
-            .add_routes(routes)
-            // An incoming stream skips the builder's socket options: the accept loop
-            // sets TCP_NODELAY itself.
-            .serve_with_incoming_shutdown(
-                crate::auth::incoming::incoming(self.grpc, self.tls),
-                draining,
-            );
+        });
+        // Outermost first: the arrival stamp, the size check, then authentication.
+        let service = StampLayer.layer(
+            TooLargeLayer.layer(AuthLayer::new(self.auth.clone(), metrics.clone()).layer(routes)),
+        );
+        let server = crate::grpc::port::serve(
+            self.grpc,
+            self.tls,
+            service,
+            self.grpc_limits,
+            self.grpc_max_connections,
+            metrics,
+            draining,
+        );
         let grace = self.shutdown_grace;
         let grace_over = {
             let mut stop = stop.clone();
@@ -299,7 +336,7 @@ impl Application {
             }
         };
         tokio::select! {
-            served = server => served.context("gRPC server")?,
+            () = server => {}
             () = grace_over => tracing::warn!(?grace, "grace period over: dropping the calls still in flight"),
         }
 

@@ -8,6 +8,7 @@ use secrecy::SecretString;
 
 use crate::auth::tls::TlsFiles;
 use crate::dispatch::Limits;
+use crate::grpc::port::PortLimits;
 use crate::reconcile::ReconcileConfig;
 use crate::sandbox::{DEFAULT_API_KEY, SandboxConfig};
 use crate::store::Retention;
@@ -228,6 +229,19 @@ pub struct ServeArgs {
     /// Admin listen address: `/metrics` (never on the webhook listener).
     #[arg(long, env = "MSGW_ADMIN_ADDR", default_value = "0.0.0.0:9090", value_parser = listen_addr)]
     pub admin_addr: SocketAddr,
+    /// gRPC port: time a connection has to finish its TLS handshake and send the
+    /// HTTP/2 preface; then it is closed.
+    #[arg(long, env = "MSGW_GRPC_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = positive_duration)]
+    pub grpc_handshake_timeout: Duration,
+    /// gRPC port: a connection without an open stream this long gets GOAWAY and is
+    /// closed. An open event stream is never idle, events or not.
+    #[arg(long, env = "MSGW_GRPC_IDLE_TIMEOUT", default_value = "5m", value_parser = positive_duration)]
+    pub grpc_idle_timeout: Duration,
+    /// gRPC port: connections at most. At the cap a new connection makes room by
+    /// closing the one idle longest. Default: from the file limit (`ulimit -n`), less
+    /// what the store, the gateway and the other ports need.
+    #[arg(long, env = "MSGW_GRPC_MAX_CONNECTIONS", value_parser = clap::value_parser!(u32).range(1..))]
+    pub grpc_max_connections: Option<u32>,
     /// Webhook listener: time a client has to send a request's headers; also the
     /// longest a keep-alive connection may sit idle between requests.
     #[arg(long, env = "MSGW_WEBHOOK_HEADER_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
@@ -437,12 +451,58 @@ pub struct Config {
     pub upstream_settle: Duration,
     /// Gateway requests in flight, operations per request and queued operations, at most.
     pub upstream_limits: Limits,
+    /// Bounds of the gRPC port.
+    pub grpc_limits: PortLimits,
     /// Timeouts and connection limit of the webhook listener.
     pub webhook_limits: ListenerLimits,
     /// TLS of the gRPC port; `None`: plaintext.
     pub tls: Option<TlsFiles>,
     /// The callers file; `None`: no bearer tokens.
     pub callers_file: Option<PathBuf>,
+}
+
+impl Config {
+    /// msgw on loopback ports the system chooses, with `msgw serve`'s defaults, fixed
+    /// secrets, no authentication and background refreshes off: what tests and
+    /// benchmarks start from, changing only what they are about.
+    pub fn for_tests(upstream: Upstream, store_url: String) -> Self {
+        let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+        let week = Duration::from_secs(7 * 86_400);
+        Self {
+            grpc_addr: loopback,
+            http_addr: loopback,
+            admin_addr: loopback,
+            public_url: None,
+            webhook_secret: "test-webhook-secret-0123456789".to_owned().into(),
+            webhook_secret_previous: None,
+            account_token: "test-account-token-0123456789".to_owned().into(),
+            generated_secrets: Vec::new(),
+            store_url,
+            store_password: None,
+            retention: Retention {
+                max_age: week,
+                max_events: 1_000_000,
+                claims_max_age: week,
+            },
+            event_fan_out: 4096,
+            reconcile: ReconcileConfig {
+                interval: Duration::from_secs(5),
+                first_after: Duration::from_secs(300),
+                max_backoff: Duration::from_secs(1800),
+            },
+            shutdown_grace: Duration::from_secs(5),
+            shutdown_delay: Duration::ZERO,
+            balance_refresh: Duration::ZERO,
+            upstream,
+            upstream_timeout: Duration::from_secs(10),
+            upstream_settle: Duration::from_secs(60),
+            upstream_limits: Limits::default(),
+            grpc_limits: PortLimits::default(),
+            webhook_limits: ListenerLimits::default(),
+            tls: None,
+            callers_file: None,
+        }
+    }
 }
 
 impl ServeArgs {
@@ -653,6 +713,11 @@ impl ServeArgs {
                 batch_max: self.upstream_batch_max,
                 queue_max: self.upstream_queue_max,
             },
+            grpc_limits: PortLimits {
+                handshake_timeout: self.grpc_handshake_timeout,
+                idle_timeout: self.grpc_idle_timeout,
+                max_connections: self.grpc_max_connections.map(|n| n as usize),
+            },
             webhook_limits: ListenerLimits {
                 header_timeout: self.webhook_header_timeout,
                 body_timeout: self.webhook_body_timeout,
@@ -661,6 +726,15 @@ impl ServeArgs {
             tls,
             callers_file,
         })
+    }
+}
+
+/// A duration above zero (`10s`, `1500ms`, `5m`).
+fn positive_duration(value: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(value) {
+        Ok(d) if d.is_zero() => Err("must be above zero".into()),
+        Ok(d) => Ok(d),
+        Err(e) => Err(e.to_string()),
     }
 }
 

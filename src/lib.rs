@@ -11,6 +11,7 @@ pub mod cpus;
 pub mod dispatch;
 pub mod domain;
 pub mod events;
+pub mod fd_limit;
 pub mod grpc;
 pub mod hooks;
 pub mod metrics;

@@ -55,6 +55,14 @@ pub struct Metrics {
     pub queue_rejected: IntCounter,
     /// Reloads of watched files (callers, TLS certificates), by file and outcome.
     pub config_reloads: IntCounterVec,
+    /// Connections to the gRPC port, open now.
+    pub grpc_connections_open: IntGauge,
+    /// Connections the gRPC port holds at most.
+    pub grpc_connections_max: IntGauge,
+    /// Connections to the gRPC port closed, by reason.
+    pub grpc_connections_closed: IntCounterVec,
+    /// Connections refused at the cap (every open one had a stream open).
+    pub grpc_connections_refused: IntCounter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -181,6 +189,30 @@ impl Metrics {
                 "msgw_events_total",
                 "Status events appended to the log, by source and result.",
                 &["source", "result"],
+            ),
+            grpc_connections_open: gauge(
+                &registry,
+                "msgw_grpc_connections_open",
+                "Connections to the gRPC port open now (with or without a stream).",
+            ),
+            grpc_connections_max: gauge(
+                &registry,
+                "msgw_grpc_connections_max",
+                "Connections the gRPC port holds at most (MSGW_GRPC_MAX_CONNECTIONS).",
+            ),
+            grpc_connections_closed: counter(
+                &registry,
+                "msgw_grpc_connections_closed_total",
+                "Connections to the gRPC port closed, by reason: client (the client closed it or it failed), handshake_timeout (no TLS handshake and HTTP/2 preface in time), idle (no open stream for MSGW_GRPC_IDLE_TIMEOUT), evicted (the longest idle, closed to make room at the cap), shutdown.",
+                &["reason"],
+            ),
+            grpc_connections_refused: register(
+                &registry,
+                IntCounter::new(
+                    "msgw_grpc_connections_refused_total",
+                    "Connections to the gRPC port refused at the cap because every open one had a stream open.",
+                )
+                .unwrap_or_else(|e| unreachable!("metric: {e}")),
             ),
             open_streams: gauge(
                 &registry,

@@ -1,6 +1,7 @@
 //! The caller's deadline (`grpc-timeout`), measured from when the request arrived.
 //!
-//! tonic enforces the same header itself and answers CANCELLED when it expires.
+//! The gRPC port (`port/service.rs`) enforces the same header and answers CANCELLED
+//! when it expires.
 //! msgw ends the gateway call a little earlier, counting from the same moment, so
 //! the caller gets msgw's DEADLINE_EXCEEDED with its OUTCOME_UNKNOWN detail instead.
 
@@ -65,7 +66,7 @@ pub fn deadline<T>(request: &Request<T>) -> Option<Instant> {
 }
 
 /// `grpc-timeout` is at most 8 digits and a unit (H, M, S, m, u, n).
-fn parse_grpc_timeout(value: &str) -> Option<Duration> {
+pub(crate) fn parse_grpc_timeout(value: &str) -> Option<Duration> {
     if value.len() < 2 || value.len() > 9 {
         return None;
     }

@@ -9,6 +9,7 @@ mod events;
 mod handler;
 mod limits;
 mod messaging;
+pub mod port;
 pub mod server;
 mod status;
 mod templates;

@@ -20,8 +20,8 @@ use msgw::{
     },
 };
 use msgw::{
-    dispatch::Limits, hooks::HookSigner, reconcile::ReconcileConfig, sandbox::SandboxConfig,
-    store::Retention, webhook::ListenerLimits,
+    dispatch::Limits, grpc::port::PortLimits, hooks::HookSigner, reconcile::ReconcileConfig,
+    sandbox::SandboxConfig, store::Retention, webhook::ListenerLimits,
 };
 use serde_json::{Value, json};
 use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
@@ -363,6 +363,8 @@ pub struct Options {
     pub balance_refresh: Duration,
     /// Gateway requests in flight, operations per request, queued operations.
     pub limits: Limits,
+    /// Bounds of the gRPC port.
+    pub grpc_limits: PortLimits,
     /// Timeouts and connection limit of the webhook listener.
     pub webhook_limits: ListenerLimits,
     /// Another store URL (a PostgreSQL schema shared by replicas) instead of SQLite.
@@ -398,6 +400,7 @@ impl Default for Options {
             fan_out: 4096,
             balance_refresh: Duration::ZERO,
             limits: Limits::default(),
+            grpc_limits: PortLimits::default(),
             webhook_limits: ListenerLimits::default(),
             store_url: None,
             webhook_secret_previous: None,
@@ -452,17 +455,11 @@ pub fn config(options: Options, gateway: &FakeGateway) -> (Config, Arc<tempfile:
     let store = options
         .store
         .unwrap_or_else(|| Arc::new(tempfile::tempdir().expect("temp dir")));
+    let store_url = options.store_url.unwrap_or_else(|| store_url(&store));
     let config = Config {
-        grpc_addr: "127.0.0.1:0".parse().unwrap(),
-        http_addr: "127.0.0.1:0".parse().unwrap(),
-        admin_addr: "127.0.0.1:0".parse().unwrap(),
-        public_url: None,
         webhook_secret: WEBHOOK_SECRET.to_owned().into(),
         webhook_secret_previous: options.webhook_secret_previous.clone().map(Into::into),
         account_token: ACCOUNT_TOKEN.to_owned().into(),
-        generated_secrets: Vec::new(),
-        store_url: options.store_url.unwrap_or_else(|| store_url(&store)),
-        store_password: None,
         retention: options.retention,
         event_fan_out: options.fan_out,
         reconcile: ReconcileConfig {
@@ -473,13 +470,14 @@ pub fn config(options: Options, gateway: &FakeGateway) -> (Config, Arc<tempfile:
         shutdown_grace: options.shutdown_grace,
         shutdown_delay: options.shutdown_delay,
         balance_refresh: options.balance_refresh,
-        upstream,
         upstream_timeout: options.upstream_timeout,
         upstream_settle: options.upstream_settle,
         upstream_limits: options.limits,
+        grpc_limits: options.grpc_limits,
         webhook_limits: options.webhook_limits,
         tls: options.tls,
         callers_file: options.callers_file,
+        ..Config::for_tests(upstream, store_url)
     };
     (config, store)
 }

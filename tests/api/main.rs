@@ -2,6 +2,7 @@
 
 mod builders;
 mod coalescing;
+mod connections;
 mod errors;
 mod events;
 mod examples;

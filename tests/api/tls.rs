@@ -9,9 +9,10 @@ use std::{
 
 use msgw::{
     auth::{
-        incoming::{PeerInfo, incoming},
+        incoming::PeerInfo,
         tls::{TlsFiles, TlsReloader},
     },
+    grpc::port::PortLimits,
     proto::GetBalanceRequest,
 };
 use rcgen::{
@@ -20,7 +21,7 @@ use rcgen::{
 };
 use serde_json::Value;
 use tokio::{net::TcpListener, process::Command};
-use tonic::transport::{Endpoint, Server};
+use tonic::transport::Endpoint;
 use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 
 use crate::helpers::{Options, TlsClient, money, spawn};
@@ -220,12 +221,17 @@ async fn a_layer_reads_the_verified_client_name_from_peer_info() {
         }
     });
     let (_, health_service) = tonic_health::server::health_reporter();
-    tokio::spawn(
-        Server::builder()
-            .layer(layer)
-            .add_service(health_service)
-            .serve_with_incoming(incoming(listener, Some(reloader))),
-    );
+    let service = tower_layer::Layer::layer(&layer, tonic::service::Routes::new(health_service));
+    let (_serving, stop) = tokio::sync::watch::channel(false);
+    tokio::spawn(msgw::grpc::port::serve(
+        listener,
+        Some(reloader),
+        service,
+        PortLimits::default(),
+        16,
+        msgw::metrics::Metrics::new(),
+        stop,
+    ));
 
     let client = ca.client(Some(ca.client_cert("orders.prod.svc")));
     health(client.endpoint(addr)).await.unwrap();

@@ -94,37 +94,19 @@ async fn main() -> anyhow::Result<()> {
             .unwrap_or_else(|| format!("sqlite://{}", dir.path().join("bench.db").display())),
     };
     let config = Config {
-        grpc_addr: "127.0.0.1:0".parse()?,
-        http_addr: "127.0.0.1:0".parse()?,
-        admin_addr: "127.0.0.1:0".parse()?,
-        public_url: None,
         webhook_secret: SECRET.to_owned().into(),
-        webhook_secret_previous: None,
-        account_token: "bench-account-token-0123456789".to_owned().into(),
-        generated_secrets: Vec::new(),
-        store_url,
-        store_password: None,
         retention: Retention {
             max_age: Duration::from_secs(3600),
             max_events: 10_000_000,
             claims_max_age: Duration::from_secs(7 * 86_400),
         },
-        event_fan_out: 4096,
         reconcile: ReconcileConfig {
             interval: Duration::from_secs(3600),
             first_after: Duration::from_secs(3600),
             max_backoff: Duration::from_secs(3600),
         },
-        shutdown_grace: Duration::from_secs(5),
-        shutdown_delay: Duration::ZERO,
-        balance_refresh: Duration::ZERO,
-        upstream: Upstream::Sandbox(SandboxConfig::default()),
         upstream_timeout: Duration::from_secs(5),
-        upstream_settle: Duration::from_secs(60),
-        upstream_limits: msgw::dispatch::Limits::default(),
-        webhook_limits: msgw::webhook::ListenerLimits::default(),
-        tls: None,
-        callers_file: None,
+        ..Config::for_tests(Upstream::Sandbox(SandboxConfig::default()), store_url)
     };
     let mut servers = Vec::new();
     let mut addrs = Vec::new();

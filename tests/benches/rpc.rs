@@ -577,39 +577,25 @@ fn config(
 ) -> anyhow::Result<Config> {
     let hour = Duration::from_secs(3600);
     Ok(Config {
-        grpc_addr: "127.0.0.1:0".parse()?,
-        http_addr: "127.0.0.1:0".parse()?,
-        admin_addr: "127.0.0.1:0".parse()?,
-        public_url: None,
-        webhook_secret: "bench-webhook-secret-0123456789".to_owned().into(),
-        webhook_secret_previous: None,
-        account_token: "bench-account-token-0123456789".to_owned().into(),
-        generated_secrets: Vec::new(),
-        store_url: store_url.to_owned(),
-        store_password: None,
         retention: Retention {
             max_age: hour,
             max_events: 10_000_000,
             claims_max_age: Duration::from_secs(7 * 86_400),
         },
-        event_fan_out: 4096,
         reconcile: ReconcileConfig {
             interval: hour,
             first_after: hour,
             max_backoff: hour,
         },
-        shutdown_grace: Duration::from_secs(5),
-        shutdown_delay: Duration::ZERO,
-        balance_refresh: Duration::ZERO,
-        upstream: Upstream::Gateway {
-            url: gateway_url.parse()?,
-            api_key: "bench-key".to_owned().into(),
-        },
         upstream_timeout: Duration::from_secs(5),
-        upstream_settle: Duration::from_secs(60),
         upstream_limits: limits,
-        webhook_limits: msgw::webhook::ListenerLimits::default(),
-        tls: None,
         callers_file,
+        ..Config::for_tests(
+            Upstream::Gateway {
+                url: gateway_url.parse()?,
+                api_key: "bench-key".to_owned().into(),
+            },
+            store_url.to_owned(),
+        )
     })
 }

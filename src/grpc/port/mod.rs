@@ -1,0 +1,167 @@
+//! The gRPC port: msgw's own accept loop and HTTP/2 connections, bounded so that no
+//! client, with or without a token, can fill it.
+//!
+//! - A connection must finish its TLS handshake and send the HTTP/2 preface within
+//!   the handshake timeout, or it is closed.
+//! - A connection without an open stream for the idle timeout gets GOAWAY and is
+//!   closed; an event stream that carries no events is a stream, so never idle.
+//! - HTTP/2 keepalive pings find peers that vanished without a word.
+//! - At the cap, a new connection makes room by closing the one idle longest (GOAWAY
+//!   first if it spoke HTTP/2); only when every connection has a stream open is the
+//!   new one refused.
+
+mod connection;
+mod service;
+mod table;
+
+use std::{convert::Infallible, sync::Arc, time::Duration};
+
+use hyper::body::{Body as HttpBody, Bytes};
+
+use hyper::server::conn::http2;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use tokio::{net::TcpListener, sync::watch, time::Instant};
+
+use crate::auth::incoming::is_connection_error;
+use crate::auth::tls::TlsReloader;
+use crate::metrics::Metrics;
+use table::Table;
+
+pub use table::Close;
+
+/// How often an idle connection is pinged to find out whether its peer is still there.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(60);
+/// How long a ping may go unanswered before the connection is dropped.
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+/// After GOAWAY for idleness or eviction, how long the client has to close.
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
+/// Pause after a failed accept other than a client's: out of file descriptors,
+/// retrying at once would only spin.
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+/// Least time between two warnings about refused connections.
+const REFUSED_WARN_EVERY: Duration = Duration::from_secs(60);
+
+/// What the port serves: msgw's layered routes (any tower service answering gRPC
+/// requests, never failing: errors are statuses).
+pub trait GrpcRoutes:
+    tower_service::Service<
+        http::Request<tonic::body::Body>,
+        Response = http::Response<Self::ResBody>,
+        Error = Infallible,
+        Future: Send + 'static,
+    > + Clone
+    + Send
+    + 'static
+{
+    /// The response body.
+    type ResBody: HttpBody<Data = Bytes, Error: Into<tonic::codegen::StdError>> + Send + 'static;
+}
+
+impl<S, B> GrpcRoutes for S
+where
+    S: tower_service::Service<
+            http::Request<tonic::body::Body>,
+            Response = http::Response<B>,
+            Error = Infallible,
+            Future: Send + 'static,
+        > + Clone
+        + Send
+        + 'static,
+    B: HttpBody<Data = Bytes, Error: Into<tonic::codegen::StdError>> + Send + 'static,
+{
+    type ResBody = B;
+}
+
+/// The gRPC port's bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortLimits {
+    /// TLS handshake and HTTP/2 preface must be done within this.
+    pub handshake_timeout: Duration,
+    /// A connection without an open stream this long gets GOAWAY.
+    pub idle_timeout: Duration,
+    /// Connections at most; `None`: derived from the file limit at start.
+    pub max_connections: Option<usize>,
+}
+
+impl Default for PortLimits {
+    fn default() -> Self {
+        Self {
+            handshake_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(300),
+            max_connections: None,
+        }
+    }
+}
+
+/// Serves `service` on `listener` until `shutdown` turns true: then stops accepting,
+/// sends GOAWAY on every connection and returns once all have closed.
+pub async fn serve<S>(
+    listener: TcpListener,
+    tls: Option<Arc<TlsReloader>>,
+    service: S,
+    limits: PortLimits,
+    max_connections: usize,
+    metrics: Arc<Metrics>,
+    mut shutdown: watch::Receiver<bool>,
+) where
+    S: GrpcRoutes,
+{
+    let table = Table::new(max_connections, limits.idle_timeout, metrics);
+    let mut builder = http2::Builder::new(TokioExecutor::new());
+    builder
+        .timer(TokioTimer::new())
+        .keep_alive_interval(KEEPALIVE_INTERVAL)
+        .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+        // As before msgw had its own accept loop (tonic's default): a caller may hold
+        // as many streams as it likes, e.g. one filtered event stream per message.
+        .max_concurrent_streams(None);
+    let mut warned: Option<Instant> = None;
+    loop {
+        let accepted = tokio::select! {
+            _ = shutdown.wait_for(|s| *s) => break,
+            accepted = listener.accept() => accepted,
+        };
+        let (tcp, peer) = match accepted {
+            Ok(accepted) => accepted,
+            // The client gave up before we took it: nothing is wrong with the listener.
+            Err(error) if is_connection_error(&error) => {
+                tracing::debug!(%error, "gRPC port: connection closed before accept");
+                continue;
+            }
+            Err(error) => {
+                tracing::error!(%error, "gRPC port: cannot accept connections; retrying");
+                tokio::select! {
+                    _ = shutdown.wait_for(|s| *s) => break,
+                    () = tokio::time::sleep(ACCEPT_RETRY) => continue,
+                }
+            }
+        };
+        let Some(conn) = table.admit() else {
+            if warned.is_none_or(|at| at.elapsed() >= REFUSED_WARN_EVERY) {
+                warned = Some(Instant::now());
+                tracing::warn!(
+                    %peer,
+                    max_connections,
+                    "gRPC port: connection refused: every connection has a stream open (MSGW_GRPC_MAX_CONNECTIONS)"
+                );
+            }
+            continue;
+        };
+        // Nagle would hold back every small streamed event behind the previous one's ACK.
+        if let Err(error) = tcp.set_nodelay(true) {
+            tracing::debug!(%peer, %error, "gRPC port: cannot set TCP_NODELAY");
+        }
+        tokio::spawn(connection::serve(
+            tcp,
+            tls.clone(),
+            conn,
+            service.clone(),
+            builder.clone(),
+            limits,
+            shutdown.clone(),
+        ));
+    }
+    // No new connections from here on: the kernel stops completing handshakes.
+    drop(listener);
+    table.emptied().await;
+}

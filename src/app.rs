@@ -17,6 +17,7 @@ use crate::events::EventLog;
 use crate::grpc::port::PortLimits;
 use crate::grpc::{StampLayer, TooLargeLayer};
 use crate::hooks::{HookSigner, HookUrls};
+use crate::http_listener::{self, ListenerLimits};
 use crate::metrics::Metrics;
 use crate::periodic::Leased;
 use crate::reconcile::{ReconcileConfig, Reconciler};
@@ -44,7 +45,7 @@ pub struct Application {
     store: Arc<dyn Store>,
     events: Arc<EventLog>,
     webhooks: WebhookState,
-    webhook_limits: webhook::ListenerLimits,
+    webhook_limits: ListenerLimits,
     reconcile: ReconcileConfig,
     retention: Retention,
     shutdown_grace: Duration,
@@ -253,18 +254,18 @@ impl Application {
         let admin_task = tokio::spawn({
             let router = crate::admin::router(self.webhooks.metrics.clone(), health.ready());
             let mut stop = stop.clone();
-            let limits = webhook::ListenerLimits {
+            let limits = ListenerLimits {
                 max_connections: crate::fd_limit::ADMIN_CONNECTIONS,
                 ..self.webhook_limits
             };
-            webhook::serve(self.admin, router, limits, async move {
+            http_listener::serve(self.admin, router, limits, async move {
                 let _ = stop.wait_for(|s| *s).await;
             })
         });
         let http_task = tokio::spawn({
             let router = webhook::router(self.webhooks);
             let mut stop = stop.clone();
-            webhook::serve(self.http, router, self.webhook_limits, async move {
+            http_listener::serve(self.http, router, self.webhook_limits, async move {
                 let _ = stop.wait_for(|s| *s).await;
             })
         });

@@ -9,10 +9,10 @@ use secrecy::SecretString;
 use crate::auth::tls::TlsFiles;
 use crate::dispatch::Limits;
 use crate::grpc::port::PortLimits;
+use crate::http_listener::ListenerLimits;
 use crate::reconcile::ReconcileConfig;
 use crate::sandbox::{DEFAULT_API_KEY, SandboxConfig};
 use crate::store::Retention;
-use crate::webhook::ListenerLimits;
 
 /// msgw: a typed gRPC facade for a multi-channel messaging gateway.
 #[derive(Debug, Parser)]

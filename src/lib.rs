@@ -14,6 +14,7 @@ pub mod events;
 pub mod fd_limit;
 pub mod grpc;
 pub mod hooks;
+pub mod http_listener;
 pub mod metrics;
 pub mod periodic;
 pub mod proto;

@@ -1,6 +1,7 @@
 //! The gateway's JSON endpoint: builds the request envelope, posts it with reqwest,
 //! and parses the answer. The serde DTOs are private to this module.
 
+mod flex;
 mod request;
 mod response;
 mod webhook;

@@ -3,7 +3,8 @@
 
 use serde::Deserialize;
 
-use super::response::{ReplyPayload, flex, timestamp};
+use super::flex;
+use super::response::{ReplyPayload, timestamp};
 use crate::domain::{DeliveryReport, MAX_DURATION_SECS, Reply, ReportedStatus};
 
 #[derive(Deserialize)]

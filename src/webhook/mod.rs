@@ -3,8 +3,6 @@
 //! `POST /v1/webhooks/account/{account_token}` for pipeline statuses.
 //! A webhook is answered 200 only once its event is committed to the store.
 
-mod listener;
-
 use std::{sync::Arc, time::Duration};
 
 use axum::{
@@ -25,8 +23,6 @@ use crate::store::Store;
 use crate::upstream::parse_webhook;
 
 use crate::hooks::{HookSigner, Token, same_token};
-
-pub use listener::{ListenerLimits, serve};
 
 /// Largest webhook body accepted; the gateway's reports are a few hundred bytes.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;

@@ -20,8 +20,8 @@ use msgw::{
     },
 };
 use msgw::{
-    dispatch::Limits, grpc::port::PortLimits, hooks::HookSigner, reconcile::ReconcileConfig,
-    sandbox::SandboxConfig, store::Retention, webhook::ListenerLimits,
+    dispatch::Limits, grpc::port::PortLimits, hooks::HookSigner, http_listener::ListenerLimits,
+    reconcile::ReconcileConfig, sandbox::SandboxConfig, store::Retention,
 };
 use serde_json::{Value, json};
 use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};

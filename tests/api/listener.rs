@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use msgw::webhook::ListenerLimits;
+use msgw::http_listener::ListenerLimits;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpStream,

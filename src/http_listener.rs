@@ -1,6 +1,6 @@
-//! The webhook listener's connection handling. It faces the gateway through the
-//! Ingress, so a client that sends slowly or never finishes must not hold msgw's
-//! resources: request headers must arrive within `header_timeout` (which also bounds
+//! msgw's bounded HTTP/1 listeners: the webhook listener (it faces the gateway through
+//! the Ingress) and the admin listener (`/metrics`, probes). A client that sends slowly
+//! or never finishes must not hold msgw's resources: request headers must arrive within `header_timeout` (which also bounds
 //! how long a keep-alive connection may sit idle between requests), a body within
 //! `body_timeout` (enforced where the handlers read it), and at most
 //! `max_connections` are open at once; beyond that, new connections wait in the
@@ -16,7 +16,7 @@ use hyper_util::{
 };
 use tokio::{net::TcpListener, sync::Semaphore};
 
-/// Bounds of the webhook listener.
+/// Bounds of an HTTP listener.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ListenerLimits {
     /// Time to receive a request's headers, and the longest idle keep-alive.

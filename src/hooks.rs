@@ -8,6 +8,8 @@ use hmac::{Hmac, Mac};
 use secrecy::{ExposeSecret, SecretSlice, SecretString};
 use sha2::Sha256;
 
+use crate::domain::ClientId;
+
 type HmacSha256 = Hmac<Sha256>;
 
 /// Signs and verifies per-message hook tokens.
@@ -40,18 +42,19 @@ impl HookSigner {
         self
     }
 
-    fn mac(key: &SecretSlice<u8>, client_id: u64) -> HmacSha256 {
+    fn mac(key: &SecretSlice<u8>, client_id: ClientId) -> HmacSha256 {
         // HMAC takes keys of any length, so this cannot fail.
         let mut mac = HmacSha256::new_from_slice(key.expose_secret())
             .unwrap_or_else(|_| unreachable!("HMAC accepts every key length"));
-        mac.update(client_id.to_string().as_bytes());
+        mac.update(client_id.get().to_string().as_bytes());
         mac
     }
 
     /// The token of a message's hook URL (always under the current secret).
-    pub fn token(&self, client_id: u64) -> String {
+    pub fn token(&self, client_id: ClientId) -> String {
         format!(
-            "{client_id}.{}",
+            "{}.{}",
+            client_id.get(),
             URL_SAFE_NO_PAD.encode(Self::mac(&self.key, client_id).finalize().into_bytes())
         )
     }
@@ -59,8 +62,8 @@ impl HookSigner {
     /// What a presented token proves (the MAC compared in constant time).
     pub fn open(&self, token: &str) -> Token {
         match token.split_once('.') {
-            Some((id, mac)) => match id.parse::<u64>() {
-                Ok(id) if id > 0 && self.mac_matches(id, mac) => Token::Message(id),
+            Some((id, mac)) => match id.parse::<u64>().ok().and_then(|id| ClientId::new(id).ok()) {
+                Some(id) if self.mac_matches(id, mac) => Token::Message(id),
                 _ => Token::Forged,
             },
             // A token of an earlier msgw version: the MAC alone, the id in the body.
@@ -70,13 +73,13 @@ impl HookSigner {
     }
 
     /// Whether a token of an earlier version (the MAC alone) was issued for `client_id`.
-    pub fn verify_legacy(&self, client_id: u64, token: &str) -> bool {
+    pub fn verify_legacy(&self, client_id: ClientId, token: &str) -> bool {
         self.mac_matches(client_id, token)
     }
 
     /// Whether `mac` is the MAC of `client_id` under the current or the previous
     /// secret (each compared in constant time).
-    fn mac_matches(&self, client_id: u64, mac: &str) -> bool {
+    fn mac_matches(&self, client_id: ClientId, mac: &str) -> bool {
         let Ok(bytes) = URL_SAFE_NO_PAD.decode(mac) else {
             return false;
         };
@@ -90,7 +93,7 @@ impl HookSigner {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Token {
     /// Issued by this secret (or the previous one) for this client id.
-    Message(u64),
+    Message(ClientId),
     /// The format of an earlier version (hooks of messages sent before an upgrade): the
     /// client id comes from the body and is verified against it.
     Legacy,
@@ -115,7 +118,7 @@ impl HookUrls {
     }
 
     /// The hook URL of one message.
-    pub fn status_url(&self, client_id: u64) -> String {
+    pub fn status_url(&self, client_id: ClientId) -> String {
         format!(
             "{}/v1/webhooks/status/{}",
             self.base,
@@ -148,11 +151,15 @@ pub fn same_token(presented: &str, expected: &SecretString) -> bool {
 mod tests {
     use super::*;
 
+    fn id(n: u64) -> ClientId {
+        ClientId::new(n).unwrap()
+    }
+
     #[test]
     fn tokens_prove_their_message_only_with_their_secret() {
         let signer = HookSigner::new(&SecretString::from("s3cret"));
-        let token = signer.token(100500);
-        assert_eq!(signer.open(&token), Token::Message(100500));
+        let token = signer.token(id(100500));
+        assert_eq!(signer.open(&token), Token::Message(id(100500)));
         let (_, mac) = token.split_once('.').unwrap();
         assert_eq!(signer.open(&format!("100501.{mac}")), Token::Forged);
         assert_eq!(signer.open("0.AAAA"), Token::Forged);
@@ -167,8 +174,8 @@ mod tests {
         );
         // The format before the id was part of the token still verifies, by the body's id.
         assert_eq!(signer.open(mac), Token::Legacy);
-        assert!(signer.verify_legacy(100500, mac));
-        assert!(!signer.verify_legacy(100501, mac));
+        assert!(signer.verify_legacy(id(100500), mac));
+        assert!(!signer.verify_legacy(id(100501), mac));
     }
 
     #[test]
@@ -184,17 +191,17 @@ mod tests {
         let old = HookSigner::new(&SecretString::from("the-old-secret-0123"));
         let rotated = HookSigner::new(&SecretString::from("the-new-secret-0123"))
             .with_previous(Some(&SecretString::from("the-old-secret-0123")));
-        let before = old.token(42);
-        assert_eq!(rotated.open(&before), Token::Message(42));
+        let before = old.token(id(42));
+        assert_eq!(rotated.open(&before), Token::Message(id(42)));
         assert_ne!(
-            rotated.token(42),
+            rotated.token(id(42)),
             before,
             "new hooks are signed with the new secret"
         );
-        assert_eq!(old.open(&rotated.token(42)), Token::Forged);
+        assert_eq!(old.open(&rotated.token(id(42))), Token::Forged);
         let without = HookSigner::new(&SecretString::from("the-new-secret-0123"));
         assert_eq!(without.open(&before), Token::Forged);
         let (_, mac) = before.split_once('.').unwrap();
-        assert!(rotated.verify_legacy(42, mac));
+        assert!(rotated.verify_legacy(id(42), mac));
     }
 }

@@ -25,7 +25,7 @@ pub async fn final_status(
     // Subscribed first: an event appended from now on arrives here; one appended
     // before is in the store.
     let filter = Filter {
-        ids: HashSet::from([id.get()]),
+        ids: HashSet::from([id]),
         ..Filter::default()
     };
     let mut live = log.subscribe(Start::Live, filter).await?;

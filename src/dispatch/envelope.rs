@@ -295,7 +295,7 @@ impl Engine {
             .iter()
             .map(|op| {
                 let tracking = self.tracking.as_ref().filter(|_| op.takes_hook())?;
-                Some(tracking.hooks.status_url(op.client_id()?.get()))
+                Some(tracking.hooks.status_url(op.client_id()?))
             })
             .collect();
         // A request that changes state is never cut for a caller's deadline: it runs to

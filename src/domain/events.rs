@@ -2,7 +2,7 @@
 
 use chrono::{DateTime, Utc};
 
-use super::{Channel, Reply, ReportedStatus};
+use super::{Channel, ClientId, Reply, ReportedStatus};
 
 /// The longest duration `google.protobuf.Duration` holds (10,000 years), seconds.
 pub const MAX_DURATION_SECS: f64 = 315_576_000_000.0;
@@ -17,8 +17,8 @@ pub fn representable(t: &DateTime<Utc>) -> bool {
 /// What the gateway said about one message's delivery.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeliveryReport {
-    /// The client message id; 0 when neither the report nor msgw's records know it.
-    pub client_id: u64,
+    /// The client message id; `None` when neither the report nor msgw's records know it.
+    pub client_id: Option<ClientId>,
     /// The gateway's message id.
     pub msg_id: Option<String>,
     /// The channel's name verbatim.
@@ -101,10 +101,9 @@ impl NewEvent {
     /// A repeated webhook, or a poll that sees what a webhook already said, is a duplicate.
     pub fn dedup_key(&self) -> String {
         let r = &self.report;
-        let message = if r.client_id != 0 {
-            r.client_id.to_string()
-        } else {
-            format!("m:{}", r.msg_id.as_deref().unwrap_or_default())
+        let message = match r.client_id {
+            Some(id) => id.get().to_string(),
+            None => format!("m:{}", r.msg_id.as_deref().unwrap_or_default()),
         };
         format!(
             "{message}|{}|{}",
@@ -134,7 +133,7 @@ impl From<DeliveryReport> for super::StatusReport {
     fn from(r: DeliveryReport) -> Self {
         let raw = raw_report(&r);
         Self {
-            id: r.client_id,
+            id: r.client_id.map_or(0, ClientId::get),
             msg_id: r.msg_id,
             channel: r.channel_raw.as_deref().and_then(Channel::from_name),
             channel_raw: r.channel_raw,
@@ -156,10 +155,7 @@ fn raw_report(r: &DeliveryReport) -> serde_json::Value {
             raw.insert(key.into(), value);
         }
     };
-    put(
-        "id",
-        (r.client_id != 0).then(|| json!(r.client_id.to_string())),
-    );
+    put("id", r.client_id.map(|id| json!(id.get().to_string())));
     put("msg_id", r.msg_id.clone().map(Value::String));
     put("type", r.channel_raw.clone().map(Value::String));
     put("status", r.status.as_ref().map(|s| json!(s.raw)));

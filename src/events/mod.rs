@@ -33,7 +33,7 @@ pub enum Start {
 #[derive(Debug, Clone, Default)]
 pub struct Filter {
     /// Client ids.
-    pub ids: HashSet<u64>,
+    pub ids: HashSet<ClientId>,
     /// Gateway message ids.
     pub msg_ids: HashSet<String>,
     /// Channels.
@@ -48,7 +48,7 @@ impl Filter {
     /// Whether `e` passes the filter.
     pub fn matches(&self, e: &StatusEvent) -> bool {
         let r = &e.event.report;
-        (self.ids.is_empty() || self.ids.contains(&r.client_id))
+        (self.ids.is_empty() || r.client_id.is_some_and(|id| self.ids.contains(&id)))
             && (self.msg_ids.is_empty()
                 || r.msg_id.as_ref().is_some_and(|m| self.msg_ids.contains(m)))
             && (self.channels.is_empty() || r.channel().is_some_and(|c| self.channels.contains(&c)))

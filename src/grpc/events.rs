@@ -103,8 +103,14 @@ fn parse(r: proto::StreamStatusEventsRequest) -> Result<(Start, Filter), domain:
             ),
         }
     }
+    let mut ids = std::collections::HashSet::new();
+    for (i, raw) in r.ids.iter().enumerate() {
+        if let Some(id) = s.check(&format!("ids[{i}]"), domain::ClientId::new(*raw)) {
+            ids.insert(id);
+        }
+    }
     let filter = Filter {
-        ids: r.ids.into_iter().collect(),
+        ids,
         msg_ids: r.msg_ids.into_iter().collect(),
         channels,
         final_only: r.final_only,
@@ -136,7 +142,8 @@ pub fn event(e: StatusEvent) -> proto::StatusEvent {
     };
     proto::StatusEvent {
         cursor: e.cursor,
-        id: r.client_id,
+        // 0: a report of a message msgw cannot name.
+        id: r.client_id.map_or(0, domain::ClientId::get),
         msg_id: r.msg_id.unwrap_or_default(),
         channel: channel(
             r.channel_raw

@@ -13,7 +13,7 @@ use tokio::sync::watch;
 
 use crate::dispatch::Dispatcher;
 use crate::domain::{
-    DeliveryReport, Error, EventSource, NewEvent, Operation, Output, StatusReport,
+    ClientId, DeliveryReport, Error, EventSource, NewEvent, Operation, Output, StatusReport,
 };
 use crate::events::EventLog;
 use crate::periodic::Periodic;
@@ -191,7 +191,7 @@ fn delivery_report(r: StatusReport) -> DeliveryReport {
         .and_then(|s| s.known)
         .is_some_and(|s| s.is_success());
     DeliveryReport {
-        client_id: r.id,
+        client_id: ClientId::new(r.id).ok(),
         msg_id: r.msg_id,
         channel_raw: r.channel_raw,
         status: r.status,

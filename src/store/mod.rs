@@ -122,7 +122,7 @@ pub trait Store: std::fmt::Debug + Send + Sync + 'static {
     ) -> Result<Vec<(ClientId, ClaimRecord)>, StoreError>;
 
     /// The client id of a gateway message id, if msgw sent it.
-    async fn client_id_of(&self, msg_id: &str) -> Result<Option<u64>, StoreError>;
+    async fn client_id_of(&self, msg_id: &str) -> Result<Option<ClientId>, StoreError>;
 
     /// Appends events in one transaction, each unless the same event is stored already
     /// (`None` for a duplicate), and returns them with their cursors in order. Cursors

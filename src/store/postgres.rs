@@ -12,8 +12,8 @@ use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 use tokio::sync::watch;
 
 use super::rows::{
-    ClaimRow, DueRow, EventRow, claims_with_ids, cursor_from_db, cursor_to_db, id_from_db,
-    id_to_db, millis, ms, pending_from_row, replies_to_json,
+    ClaimRow, DueRow, EventRow, claims_with_ids, cursor_from_db, cursor_to_db, id_to_db, millis,
+    ms, pending_from_row, replies_to_json,
 };
 use super::{
     ClaimChange, ClaimRecord, ClaimReply, PendingMessage, Retention, Store, StoreError, advance,
@@ -194,7 +194,8 @@ impl EventColumns {
         let r = &event.report;
         self.cursor.push(cursor_to_db(cursor));
         self.dedup_key.push(key);
-        self.client_id.push(id_to_db(r.client_id));
+        self.client_id
+            .push(super::rows::report_id_to_db(r.client_id));
         self.msg_id.push(r.msg_id.clone());
         self.channel.push(r.channel_raw.clone());
         self.status.push(r.status.as_ref().map(|s| s.raw.clone()));
@@ -249,13 +250,13 @@ impl Store for PgStore {
         claims_with_ids(rows)
     }
 
-    async fn client_id_of(&self, msg_id: &str) -> Result<Option<u64>, StoreError> {
+    async fn client_id_of(&self, msg_id: &str) -> Result<Option<ClientId>, StoreError> {
         let row: Option<(i64,)> =
             sqlx::query_as("SELECT client_id FROM messages WHERE msg_id = $1 LIMIT 1")
                 .bind(msg_id)
                 .fetch_optional(&self.pool)
                 .await?;
-        Ok(row.map(|(id,)| id_from_db(id)))
+        Ok(row.and_then(|(id,)| super::rows::report_id_from_db(id)))
     }
 
     async fn append_batch(
@@ -280,8 +281,8 @@ impl Store for PgStore {
         let mut seen: HashSet<String> = stored.into_iter().map(|(k,)| k).collect();
         let ids: Vec<i64> = events
             .iter()
-            .map(|e| id_to_db(e.report.client_id))
-            .filter(|&id| id != 0)
+            .filter_map(|e| e.report.client_id)
+            .map(|id| id_to_db(id.get()))
             .collect();
         let callers = super::rows::callers_by_id(
             sqlx::query_as(
@@ -301,7 +302,11 @@ impl Store for PgStore {
             }
             next += 1;
             seen.insert(key.clone());
-            let caller = callers.get(&event.report.client_id).cloned();
+            let caller = event
+                .report
+                .client_id
+                .and_then(|id| callers.get(&id))
+                .cloned();
             columns.push(next, key, event, caller.as_ref());
             appended.push(Some(StatusEvent {
                 cursor: next,

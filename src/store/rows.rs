@@ -48,6 +48,16 @@ pub(super) fn id_from_db(v: i64) -> u64 {
     v as u64
 }
 
+/// A report's client id as stored: 0 when unknown.
+pub(super) fn report_id_to_db(id: Option<ClientId>) -> i64 {
+    id.map_or(0, |id| id_to_db(id.get()))
+}
+
+/// A stored report's client id: 0 (or anything msgw cannot have sent) is unknown.
+pub(super) fn report_id_from_db(v: i64) -> Option<ClientId> {
+    ClientId::new(id_from_db(v)).ok()
+}
+
 /// A stored cursor.
 pub(super) fn cursor_from_db(v: i64) -> Result<u64, StoreError> {
     u64::try_from(v).map_err(|_| StoreError::Corrupt(format!("cursor {v}")))
@@ -136,7 +146,7 @@ impl TryFrom<EventRow> for StatusEvent {
             caller: caller_from_db(row.caller)?,
             event: NewEvent {
                 report: DeliveryReport {
-                    client_id: id_from_db(row.client_id),
+                    client_id: report_id_from_db(row.client_id),
                     msg_id: row.msg_id,
                     channel_raw: row.channel,
                     status: row.status.map(ReportedStatus::new),
@@ -200,9 +210,13 @@ fn caller_named(name: &str) -> Result<CallerName, StoreError> {
 /// not null): the callers each appended event is stamped with.
 pub(super) fn callers_by_id(
     rows: Vec<(i64, String)>,
-) -> Result<std::collections::HashMap<u64, CallerName>, StoreError> {
+) -> Result<std::collections::HashMap<ClientId, CallerName>, StoreError> {
     rows.into_iter()
-        .map(|(id, name)| Ok((id_from_db(id), caller_named(&name)?)))
+        .map(|(id, name)| {
+            let id = ClientId::new(id_from_db(id))
+                .map_err(|_| StoreError::Corrupt("claim with client id 0".into()))?;
+            Ok((id, caller_named(&name)?))
+        })
         .collect()
 }
 

@@ -10,7 +10,7 @@ use tokio::sync::watch;
 
 use super::rows::{
     ClaimRow, DueRow, EventRow, claims_with_ids, cursor_from_db, cursor_to_db, id_to_db, millis,
-    ms, pending_from_row, replies_to_json,
+    ms, pending_from_row, replies_to_json, report_id_to_db,
 };
 use super::{
     ClaimChange, ClaimRecord, ClaimReply, PendingMessage, Retention, Store, StoreError,
@@ -148,7 +148,7 @@ async fn insert_events(
         .map(|(event, key)| (event, key.as_str()))
         .collect();
     let mut cursors: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
-    let callers = callers_of(tx, fresh.iter().map(|(e, _)| e.report.client_id)).await?;
+    let callers = callers_of(tx, fresh.iter().filter_map(|(e, _)| e.report.client_id)).await?;
     if !fresh.is_empty() {
         let mut query = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
             "INSERT INTO events (dedup_key, client_id, msg_id, channel, status, success, error, updated, reply,
@@ -157,7 +157,7 @@ async fn insert_events(
         query.push_values(&fresh, |mut row, (event, key)| {
             let r = &event.report;
             row.push_bind(*key)
-                .push_bind(id_to_db(r.client_id))
+                .push_bind(report_id_to_db(r.client_id))
                 .push_bind(r.msg_id.as_deref())
                 .push_bind(r.channel_raw.as_deref())
                 .push_bind(r.status.as_ref().map(|s| s.raw.as_str()))
@@ -171,7 +171,11 @@ async fn insert_events(
                 .push_bind(ms(event.received_at))
                 .push_bind(event.source.as_str())
                 .push_bind(event.is_final())
-                .push_bind(callers.get(&r.client_id).map(CallerName::as_str));
+                .push_bind(
+                    r.client_id
+                        .and_then(|id| callers.get(&id))
+                        .map(CallerName::as_str),
+                );
         });
         query.push(" RETURNING dedup_key, cursor");
         let rows: Vec<(String, i64)> = query.build_query_as().fetch_all(&mut **tx).await?;
@@ -187,7 +191,11 @@ async fn insert_events(
                 .map(|cursor| {
                     Ok(StatusEvent {
                         cursor: cursor_from_db(cursor)?,
-                        caller: callers.get(&event.report.client_id).cloned(),
+                        caller: event
+                            .report
+                            .client_id
+                            .and_then(|id| callers.get(&id))
+                            .cloned(),
                         event: event.clone(),
                     })
                 })
@@ -199,10 +207,10 @@ async fn insert_events(
 /// The callers that claimed these client ids, where known: their events carry them.
 async fn callers_of(
     tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
-    ids: impl Iterator<Item = u64>,
-) -> Result<std::collections::HashMap<u64, CallerName>, StoreError> {
-    let ids: std::collections::BTreeSet<u64> = ids.filter(|&id| id != 0).collect();
-    let ids: Vec<u64> = ids.into_iter().collect();
+    ids: impl Iterator<Item = ClientId>,
+) -> Result<std::collections::HashMap<ClientId, CallerName>, StoreError> {
+    let ids: std::collections::BTreeSet<ClientId> = ids.collect();
+    let ids: Vec<ClientId> = ids.into_iter().collect();
     let mut callers = std::collections::HashMap::new();
     for chunk in super::rows::row_chunks(&ids) {
         let mut query = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
@@ -210,7 +218,7 @@ async fn callers_of(
         );
         let mut list = query.separated(", ");
         for id in chunk {
-            list.push_bind(id_to_db(*id));
+            list.push_bind(id_to_db(id.get()));
         }
         query.push(")");
         let rows: Vec<(i64, String)> = query.build_query_as().fetch_all(&mut **tx).await?;
@@ -257,13 +265,13 @@ impl Store for SqliteStore {
         claims_with_ids(rows)
     }
 
-    async fn client_id_of(&self, msg_id: &str) -> Result<Option<u64>, StoreError> {
+    async fn client_id_of(&self, msg_id: &str) -> Result<Option<ClientId>, StoreError> {
         let row: Option<(i64,)> =
             sqlx::query_as("SELECT client_id FROM messages WHERE msg_id = ? LIMIT 1")
                 .bind(msg_id)
                 .fetch_optional(&self.pool)
                 .await?;
-        Ok(row.map(|(id,)| super::rows::id_from_db(id)))
+        Ok(row.and_then(|(id,)| super::rows::report_id_from_db(id)))
     }
 
     async fn append_batch(

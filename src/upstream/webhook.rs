@@ -1,6 +1,7 @@
 //! The gateway's delivery webhook body (spec section 6), parsed tolerantly like
 //! every other gateway answer.
 
+use crate::domain::ClientId;
 use serde::Deserialize;
 
 use super::flex;
@@ -59,7 +60,8 @@ pub fn parse_webhook(body: &[u8]) -> Result<DeliveryReport, WebhookError> {
         )));
     }
     Ok(DeliveryReport {
-        client_id: b.id.unwrap_or(0),
+        // An id msgw could never have sent (0, too large) names no message.
+        client_id: b.id.and_then(|id| ClientId::new(id).ok()),
         msg_id: b.msg_id.filter(|m| !m.is_empty()),
         channel_raw: b.kind,
         status: b.status.map(ReportedStatus::new),
@@ -103,7 +105,7 @@ mod tests {
                  "replies":[{"datetime":"2024-01-01T10:01:00+02:00","message":"ok"}],"extra":true}"#,
         )
         .unwrap();
-        assert_eq!(r.client_id, 100500);
+        assert_eq!(r.client_id.map(ClientId::get), Some(100500));
         assert_eq!(r.msg_id.as_deref(), Some("123"));
         assert_eq!(r.status.unwrap().known, Some(Status::Delivered));
         assert_eq!(

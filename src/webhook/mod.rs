@@ -16,7 +16,7 @@ use axum::{
 use chrono::Utc;
 use secrecy::SecretString;
 
-use crate::domain::{DeliveryReport, EventSource, NewEvent};
+use crate::domain::{ClientId, DeliveryReport, EventSource, NewEvent};
 use crate::events::EventLog;
 use crate::metrics::Metrics;
 use crate::store::Store;
@@ -171,13 +171,16 @@ async fn take_status(state: &WebhookState, token: &str, body: Body) -> Result<Ta
         parse_webhook(&body).map_err(|e| Refusal::new(StatusCode::BAD_REQUEST, e.to_string()))?;
     match proven {
         // The token names the message; a body naming another one is not its report.
-        Some(id) if report.client_id != 0 && report.client_id != id => {
+        Some(id) if report.client_id.is_some_and(|named| named != id) => {
             return Err(Refusal::unauthorized());
         }
-        Some(id) => report.client_id = id,
+        Some(id) => report.client_id = Some(id),
         None => {
             resolve_client_id(state, &mut report).await?;
-            if report.client_id == 0 || !state.signer.verify_legacy(report.client_id, token) {
+            let signed = report
+                .client_id
+                .is_some_and(|id| state.signer.verify_legacy(id, token));
+            if !signed {
                 return Err(Refusal::unauthorized());
             }
         }
@@ -201,7 +204,7 @@ async fn take_account(state: &WebhookState, token: &str, body: Body) -> Result<T
     let mut report =
         parse_webhook(&body).map_err(|e| Refusal::new(StatusCode::BAD_REQUEST, e.to_string()))?;
     resolve_client_id(state, &mut report).await?;
-    if report.client_id == 0 {
+    if report.client_id.is_none() {
         // Never stored under a made-up id. Not found rather than refused: a status can
         // arrive a moment before msgw has recorded the send, and the gateway retries.
         return Err(match report.msg_id {
@@ -223,7 +226,7 @@ async fn resolve_client_id(
     state: &WebhookState,
     report: &mut DeliveryReport,
 ) -> Result<(), Refusal> {
-    if report.client_id != 0 {
+    if report.client_id.is_some() {
         return Ok(());
     }
     let Some(msg_id) = report.msg_id.as_deref() else {
@@ -231,7 +234,7 @@ async fn resolve_client_id(
     };
     match state.store.client_id_of(msg_id).await {
         Ok(id) => {
-            report.client_id = id.unwrap_or(0);
+            report.client_id = id;
             Ok(())
         }
         Err(e) => {
@@ -242,7 +245,7 @@ async fn resolve_client_id(
 }
 
 async fn record(state: &WebhookState, report: DeliveryReport) -> Result<Taken, Refusal> {
-    let client_id = report.client_id;
+    let client_id = report.client_id.map(ClientId::get);
     let event = NewEvent {
         report,
         received_at: Utc::now(),

@@ -742,7 +742,8 @@ async fn a_webhook_signed_before_a_secret_rotation_is_still_taken() {
     })
     .await;
     let signed_with = |secret: &str| {
-        let token = msgw::hooks::HookSigner::new(&secret.to_owned().into()).token(77);
+        let token = msgw::hooks::HookSigner::new(&secret.to_owned().into())
+            .token(msgw::domain::ClientId::new(77).unwrap());
         format!("/v1/webhooks/status/{token}")
     };
     assert_eq!(
@@ -765,4 +766,18 @@ async fn a_webhook_signed_before_a_secret_rotation_is_still_taken() {
         .await,
         401
     );
+}
+
+#[tokio::test]
+async fn a_filter_on_id_zero_is_refused_with_the_field_named() {
+    let app = spawn(Options::default()).await;
+    let status = app
+        .events()
+        .stream_status_events(StreamStatusEventsRequest {
+            ids: vec![5, 0],
+            ..Default::default()
+        })
+        .await
+        .expect_err("id 0 names no message");
+    assert_eq!(crate::helpers::violations(&status), ["ids[1]"]);
 }

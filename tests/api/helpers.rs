@@ -297,7 +297,10 @@ impl TestApp {
 
     pub fn hook_path(&self, client_id: u64) -> String {
         let signer = HookSigner::new(&WEBHOOK_SECRET.to_owned().into());
-        format!("/v1/webhooks/status/{}", signer.token(client_id))
+        format!(
+            "/v1/webhooks/status/{}",
+            signer.token(msgw::domain::ClientId::new(client_id).expect("an id above 0"))
+        )
     }
 
     /// The full hook URL msgw injects into a send of `client_id`.

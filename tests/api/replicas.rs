@@ -116,7 +116,8 @@ impl Replica {
     /// POSTs the delivery webhook of `id`; the HTTP status, or `None` if the replica
     /// could not be reached.
     async fn webhook(&self, http: &reqwest::Client, id: u64) -> Option<u16> {
-        let token = HookSigner::new(&WEBHOOK_SECRET.to_owned().into()).token(id);
+        let token = HookSigner::new(&WEBHOOK_SECRET.to_owned().into())
+            .token(msgw::domain::ClientId::new(id).unwrap());
         let body = json!({"success": true, "id": id.to_string(), "msg_id": format!("m{id}"),
                           "type": "sms", "status": "DELIVERED"});
         http.post(format!(
@@ -419,7 +420,8 @@ async fn a_replica_killed_mid_load_loses_nothing_acknowledged_and_its_subscriber
                         // reaching another replica behind the Service.
                         let mut addr = addr;
                         for attempt in 0..50 {
-                            let token = HookSigner::new(&WEBHOOK_SECRET.to_owned().into()).token(id);
+                            let token = HookSigner::new(&WEBHOOK_SECRET.to_owned().into())
+            .token(msgw::domain::ClientId::new(id).unwrap());
                             let body = json!({"success": true, "id": id.to_string(), "msg_id": format!("m{id}"),
                                               "type": "sms", "status": "DELIVERED"});
                             let sent = http

@@ -181,7 +181,10 @@ async fn main() -> anyhow::Result<()> {
     for id in 1..=total {
         tokio::time::sleep_until((start + interval.mul_f64((id - 1) as f64)).into()).await;
         let permit = permits.clone().acquire_owned().await?;
-        let url = format!("http://{http}/v1/webhooks/status/{}", signer.token(id));
+        let url = format!(
+            "http://{http}/v1/webhooks/status/{}",
+            signer.token(msgw::domain::ClientId::new(id).map_err(|e| anyhow::anyhow!("{e:?}"))?)
+        );
         let body = format!(
             r#"{{"success":true,"id":"{id}","msg_id":"{}","type":"sms","status":"DELIVERED","updated":"2026-01-01T00:00:00+00:00"}}"#,
             100_000_000 + id

@@ -182,7 +182,7 @@ pub async fn a_group_of_settlements_fences_each_id_and_tracks_only_what_it_settl
             settle_until: Some(_)
         }
     ));
-    assert_eq!(store.client_id_of("m1").await.unwrap(), Some(1));
+    assert_eq!(store.client_id_of("m1").await.unwrap(), Some(id(1)));
     assert_eq!(store.client_id_of("m2").await.unwrap(), None);
 }
 

@@ -46,12 +46,15 @@ async fn a_sqlite_store_moves_to_postgres_with_its_claims_tracking_and_cursors()
             old.claim_of(id).await.unwrap()
         );
     }
-    assert_eq!(new.client_id_of("m2").await.unwrap(), Some(2));
+    assert_eq!(
+        new.client_id_of("m2").await.unwrap(),
+        msgw::domain::ClientId::new(2).ok()
+    );
     let billing = new.events_after(0, 100).await.unwrap();
     assert!(
         billing
             .iter()
-            .any(|e| e.event.report.client_id == 4 && e.caller.is_some()),
+            .any(|e| e.event.report.client_id.map(|id| id.get()) == Some(4) && e.caller.is_some()),
         "{billing:?}"
     );
     assert_eq!(

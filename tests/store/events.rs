@@ -12,7 +12,7 @@ use crate::Fixture;
 pub fn event(client_id: u64, status: &str) -> NewEvent {
     NewEvent {
         report: DeliveryReport {
-            client_id,
+            client_id: msgw::domain::ClientId::new(client_id).ok(),
             msg_id: Some(format!("m{client_id}")),
             channel_raw: Some("sms".into()),
             status: Some(ReportedStatus::new(status.to_owned())),

@@ -343,10 +343,7 @@ impl EventLog {
 
     /// The final event of message `id` if one is retained, else its newest.
     pub async fn last_event_of(&self, id: ClientId) -> Result<Option<StatusEvent>, Error> {
-        self.store
-            .last_event_of(id.get())
-            .await
-            .map_err(store_error)
+        self.store.last_event_of(id).await.map_err(store_error)
     }
 
     /// The metrics the log records into.

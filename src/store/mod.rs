@@ -137,7 +137,7 @@ pub trait Store: std::fmt::Debug + Send + Sync + 'static {
     async fn events_after(&self, cursor: u64, limit: u32) -> Result<Vec<StatusEvent>, StoreError>;
 
     /// The final event of message `client_id` if one is retained, else its newest.
-    async fn last_event_of(&self, client_id: u64) -> Result<Option<StatusEvent>, StoreError>;
+    async fn last_event_of(&self, client_id: ClientId) -> Result<Option<StatusEvent>, StoreError>;
 
     /// The oldest retained cursor, if any event is retained.
     async fn oldest_cursor(&self) -> Result<Option<u64>, StoreError>;

@@ -369,9 +369,9 @@ impl Store for PgStore {
         rows.into_iter().map(StatusEvent::try_from).collect()
     }
 
-    async fn last_event_of(&self, client_id: u64) -> Result<Option<StatusEvent>, StoreError> {
+    async fn last_event_of(&self, client_id: ClientId) -> Result<Option<StatusEvent>, StoreError> {
         sqlx::query_as::<_, EventRow>(super::LAST_EVENT_SQL)
-            .bind(id_to_db(client_id))
+            .bind(id_to_db(client_id.get()))
             .fetch_optional(&self.pool)
             .await?
             .map(StatusEvent::try_from)

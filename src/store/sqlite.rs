@@ -302,9 +302,9 @@ impl Store for SqliteStore {
         rows.into_iter().map(StatusEvent::try_from).collect()
     }
 
-    async fn last_event_of(&self, client_id: u64) -> Result<Option<StatusEvent>, StoreError> {
+    async fn last_event_of(&self, client_id: ClientId) -> Result<Option<StatusEvent>, StoreError> {
         sqlx::query_as::<_, EventRow>(super::LAST_EVENT_SQL)
-            .bind(id_to_db(client_id))
+            .bind(id_to_db(client_id.get()))
             .fetch_optional(&self.pool)
             .await?
             .map(StatusEvent::try_from)
@@ -315,7 +315,8 @@ impl Store for SqliteStore {
         let (min,): (Option<i64>,) = sqlx::query_as("SELECT MIN(cursor) FROM events")
             .fetch_one(&self.pool)
             .await?;
-        Ok(min.and_then(|c| u64::try_from(c).ok()))
+        // As on PostgreSQL: a cursor that cannot be one is a corrupt store, not "empty".
+        min.map(cursor_from_db).transpose()
     }
 
     async fn latest_cursor(&self) -> Result<u64, StoreError> {

@@ -383,7 +383,7 @@ pub async fn a_claim_records_its_caller_and_its_messages_events_carry_it(fixture
         "the log reads back what the append published"
     );
     assert_eq!(
-        store.last_event_of(1).await.unwrap().unwrap().caller,
+        store.last_event_of(id(1)).await.unwrap().unwrap().caller,
         caller("billing")
     );
 }

@@ -186,11 +186,21 @@ pub async fn cursors_commit_in_order_across_concurrent_appenders(fixture: Fixtur
 
 pub async fn a_messages_final_event_is_found_before_newer_ones(fixture: Fixture) {
     let store = fixture.open().await;
-    assert_eq!(store.last_event_of(7).await.unwrap(), None);
+    assert_eq!(
+        store
+            .last_event_of(msgw::domain::ClientId::new(7).unwrap())
+            .await
+            .unwrap(),
+        None
+    );
     let mut polled = event(7, "QUEUED");
     polled.source = EventSource::Poll;
     store.append_batch(&[polled]).await.unwrap();
-    let newest = store.last_event_of(7).await.unwrap().unwrap();
+    let newest = store
+        .last_event_of(msgw::domain::ClientId::new(7).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(newest.event.report.status.unwrap().raw, "QUEUED");
     store
         .append_batch(&[event(7, "DELIVERED"), event(8, "DELIVERED")])
@@ -199,7 +209,11 @@ pub async fn a_messages_final_event_is_found_before_newer_ones(fixture: Fixture)
     let mut later = event(7, "ROUTING");
     later.source = EventSource::Poll;
     store.append_batch(&[later]).await.unwrap();
-    let found = store.last_event_of(7).await.unwrap().unwrap();
+    let found = store
+        .last_event_of(msgw::domain::ClientId::new(7).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(found.event.report.status.unwrap().raw, "DELIVERED");
     assert_eq!(found.cursor, 2);
 }

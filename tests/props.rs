@@ -113,7 +113,7 @@ proptest! {
         let read = runtime.block_on(async {
             let store = SqliteStore::open("sqlite::memory:", Duration::from_secs(60)).await.unwrap();
             let stored = store.append_batch(std::slice::from_ref(&event)).await.unwrap();
-            let read = store.events_after(0, 10).await.unwrap();
+            let read = store.events_after(msgw::domain::Cursor::START, 10).await.unwrap();
             store.close().await;
             (stored, read)
         });

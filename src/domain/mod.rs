@@ -14,7 +14,7 @@ mod values;
 pub use caller::CallerName;
 pub use error::{Error, FieldViolation, Scope, UnavailableCause, Violations};
 pub use events::{
-    DeliveryReport, EventSource, MAX_DURATION_SECS, NewEvent, StatusEvent, representable,
+    Cursor, DeliveryReport, EventSource, MAX_DURATION_SECS, NewEvent, StatusEvent, representable,
 };
 pub use money::{Money, MoneyError};
 pub use ops::{

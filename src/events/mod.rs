@@ -12,7 +12,7 @@ use chrono::Utc;
 use tokio::sync::{Mutex, broadcast, mpsc, watch};
 
 use crate::domain::{
-    CallerName, Channel, ClientId, Error, NewEvent, StatusEvent, UnavailableCause,
+    CallerName, Channel, ClientId, Cursor, Error, NewEvent, StatusEvent, UnavailableCause,
 };
 use crate::metrics::Metrics;
 use crate::periodic::{Leased, Periodic};
@@ -24,7 +24,7 @@ pub enum Start {
     /// With the next event appended.
     Live,
     /// Just after this cursor.
-    After(u64),
+    After(Cursor),
     /// At the oldest retained event.
     Oldest,
 }
@@ -83,7 +83,7 @@ pub struct EventLog {
 struct Tail {
     channel: broadcast::Sender<Arc<StatusEvent>>,
     /// `None` until the follower has read where the log stands.
-    published: Mutex<Option<u64>>,
+    published: Mutex<Option<Cursor>>,
 }
 
 impl Tail {
@@ -98,7 +98,7 @@ impl Tail {
             if e.cursor <= *last {
                 continue;
             }
-            if e.cursor != *last + 1 {
+            if e.cursor != last.next() {
                 return;
             }
             // No receiver is fine: subscribers replay from the store.
@@ -109,7 +109,7 @@ impl Tail {
 
     /// Reads from the store and publishes everything up to `target`. The store is read
     /// without holding the tail, so this replica's own appends are not held up by it.
-    async fn catch_up(&self, store: &dyn Store, target: u64) -> Result<(), StoreError> {
+    async fn catch_up(&self, store: &dyn Store, target: Cursor) -> Result<(), StoreError> {
         let known = *self.published.lock().await;
         let mut last = match known {
             Some(last) => last,
@@ -253,7 +253,7 @@ impl EventLog {
         Ok(rx)
     }
 
-    async fn start_cursor(&self, start: Start) -> Result<u64, Error> {
+    async fn start_cursor(&self, start: Start) -> Result<Cursor, Error> {
         let latest = self.store.latest_cursor().await.map_err(store_error)?;
         match start {
             Start::Live => Ok(latest),
@@ -262,26 +262,26 @@ impl EventLog {
                 .oldest_cursor()
                 .await
                 .map_err(store_error)?
-                .map_or(latest, |c| c - 1)),
+                .map_or(latest, Cursor::prev)),
             Start::After(cursor) => {
                 let oldest = self.store.oldest_cursor().await.map_err(store_error)?;
                 // Resuming after `cursor` needs every event from cursor + 1 on.
-                let first_kept = oldest.unwrap_or(latest + 1);
+                let first_kept = oldest.unwrap_or(latest.next());
                 if cursor > latest {
                     return Err(Error::CursorOutOfRange {
-                        oldest_available: first_kept - 1,
+                        oldest_available: first_kept.prev().get(),
                         detail: format!(
                             "cursor {cursor} is ahead of the newest event ({latest}); the oldest cursor to resume after is {}",
-                            first_kept - 1
+                            first_kept.prev()
                         ),
                     });
                 }
-                if cursor + 1 < first_kept {
+                if cursor.next() < first_kept {
                     return Err(Error::CursorOutOfRange {
-                        oldest_available: first_kept - 1,
+                        oldest_available: first_kept.prev().get(),
                         detail: format!(
                             "events after cursor {cursor} are past the retention; the oldest cursor to resume after is {}",
-                            first_kept - 1
+                            first_kept.prev()
                         ),
                     });
                 }
@@ -294,7 +294,7 @@ impl EventLog {
     /// then live; back to the store whenever the live channel lost events.
     async fn pump(
         &self,
-        mut last: u64,
+        mut last: Cursor,
         filter: &Filter,
         mut live: broadcast::Receiver<Arc<StatusEvent>>,
         tx: &mpsc::Sender<Result<StatusEvent, Error>>,
@@ -320,7 +320,7 @@ impl EventLog {
                 match live.recv().await {
                     Ok(e) if e.cursor <= last => continue,
                     // Not the next one: something was missed; the store has it.
-                    Ok(e) if e.cursor != last + 1 => break,
+                    Ok(e) if e.cursor != last.next() => break,
                     Ok(e) => {
                         last = e.cursor;
                         if filter.matches(&e) && tx.send(Ok((*e).clone())).await.is_err() {
@@ -330,7 +330,7 @@ impl EventLog {
                     Err(broadcast::error::RecvError::Lagged(missed)) => {
                         tracing::debug!(
                             missed,
-                            last,
+                            last = last.get(),
                             "subscriber fell behind; replaying from the store"
                         );
                         break;

@@ -87,7 +87,7 @@ fn parse(r: proto::StreamStatusEventsRequest) -> Result<(Start, Filter), domain:
     let mut violations = Violations::new();
     let mut s = violations.scope("");
     let start = match (r.after_cursor, r.from_oldest) {
-        (Some(cursor), _) => Start::After(cursor),
+        (Some(cursor), _) => Start::After(domain::Cursor::new(cursor)),
         (None, true) => Start::Oldest,
         (None, false) => Start::Live,
     };
@@ -141,7 +141,7 @@ pub fn event(e: StatusEvent) -> proto::StatusEvent {
         None => (None, String::new()),
     };
     proto::StatusEvent {
-        cursor: e.cursor,
+        cursor: e.cursor.get(),
         // 0: a report of a message msgw cannot name.
         id: r.client_id.map_or(0, domain::ClientId::get),
         msg_id: r.msg_id.unwrap_or_default(),

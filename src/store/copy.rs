@@ -47,7 +47,7 @@ pub struct Copied {
     /// Events, cursors kept.
     pub events: u64,
     /// The newest cursor ever handed out (the PostgreSQL log continues after it).
-    pub latest_cursor: u64,
+    pub latest_cursor: crate::domain::Cursor,
 }
 
 type ClaimTuple = (

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::domain::{Channel, ClientId, Error, NewEvent, StatusEvent, UnavailableCause};
+use crate::domain::{Channel, ClientId, Cursor, Error, NewEvent, StatusEvent, UnavailableCause};
 
 pub use claims::{
     AcceptedOutcome, ClaimChange, ClaimRecord, ClaimReply, ClaimState, Fingerprint, Settlement,
@@ -134,21 +134,25 @@ pub trait Store: std::fmt::Debug + Send + Sync + 'static {
     ) -> Result<Vec<Option<StatusEvent>>, StoreError>;
 
     /// Up to `limit` events with a cursor above `cursor`, in cursor order.
-    async fn events_after(&self, cursor: u64, limit: u32) -> Result<Vec<StatusEvent>, StoreError>;
+    async fn events_after(
+        &self,
+        cursor: Cursor,
+        limit: u32,
+    ) -> Result<Vec<StatusEvent>, StoreError>;
 
     /// The final event of message `client_id` if one is retained, else its newest.
     async fn last_event_of(&self, client_id: ClientId) -> Result<Option<StatusEvent>, StoreError>;
 
     /// The oldest retained cursor, if any event is retained.
-    async fn oldest_cursor(&self) -> Result<Option<u64>, StoreError>;
+    async fn oldest_cursor(&self) -> Result<Option<Cursor>, StoreError>;
 
     /// The newest cursor ever handed out (0 before the first event), retained or not.
-    async fn latest_cursor(&self) -> Result<u64, StoreError>;
+    async fn latest_cursor(&self) -> Result<Cursor, StoreError>;
 
     /// The newest committed cursor this store has heard of: its own appends and, on a
     /// shared store, other replicas' (a hint to read the store, never a replacement for
     /// it: after a lost notification it is corrected from the store).
-    fn appended(&self) -> tokio::sync::watch::Receiver<u64>;
+    fn appended(&self) -> tokio::sync::watch::Receiver<Cursor>;
 
     /// Drops events beyond the retention, messages that no longer need tracking and
     /// claims past their retention; returns how many events were dropped.
@@ -251,7 +255,7 @@ const LAST_EVENT_SQL: &str =
     "SELECT * FROM events WHERE client_id = $1 ORDER BY is_final DESC, cursor DESC LIMIT 1";
 
 /// Moves a newest-cursor watch forward to `cursor` (never back), waking its receivers.
-fn advance(newest: &tokio::sync::watch::Sender<u64>, cursor: u64) {
+fn advance(newest: &tokio::sync::watch::Sender<Cursor>, cursor: Cursor) {
     newest.send_if_modified(|n| {
         let newer = cursor > *n;
         *n = (*n).max(cursor);

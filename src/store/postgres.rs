@@ -19,7 +19,7 @@ use super::{
     ClaimChange, ClaimRecord, ClaimReply, PendingMessage, Retention, Store, StoreError, advance,
     postgres_claims,
 };
-use crate::domain::{CallerName, ClientId, NewEvent, StatusEvent};
+use crate::domain::{CallerName, ClientId, Cursor, NewEvent, StatusEvent};
 
 /// PostgreSQL implementation of [`Store`].
 #[derive(Debug, Clone)]
@@ -28,7 +28,7 @@ pub struct PgStore {
     first_poll_after: Duration,
     /// The NOTIFY channel of this schema's event log.
     channel: String,
-    appended: watch::Sender<u64>,
+    appended: watch::Sender<Cursor>,
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("src/store/migrations/postgres");
@@ -82,7 +82,7 @@ impl PgStore {
             pool,
             first_poll_after,
             channel: channel_of(&schema),
-            appended: watch::Sender::new(0),
+            appended: watch::Sender::new(Cursor::START),
         };
         advance(&store.appended, store.latest_cursor().await?);
         tokio::spawn(follow_appends(
@@ -105,7 +105,7 @@ fn channel_of(schema: &str) -> String {
 /// Keeps `appended` at the newest cursor any replica committed: LISTENs for their
 /// notifications and, whenever the listening connection is (re)established, reads the
 /// newest cursor from the database, so nothing committed while it was away is missed.
-async fn follow_appends(pool: PgPool, channel: String, appended: watch::Sender<u64>) {
+async fn follow_appends(pool: PgPool, channel: String, appended: watch::Sender<Cursor>) {
     let mut backoff = Duration::from_millis(100);
     while !pool.is_closed() {
         match listen(&pool, &channel).await {
@@ -140,7 +140,7 @@ async fn listen(pool: &PgPool, channel: &str) -> Result<PgListener, sqlx::Error>
 async fn follow(
     pool: &PgPool,
     listener: &mut PgListener,
-    appended: &watch::Sender<u64>,
+    appended: &watch::Sender<Cursor>,
 ) -> Result<(), StoreError> {
     // Listening from here on: whatever committed before is in the head.
     advance(appended, head(pool).await?);
@@ -150,7 +150,7 @@ async fn follow(
         tokio::select! {
             received = listener.try_recv() => match received? {
                 Some(notification) => match notification.payload().parse::<u64>() {
-                    Ok(cursor) => advance(appended, cursor),
+                    Ok(cursor) => advance(appended, Cursor::new(cursor)),
                     Err(_) => tracing::warn!(payload = notification.payload(), "store: unreadable notification ignored"),
                 },
                 None => return Err(StoreError::Append("notification connection closed".into())),
@@ -160,7 +160,7 @@ async fn follow(
     }
 }
 
-async fn head(pool: &PgPool) -> Result<u64, StoreError> {
+async fn head(pool: &PgPool) -> Result<Cursor, StoreError> {
     let (cursor,): (i64,) = sqlx::query_as("SELECT cursor FROM event_head")
         .fetch_one(pool)
         .await?;
@@ -190,7 +190,7 @@ struct EventColumns {
 }
 
 impl EventColumns {
-    fn push(&mut self, cursor: u64, key: String, event: &NewEvent, caller: Option<&CallerName>) {
+    fn push(&mut self, cursor: Cursor, key: String, event: &NewEvent, caller: Option<&CallerName>) {
         let r = &event.report;
         self.cursor.push(cursor_to_db(cursor));
         self.dedup_key.push(key);
@@ -300,7 +300,7 @@ impl Store for PgStore {
                 appended.push(None);
                 continue;
             }
-            next += 1;
+            next = next.next();
             seen.insert(key.clone());
             let caller = event
                 .report
@@ -359,7 +359,11 @@ impl Store for PgStore {
         Ok(appended)
     }
 
-    async fn events_after(&self, cursor: u64, limit: u32) -> Result<Vec<StatusEvent>, StoreError> {
+    async fn events_after(
+        &self,
+        cursor: Cursor,
+        limit: u32,
+    ) -> Result<Vec<StatusEvent>, StoreError> {
         let rows: Vec<EventRow> =
             sqlx::query_as("SELECT * FROM events WHERE cursor > $1 ORDER BY cursor LIMIT $2")
                 .bind(cursor_to_db(cursor))
@@ -378,18 +382,18 @@ impl Store for PgStore {
             .transpose()
     }
 
-    async fn oldest_cursor(&self) -> Result<Option<u64>, StoreError> {
+    async fn oldest_cursor(&self) -> Result<Option<Cursor>, StoreError> {
         let (min,): (Option<i64>,) = sqlx::query_as("SELECT MIN(cursor) FROM events")
             .fetch_one(&self.pool)
             .await?;
         min.map(cursor_from_db).transpose()
     }
 
-    async fn latest_cursor(&self) -> Result<u64, StoreError> {
+    async fn latest_cursor(&self) -> Result<Cursor, StoreError> {
         head(&self.pool).await
     }
 
-    fn appended(&self) -> watch::Receiver<u64> {
+    fn appended(&self) -> watch::Receiver<Cursor> {
         self.appended.subscribe()
     }
 

@@ -11,8 +11,8 @@ use super::{
     AcceptedOutcome, ClaimRecord, ClaimState, Fingerprint, PendingMessage, Settlement, StoreError,
 };
 use crate::domain::{
-    CallerName, ClientId, DeliveryReport, EventSource, Media, NewEvent, Reply, ReportedStatus,
-    StatusEvent,
+    CallerName, ClientId, Cursor, DeliveryReport, EventSource, Media, NewEvent, Reply,
+    ReportedStatus, StatusEvent,
 };
 
 /// Milliseconds since the epoch, as stored.
@@ -59,13 +59,15 @@ pub(super) fn report_id_from_db(v: i64) -> Option<ClientId> {
 }
 
 /// A stored cursor.
-pub(super) fn cursor_from_db(v: i64) -> Result<u64, StoreError> {
-    u64::try_from(v).map_err(|_| StoreError::Corrupt(format!("cursor {v}")))
+pub(super) fn cursor_from_db(v: i64) -> Result<Cursor, StoreError> {
+    u64::try_from(v)
+        .map(Cursor::new)
+        .map_err(|_| StoreError::Corrupt(format!("cursor {v}")))
 }
 
 /// A cursor as stored.
-pub(super) fn cursor_to_db(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
+pub(super) fn cursor_to_db(v: Cursor) -> i64 {
+    i64::try_from(v.get()).unwrap_or(i64::MAX)
 }
 
 #[derive(Serialize, Deserialize)]

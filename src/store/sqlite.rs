@@ -16,7 +16,7 @@ use super::{
     ClaimChange, ClaimRecord, ClaimReply, PendingMessage, Retention, Store, StoreError,
     sqlite_claims,
 };
-use crate::domain::{CallerName, ClientId, NewEvent, StatusEvent};
+use crate::domain::{CallerName, ClientId, Cursor, NewEvent, StatusEvent};
 
 /// SQLite implementation of [`Store`].
 #[derive(Debug, Clone)]
@@ -29,7 +29,7 @@ pub struct SqliteStore {
     writer: SqlitePool,
     first_poll_after: Duration,
     /// The newest cursor appended (one process owns the file: its own appends are all).
-    appended: watch::Sender<u64>,
+    appended: watch::Sender<Cursor>,
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("src/store/migrations/sqlite");
@@ -90,7 +90,7 @@ impl SqliteStore {
             pool,
             writer,
             first_poll_after,
-            appended: watch::Sender::new(0),
+            appended: watch::Sender::new(Cursor::START),
         };
         super::advance(&store.appended, store.latest_cursor().await?);
         Ok(store)
@@ -292,7 +292,11 @@ impl Store for SqliteStore {
         Ok(stored)
     }
 
-    async fn events_after(&self, cursor: u64, limit: u32) -> Result<Vec<StatusEvent>, StoreError> {
+    async fn events_after(
+        &self,
+        cursor: Cursor,
+        limit: u32,
+    ) -> Result<Vec<StatusEvent>, StoreError> {
         let rows: Vec<EventRow> =
             sqlx::query_as("SELECT * FROM events WHERE cursor > ? ORDER BY cursor LIMIT ?")
                 .bind(cursor_to_db(cursor))
@@ -311,7 +315,7 @@ impl Store for SqliteStore {
             .transpose()
     }
 
-    async fn oldest_cursor(&self) -> Result<Option<u64>, StoreError> {
+    async fn oldest_cursor(&self) -> Result<Option<Cursor>, StoreError> {
         let (min,): (Option<i64>,) = sqlx::query_as("SELECT MIN(cursor) FROM events")
             .fetch_one(&self.pool)
             .await?;
@@ -319,16 +323,16 @@ impl Store for SqliteStore {
         min.map(cursor_from_db).transpose()
     }
 
-    async fn latest_cursor(&self) -> Result<u64, StoreError> {
+    async fn latest_cursor(&self) -> Result<Cursor, StoreError> {
         // sqlite_sequence remembers the highest cursor even after its event was pruned.
         let seq: Option<(i64,)> =
             sqlx::query_as("SELECT seq FROM sqlite_sequence WHERE name = 'events'")
                 .fetch_optional(&self.pool)
                 .await?;
-        Ok(seq.and_then(|(s,)| u64::try_from(s).ok()).unwrap_or(0))
+        seq.map_or(Ok(Cursor::START), |(s,)| cursor_from_db(s))
     }
 
-    fn appended(&self) -> watch::Receiver<u64> {
+    fn appended(&self) -> watch::Receiver<Cursor> {
         self.appended.subscribe()
     }
 

@@ -253,7 +253,7 @@ async fn record(state: &WebhookState, report: DeliveryReport) -> Result<Taken, R
     };
     match state.events.append(event).await {
         Ok(Some(stored)) => {
-            tracing::debug!(client_id, cursor = stored.cursor, "webhook stored");
+            tracing::debug!(client_id, cursor = stored.cursor.get(), "webhook stored");
             Ok(Taken::Stored)
         }
         Ok(None) => {

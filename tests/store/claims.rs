@@ -372,7 +372,7 @@ pub async fn a_claim_records_its_caller_and_its_messages_events_carry_it(fixture
         .collect();
     assert_eq!(callers, vec![caller("billing"), caller("orders"), None]);
     let read: Vec<_> = store
-        .events_after(0, 10)
+        .events_after(msgw::domain::Cursor::START, 10)
         .await
         .unwrap()
         .into_iter()

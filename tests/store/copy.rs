@@ -36,7 +36,7 @@ async fn a_sqlite_store_moves_to_postgres_with_its_claims_tracking_and_cursors()
 
     let copied = copy::run(sqlite.url(), postgres.url(), None).await.unwrap();
     assert_eq!((copied.claims, copied.messages, copied.events), (4, 3, 4));
-    assert_eq!(copied.latest_cursor, 7);
+    assert_eq!(copied.latest_cursor.get(), 7);
 
     let (old, new) = (sqlite.open().await, postgres.open().await);
     for n in 1..=4 {
@@ -50,7 +50,10 @@ async fn a_sqlite_store_moves_to_postgres_with_its_claims_tracking_and_cursors()
         new.client_id_of("m2").await.unwrap(),
         msgw::domain::ClientId::new(2).ok()
     );
-    let billing = new.events_after(0, 100).await.unwrap();
+    let billing = new
+        .events_after(msgw::domain::Cursor::START, 100)
+        .await
+        .unwrap();
     assert!(
         billing
             .iter()
@@ -58,11 +61,15 @@ async fn a_sqlite_store_moves_to_postgres_with_its_claims_tracking_and_cursors()
         "{billing:?}"
     );
     assert_eq!(
-        new.events_after(0, 100).await.unwrap(),
-        old.events_after(0, 100).await.unwrap()
+        new.events_after(msgw::domain::Cursor::START, 100)
+            .await
+            .unwrap(),
+        old.events_after(msgw::domain::Cursor::START, 100)
+            .await
+            .unwrap()
     );
-    assert_eq!(new.oldest_cursor().await.unwrap(), Some(4));
-    assert_eq!(new.latest_cursor().await.unwrap(), 7);
+    assert_eq!(new.oldest_cursor().await.unwrap().map(|c| c.get()), Some(4));
+    assert_eq!(new.latest_cursor().await.unwrap().get(), 7);
     // Every tracked message got a final status before the copy: it stays final, so
     // reconcile has nothing to poll.
     let due = new
@@ -71,7 +78,11 @@ async fn a_sqlite_store_moves_to_postgres_with_its_claims_tracking_and_cursors()
         .unwrap();
     assert!(due.is_empty(), "{due:?}");
     let next = new.append_batch(&[event(9, "DELIVERED")]).await.unwrap();
-    assert_eq!(next[0].as_ref().unwrap().cursor, 8, "the log continues");
+    assert_eq!(
+        next[0].as_ref().unwrap().cursor.get(),
+        8,
+        "the log continues"
+    );
 
     let again = copy::run(sqlite.url(), postgres.url(), None).await;
     assert!(

@@ -4,7 +4,7 @@
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
 use chrono::{TimeZone, Utc};
-use msgw::domain::{DeliveryReport, EventSource, Media, NewEvent, Reply, ReportedStatus};
+use msgw::domain::{Cursor, DeliveryReport, EventSource, Media, NewEvent, Reply, ReportedStatus};
 use msgw::store::{Retention, Store};
 
 use crate::Fixture;
@@ -31,7 +31,7 @@ pub fn event(client_id: u64, status: &str) -> NewEvent {
 
 pub async fn appends_hand_out_increasing_cursors_and_skip_duplicates(fixture: Fixture) {
     let store = fixture.open().await;
-    assert_eq!(store.latest_cursor().await.unwrap(), 0);
+    assert_eq!(store.latest_cursor().await.unwrap(), Cursor::START);
     assert_eq!(store.oldest_cursor().await.unwrap(), None);
     let first = store
         .append_batch(&[
@@ -41,7 +41,10 @@ pub async fn appends_hand_out_increasing_cursors_and_skip_duplicates(fixture: Fi
         ])
         .await
         .unwrap();
-    let cursors: Vec<Option<u64>> = first.iter().map(|e| e.as_ref().map(|e| e.cursor)).collect();
+    let cursors: Vec<Option<u64>> = first
+        .iter()
+        .map(|e| e.as_ref().map(|e| e.cursor.get()))
+        .collect();
     assert_eq!(
         cursors,
         [Some(1), Some(2), None],
@@ -53,23 +56,30 @@ pub async fn appends_hand_out_increasing_cursors_and_skip_duplicates(fixture: Fi
         .unwrap();
     let cursors: Vec<Option<u64>> = second
         .iter()
-        .map(|e| e.as_ref().map(|e| e.cursor))
+        .map(|e| e.as_ref().map(|e| e.cursor.get()))
         .collect();
     assert_eq!(
         cursors,
         [None, Some(3)],
         "a stored event is a duplicate later too"
     );
-    assert_eq!(store.latest_cursor().await.unwrap(), 3);
-    assert_eq!(*store.appended().borrow(), 3);
-    assert_eq!(store.oldest_cursor().await.unwrap(), Some(1));
-    let replay = store.events_after(1, 10).await.unwrap();
-    assert_eq!(replay.iter().map(|e| e.cursor).collect::<Vec<_>>(), [2, 3]);
+    assert_eq!(store.latest_cursor().await.unwrap(), Cursor::new(3));
+    assert_eq!(*store.appended().borrow(), Cursor::new(3));
+    assert_eq!(store.oldest_cursor().await.unwrap(), Some(Cursor::new(1)));
+    let replay = store.events_after(Cursor::new(1), 10).await.unwrap();
+    assert_eq!(
+        replay.iter().map(|e| e.cursor.get()).collect::<Vec<_>>(),
+        [2, 3]
+    );
     assert_eq!(
         replay[1].event,
         event(2, "DELIVERED").with_time(replay[1].event.received_at)
     );
-    assert_eq!(store.events_after(0, 2).await.unwrap().len(), 2, "limit");
+    assert_eq!(
+        store.events_after(Cursor::START, 2).await.unwrap().len(),
+        2,
+        "limit"
+    );
 }
 
 trait WithTime {
@@ -110,7 +120,7 @@ pub async fn every_field_of_an_event_reads_back_exactly(fixture: Fixture) {
     e.received_at = Utc.timestamp_millis_opt(1_700_000_000_123).unwrap();
     e.source = EventSource::Poll;
     store.append_batch(std::slice::from_ref(&e)).await.unwrap();
-    let back = store.events_after(0, 1).await.unwrap();
+    let back = store.events_after(Cursor::START, 1).await.unwrap();
     assert_eq!(back[0].event, e);
 }
 
@@ -124,7 +134,7 @@ pub async fn retention_drops_old_events_but_never_reuses_a_cursor(fixture: Fixtu
         claims_max_age: Duration::from_secs(3600),
     };
     assert_eq!(store.prune(retention, Utc::now()).await.unwrap(), 6);
-    assert_eq!(store.oldest_cursor().await.unwrap(), Some(7));
+    assert_eq!(store.oldest_cursor().await.unwrap(), Some(Cursor::new(7)));
     let by_age = Retention {
         max_age: Duration::from_secs(1),
         ..retention
@@ -132,9 +142,9 @@ pub async fn retention_drops_old_events_but_never_reuses_a_cursor(fixture: Fixtu
     let later = Utc::now() + chrono::Duration::seconds(5);
     assert_eq!(store.prune(by_age, later).await.unwrap(), 4);
     assert_eq!(store.oldest_cursor().await.unwrap(), None);
-    assert_eq!(store.latest_cursor().await.unwrap(), 10);
+    assert_eq!(store.latest_cursor().await.unwrap(), Cursor::new(10));
     let next = store.append_batch(&[event(11, "DELIVERED")]).await.unwrap();
-    assert_eq!(next[0].as_ref().unwrap().cursor, 11);
+    assert_eq!(next[0].as_ref().unwrap().cursor, Cursor::new(11));
 }
 
 /// The property cursors exist for: a reader that has seen everything up to cursor N
@@ -160,7 +170,7 @@ pub async fn cursors_commit_in_order_across_concurrent_appenders(fixture: Fixtur
         }));
     }
     let total = WRITERS * GROUPS * PER_GROUP;
-    let mut last = 0;
+    let mut last = Cursor::START;
     let mut seen = HashSet::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     while (seen.len() as u64) < total {
@@ -179,9 +189,9 @@ pub async fn cursors_commit_in_order_across_concurrent_appenders(fixture: Fixtur
         w.await.unwrap();
     }
     // Anything that committed after the reader passed it would show up here.
-    let all = reader.events_after(0, 10_000).await.unwrap();
+    let all = reader.events_after(Cursor::START, 10_000).await.unwrap();
     assert_eq!(all.len() as u64, total);
-    assert_eq!(last, total, "no gaps in the cursors");
+    assert_eq!(last.get(), total, "no gaps in the cursors");
 }
 
 pub async fn a_messages_final_event_is_found_before_newer_ones(fixture: Fixture) {
@@ -215,5 +225,5 @@ pub async fn a_messages_final_event_is_found_before_newer_ones(fixture: Fixture)
         .unwrap()
         .unwrap();
     assert_eq!(found.event.report.status.unwrap().raw, "DELIVERED");
-    assert_eq!(found.cursor, 2);
+    assert_eq!(found.cursor, Cursor::new(2));
 }

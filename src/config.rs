@@ -49,7 +49,7 @@ pub struct CheckArgs {
     #[arg(long, default_value = "")]
     pub service: String,
     /// How long to wait for the connection and the answer.
-    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "5s", value_parser = duration)]
     pub timeout: Duration,
     /// CA certificate (PEM) msgw's TLS certificate must chain to: connect over TLS.
     #[arg(long)]
@@ -97,13 +97,13 @@ impl CopyStoreArgs {
 #[derive(Debug, Clone, Args)]
 pub struct SandboxTuning {
     /// Sandbox: delay between two status changes of a message (e.g. `1s`, `20ms`).
-    #[arg(long, env = "MSGW_SANDBOX_STEP_DELAY", default_value = "1s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "MSGW_SANDBOX_STEP_DELAY", default_value = "1s", value_parser = duration)]
     pub sandbox_step_delay: Duration,
     /// Sandbox: attempts to deliver one webhook.
     #[arg(long, env = "MSGW_SANDBOX_WEBHOOK_ATTEMPTS", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub sandbox_webhook_attempts: u32,
     /// Sandbox: delay before the first webhook retry; doubles on each retry.
-    #[arg(long, env = "MSGW_SANDBOX_WEBHOOK_BACKOFF", default_value = "500ms", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "MSGW_SANDBOX_WEBHOOK_BACKOFF", default_value = "500ms", value_parser = duration)]
     pub sandbox_webhook_backoff: Duration,
 }
 
@@ -203,13 +203,13 @@ pub struct ServeArgs {
     /// Upper bound of one upstream request (e.g. `10s`, `1500ms`). A request with a send
     /// in it is never cut sooner for a caller's deadline: the caller is answered at its
     /// deadline, and the request runs on so that its outcome is recorded.
-    #[arg(long, env = "MSGW_UPSTREAM_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "MSGW_UPSTREAM_TIMEOUT", default_value = "10s", value_parser = duration)]
     pub upstream_timeout: Duration,
     /// After a send request is cut while the gateway may hold it (the upstream timeout,
     /// a connection lost after the body left), how long the gateway's "message not
     /// found" still means "not yet": retries inside this window never send. `0s` trusts
     /// "not found" at once.
-    #[arg(long, env = "MSGW_UPSTREAM_SETTLE", default_value = "60s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "MSGW_UPSTREAM_SETTLE", default_value = "60s", value_parser = duration)]
     pub upstream_settle: Duration,
     /// Gateway requests in flight at most, and so connections to the gateway. Calls that
     /// arrive while all are busy queue and go out together in the next free one.
@@ -244,10 +244,10 @@ pub struct ServeArgs {
     pub grpc_max_connections: Option<u32>,
     /// Webhook listener: time a client has to send a request's headers; also the
     /// longest a keep-alive connection may sit idle between requests.
-    #[arg(long, env = "MSGW_WEBHOOK_HEADER_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "MSGW_WEBHOOK_HEADER_TIMEOUT", default_value = "10s", value_parser = duration)]
     pub webhook_header_timeout: Duration,
     /// Webhook listener: time a client has to send a request's body.
-    #[arg(long, env = "MSGW_WEBHOOK_BODY_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "MSGW_WEBHOOK_BODY_TIMEOUT", default_value = "10s", value_parser = duration)]
     pub webhook_body_timeout: Duration,
     /// Webhook listener: connections open at once; more wait to be accepted.
     #[arg(long, env = "MSGW_WEBHOOK_MAX_CONNECTIONS", default_value_t = 1024)]
@@ -300,39 +300,39 @@ pub struct ServeArgs {
     #[arg(long, env = "MSGW_STORE_PASSWORD_FILE")]
     pub store_password_file: Option<PathBuf>,
     /// Events older than this are dropped from the log (e.g. `7d`, `12h`).
-    #[arg(long, env = "MSGW_EVENT_RETENTION", default_value = "7d", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "MSGW_EVENT_RETENTION", default_value = "7d", value_parser = duration)]
     pub event_retention: Duration,
     /// At most this many events are kept in the log.
     #[arg(long, env = "MSGW_EVENT_RETENTION_COUNT", default_value_t = 1_000_000)]
     pub event_retention_count: u64,
     /// How long the outcome of a send is kept to answer retries with the same id
     /// (longer while reconcile still tracks the message), e.g. `7d`.
-    #[arg(long, env = "MSGW_IDEMPOTENCY_RETENTION", default_value = "7d", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "MSGW_IDEMPOTENCY_RETENTION", default_value = "7d", value_parser = duration)]
     pub idempotency_retention: Duration,
     /// Events kept in memory for live subscribers; a subscriber further behind catches up from the store.
     #[arg(long, env = "MSGW_EVENT_FAN_OUT", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(16..=1_000_000))]
     pub event_fan_out: u64,
     /// A sent message with no final status this long after sending is polled with `status`.
-    #[arg(long, env = "MSGW_RECONCILE_AFTER", default_value = "5m", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "MSGW_RECONCILE_AFTER", default_value = "5m", value_parser = duration)]
     pub reconcile_after: Duration,
     /// How often msgw looks for messages due for a poll.
-    #[arg(long, env = "MSGW_RECONCILE_INTERVAL", default_value = "5s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "MSGW_RECONCILE_INTERVAL", default_value = "5s", value_parser = duration)]
     pub reconcile_interval: Duration,
     /// Longest wait between two polls of one message (polls back off from --reconcile-after).
-    #[arg(long, env = "MSGW_RECONCILE_MAX_BACKOFF", default_value = "30m", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "MSGW_RECONCILE_MAX_BACKOFF", default_value = "30m", value_parser = duration)]
     pub reconcile_max_backoff: Duration,
     /// How often the balance metric is refreshed (e.g. `5m`); `0` turns it off.
-    #[arg(long, env = "MSGW_BALANCE_REFRESH", default_value = "5m", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "MSGW_BALANCE_REFRESH", default_value = "5m", value_parser = duration)]
     pub balance_refresh: Duration,
     /// Tokio worker threads. Default: the container's CPU limit (cgroup quota), else the machine's CPUs.
     #[arg(long, env = "MSGW_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub worker_threads: Option<u16>,
     /// After SIGTERM, how long in-flight calls may take before msgw exits anyway.
-    #[arg(long, env = "MSGW_SHUTDOWN_GRACE", default_value = "25s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "MSGW_SHUTDOWN_GRACE", default_value = "25s", value_parser = duration)]
     pub shutdown_grace: Duration,
     /// After SIGTERM, how long msgw reports NOT_SERVING but goes on serving before it
     /// drains, while load balancers and Kubernetes endpoints take it out (e.g. `5s`).
-    #[arg(long, env = "MSGW_SHUTDOWN_DELAY", default_value = "0s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "MSGW_SHUTDOWN_DELAY", default_value = "0s", value_parser = duration)]
     pub shutdown_delay: Duration,
     /// Who may call the gRPC port.
     #[command(flatten)]
@@ -729,12 +729,24 @@ impl ServeArgs {
     }
 }
 
-/// A duration above zero (`10s`, `1500ms`, `5m`).
+/// The longest duration any option takes: ten years. Longer ones cannot be added to
+/// a date (a settle window of 10^11 days would overflow where claims are stamped).
+const LONGEST: Duration = Duration::from_secs(10 * 365 * 86_400);
+
+/// A duration (`10s`, `1500ms`, `5m`, `7d`) of at most ten years.
+fn duration(value: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(value).map_err(|e| e.to_string())?;
+    if d > LONGEST {
+        return Err("must be at most 3650d".into());
+    }
+    Ok(d)
+}
+
+/// A duration above zero (`10s`, `1500ms`, `5m`), at most ten years.
 fn positive_duration(value: &str) -> Result<Duration, String> {
-    match humantime::parse_duration(value) {
-        Ok(d) if d.is_zero() => Err("must be above zero".into()),
-        Ok(d) => Ok(d),
-        Err(e) => Err(e.to_string()),
+    match duration(value)? {
+        d if d.is_zero() => Err("must be above zero".into()),
+        d => Ok(d),
     }
 }
 
@@ -806,6 +818,19 @@ mod tests {
             Command::Serve(args) => args.into_config(),
             Command::Sandbox(_) | Command::CopyStore(_) | Command::Check(_) => bail!("not serve"),
         }
+    }
+
+    #[test]
+    fn durations_beyond_ten_years_are_refused_with_the_flag_named() {
+        for flag in [
+            "--upstream-settle",
+            "--upstream-timeout",
+            "--idempotency-retention",
+        ] {
+            let error = serve(&[flag, "100000000000d"]).unwrap_err().to_string();
+            assert!(error.contains(flag) && error.contains("3650d"), "{error}");
+        }
+        assert!(serve(&["--upstream-settle", "3650d"]).is_ok());
     }
 
     #[test]

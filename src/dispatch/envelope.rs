@@ -339,12 +339,15 @@ impl Engine {
             let entry = &mut entries[i];
             let result = match outcome {
                 ItemOutcome::Done(output) => Ok(output),
-                // A status query the gateway refuses asks for an id it does not know.
+                // A status query the gateway refuses as "not found" asks for an id it
+                // does not know; any other refusal is only a refusal.
                 ItemOutcome::Rejected(text) => Err(match &entry.op {
-                    Operation::GetMessageStatus(id) => Error::MessageNotFound {
-                        id: id.get(),
-                        upstream_error: text,
-                    },
+                    Operation::GetMessageStatus(id) if crate::upstream::says_not_found(&text) => {
+                        Error::MessageNotFound {
+                            id: id.get(),
+                            upstream_error: text,
+                        }
+                    }
                     _ => Error::Rejected(text),
                 }),
                 ItemOutcome::BadPayload(e) => Err(Error::Unavailable {

@@ -73,7 +73,9 @@ impl Engine {
                     }
                     // The gateway does not know the id, but the earlier request may
                     // still be on its way or in its queue: nothing proves it lost yet.
-                    Some(ItemOutcome::Rejected(_)) if Utc::now() < settle_until => {
+                    Some(ItemOutcome::Rejected(text))
+                        if crate::upstream::says_not_found(text) && Utc::now() < settle_until =>
+                    {
                         settlements.push((owned, Settlement::Unknown { settle_until }));
                         tracing::info!(
                             client_id = owned.id.get(),
@@ -84,7 +86,21 @@ impl Engine {
                     }
                     // The gateway does not know the id after the window: the earlier
                     // request never arrived, so sending now is the first send.
-                    Some(ItemOutcome::Rejected(_)) => Slot::Send(Some(owned)),
+                    Some(ItemOutcome::Rejected(text)) if crate::upstream::says_not_found(text) => {
+                        Slot::Send(Some(owned))
+                    }
+                    // Refused for another reason (an outage, a limit): that proves
+                    // nothing about the earlier request; ask again on the next retry.
+                    Some(ItemOutcome::Rejected(text)) => {
+                        settlements.push((owned, Settlement::Unknown { settle_until }));
+                        Slot::Done(Err(Error::Unavailable {
+                            cause: UnavailableCause::BadResponse,
+                            outcome_unknown: true,
+                            detail: format!(
+                                "the outcome of an earlier send with this id is unknown, and the gateway refused to tell: {text}"
+                            ),
+                        }))
+                    }
                     _ => {
                         settlements.push((owned, Settlement::Unknown { settle_until }));
                         Slot::Done(Err(Error::Unavailable {

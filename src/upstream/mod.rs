@@ -314,3 +314,10 @@ fn interpret(
         })
         .collect())
 }
+
+/// Whether the gateway's refusal of a `status` item says it does not know the message
+/// ("Message not found"). Any other refusal (an outage, a limit) proves nothing about
+/// whether a send arrived.
+pub fn says_not_found(error: &str) -> bool {
+    error.to_ascii_lowercase().contains("not found")
+}

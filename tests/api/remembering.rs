@@ -62,6 +62,8 @@ pub struct Remembering {
     pub slow: Arc<Mutex<Duration>>,
     /// The status `status` reports for a known message.
     pub status: Arc<Mutex<&'static str>>,
+    /// The error `status` answers for a message the gateway does not know.
+    pub unknown_says: Arc<Mutex<&'static str>>,
 }
 
 impl Remembering {
@@ -73,6 +75,7 @@ impl Remembering {
             sends: Arc::default(),
             slow: Arc::new(Mutex::new(Duration::from_secs(3))),
             status: Arc::new(Mutex::new("ACCEPTED")),
+            unknown_says: Arc::new(Mutex::new("Message not found")),
         };
         let next = Arc::new(AtomicU64::new(500_000_001));
         let r = remembering.clone();
@@ -130,7 +133,7 @@ impl Remembering {
                         Some(msg_id) => json!({"success": true, "data": {
                             "id": id.to_string(), "msg_id": msg_id, "type": "sms",
                             "status": *self.status.lock().unwrap()}}),
-                        None => json!({"success": false, "error": "Message not found", "data": {"id": id}}),
+                        None => json!({"success": false, "error": *self.unknown_says.lock().unwrap(), "data": {"id": id}}),
                     },
                     "balance" => json!({"success": true, "data": {"amount": 31.1683, "currency": "UAH"}}),
                     "call/otp" => {

@@ -208,3 +208,30 @@ async fn without_a_retry_reconcile_resolves_a_cut_send_after_the_window_and_its_
     assert_eq!(app.gateway.requests().len(), before);
     assert_eq!(gateway.sends_of(8005), 1);
 }
+
+#[tokio::test]
+async fn a_status_refused_for_another_reason_than_not_found_never_leads_to_a_send() {
+    // No settle window: "not found" is trusted at once, and only "not found".
+    let (app, gateway) = app(Duration::from_secs(5), Duration::ZERO).await;
+    gateway.set(Mode::Reset);
+    let status = app.messaging().send_sms(sms(8011, "x")).await.unwrap_err();
+    assert_eq!(error_info(&status).0, "OUTCOME_UNKNOWN", "{status:?}");
+
+    gateway.set(Mode::Normal);
+    *gateway.unknown_says.lock().unwrap() = "Service temporarily unavailable";
+    let status = app.messaging().send_sms(sms(8011, "x")).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert_eq!(error_info(&status).0, "OUTCOME_UNKNOWN", "{status:?}");
+    assert_eq!(
+        gateway.sends_of(8011),
+        0,
+        "an outage is no proof of 'never sent'"
+    );
+
+    *gateway.unknown_says.lock().unwrap() = "Message not found";
+    app.messaging()
+        .send_sms(sms(8011, "x"))
+        .await
+        .expect("'not found' after the window: the first real send");
+    assert_eq!(gateway.sends_of(8011), 1);
+}

@@ -87,6 +87,50 @@ pub async fn taking_over_a_pruned_claim_claims_it_anew(fixture: Fixture) {
     );
 }
 
+/// An open claim (in flight, or its outcome unknown) is the only record that its send
+/// may have left: pruning it by age would let a retry send again.
+pub async fn retention_never_drops_a_claim_whose_outcome_is_open(fixture: Fixture) {
+    let store = fixture.open().await;
+    let then = Utc::now() - chrono::Duration::hours(2);
+    let old = |n: u64| ClaimChange::Claim {
+        caller: None,
+        id: id(n),
+        fingerprint: A,
+        at: then,
+    };
+    store.apply_claims(&[old(1), old(2), old(3)]).await.unwrap();
+    let settle = |n: u64, settlement: Settlement| ClaimChange::Settle {
+        id: id(n),
+        attempt: 1,
+        settlement,
+        at: then,
+    };
+    store
+        .apply_claims(&[
+            settle(
+                2,
+                Settlement::Unknown {
+                    settle_until: whole_ms(then),
+                },
+            ),
+            settle(3, Settlement::Released("refused".into())),
+        ])
+        .await
+        .unwrap();
+    let retention = msgw::store::Retention {
+        max_age: std::time::Duration::from_secs(3600),
+        max_events: 1_000_000,
+        claims_max_age: std::time::Duration::from_secs(3600),
+    };
+    store.prune(retention, Utc::now()).await.unwrap();
+    assert!(store.claim_of(id(1)).await.unwrap().is_some(), "in flight");
+    assert!(store.claim_of(id(2)).await.unwrap().is_some(), "unknown");
+    assert!(
+        store.claim_of(id(3)).await.unwrap().is_none(),
+        "settled and old"
+    );
+}
+
 pub async fn an_accepted_outcome_reads_back_exactly(fixture: Fixture) {
     let store = fixture.open().await;
     store

@@ -78,6 +78,7 @@ on_both_stores!(
     claims::the_second_claim_of_an_id_in_one_group_sees_the_first,
     claims::a_take_over_wins_once_and_fences_the_old_owner,
     claims::taking_over_a_pruned_claim_claims_it_anew,
+    claims::retention_never_drops_a_claim_whose_outcome_is_open,
     claims::an_accepted_outcome_reads_back_exactly,
     claims::a_group_of_settlements_fences_each_id_and_tracks_only_what_it_settled,
     claims::replicas_claiming_the_same_ids_at_once_own_each_exactly_once,

@@ -26,6 +26,11 @@ const OPEN: [&str; 3] = [
     "/grpc.reflection.v1alpha.ServerReflection/",
 ];
 
+/// Whether `path` is served to anyone, token or not (health and reflection).
+pub fn is_open_path(path: &str) -> bool {
+    OPEN.iter().any(|open| path.starts_with(open))
+}
+
 /// How msgw knows its callers: the callers file (reloaded when it changes) and
 /// whether the TLS handshake verified a client certificate.
 #[derive(Debug)]
@@ -243,7 +248,7 @@ where
 
     fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
         let path = request.uri().path();
-        if OPEN.iter().any(|open| path.starts_with(open)) {
+        if is_open_path(path) {
             return Either::Left(self.inner.call(request));
         }
         let authorization = request

@@ -12,7 +12,7 @@ mod permits;
 pub mod tls;
 
 pub use callers::{Caller, EventScope, Permission};
-pub use layer::{AuthError, AuthLayer, Authenticator, RpcMethod};
+pub use layer::{AuthError, AuthLayer, Authenticator, RpcMethod, is_open_path};
 pub use permits::{admit, admit_events};
 
 /// The method of a call, as the authentication layer named it.

@@ -262,8 +262,16 @@ fn start_limited(
 async fn a_flood_of_silent_connections_never_keeps_a_caller_out_under_a_low_file_limit() {
     const SILENT: usize = 1500;
     let store = tempfile::tempdir().unwrap();
-    let (mut child, addr, log) =
-        start_limited(1024, store.path(), &["--grpc-handshake-timeout", "3s"]);
+    let (mut child, addr, log) = start_limited(
+        1024,
+        store.path(),
+        &[
+            "--grpc-handshake-timeout",
+            "3s",
+            "--grpc-idle-timeout",
+            "3s",
+        ],
+    );
     let cap = log
         .lock()
         .unwrap()
@@ -279,8 +287,14 @@ async fn a_flood_of_silent_connections_never_keeps_a_caller_out_under_a_low_file
 
     let flood = tokio::spawn(async move {
         let mut silent = Vec::with_capacity(SILENT);
-        for _ in 0..SILENT {
-            silent.push(TcpStream::connect(addr).await.expect("the kernel takes it"));
+        for n in 0..SILENT {
+            let mut tcp = TcpStream::connect(addr).await.expect("the kernel takes it");
+            // Every other one speaks HTTP/2 and goes quiet: it gets GOAWAY and a moment
+            // to close when evicted, so closing connections pile up.
+            if n % 2 == 0 {
+                let _ = tcp.write_all(PREFACE).await;
+            }
+            silent.push(tcp);
         }
         silent
     });
@@ -302,7 +316,7 @@ async fn a_flood_of_silent_connections_never_keeps_a_caller_out_under_a_low_file
         "{SILENT} silent connections, cap {cap}: health answered in {answered:?} during, {answered_after:?} after the flood"
     );
 
-    // Every silent connection is closed: evicted, or at the handshake timeout.
+    // Every quiet connection is closed: evicted, or at the handshake or idle timeout.
     for tcp in &mut silent {
         assert!(
             closed(tcp, Duration::from_secs(6)).await,
@@ -324,4 +338,35 @@ async fn a_flood_of_silent_connections_never_keeps_a_caller_out_under_a_low_file
             .collect::<Vec<_>>()
             .join("\n")
     );
+}
+
+#[tokio::test]
+async fn health_watch_streams_without_a_token_cannot_hold_the_port() {
+    let app = spawn(bounded(PortLimits {
+        max_connections: Some(3),
+        ..PortLimits::default()
+    }))
+    .await;
+    // The harness's connection carries an event stream: a caller's, guarded.
+    let mut events = subscribe(&app, StreamStatusEventsRequest::default()).await;
+    // Two connections each hold a Health/Watch stream, which needs no token.
+    let mut watches = Vec::new();
+    for _ in 0..2 {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", app.addr))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut watch = HealthClient::new(channel)
+            .watch(HealthCheckRequest::default())
+            .await
+            .unwrap()
+            .into_inner();
+        watch.next().await.expect("the current status").unwrap();
+        watches.push(watch);
+    }
+    health(app.addr)
+        .await
+        .expect("a watcher makes room for a new caller");
+    still_streaming(&app, &mut events, 4301).await;
 }

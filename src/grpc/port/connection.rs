@@ -97,6 +97,7 @@ async fn handshake(
             }
         },
         _ = conn.closing() => None,
+        () = conn.aborted() => None,
         _ = shutdown.wait_for(|s| *s) => None,
     }
 }
@@ -123,6 +124,8 @@ async fn run<S>(
     let mut closing: Option<Option<Instant>> = None;
     loop {
         tokio::select! {
+            // msgw is at its ceiling: this connection, closing already, goes now.
+            () = conn.aborted() => return,
             done = &mut served => {
                 if let Err(error) = done {
                     tracing::debug!(%error, "gRPC port: connection ended");

@@ -27,8 +27,10 @@ use crate::auth::tls::TlsReloader;
 use crate::metrics::Metrics;
 use table::Table;
 
-pub use table::Close;
+pub use table::{CLOSING_SHARE, Close};
 
+/// Streams one connection may have open at once.
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 1024;
 /// How often an idle connection is pinged to find out whether its peer is still there.
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(60);
 /// How long a ping may go unanswered before the connection is dropped.
@@ -112,9 +114,9 @@ pub async fn serve<S>(
         .timer(TokioTimer::new())
         .keep_alive_interval(KEEPALIVE_INTERVAL)
         .keep_alive_timeout(KEEPALIVE_TIMEOUT)
-        // As before msgw had its own accept loop (tonic's default): a caller may hold
-        // as many streams as it likes, e.g. one filtered event stream per message.
-        .max_concurrent_streams(None);
+        // Enough for one filtered event stream per message in flight; each costs
+        // memory, so one connection cannot open them without end.
+        .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION);
     let mut warned: Option<Instant> = None;
     loop {
         let accepted = tokio::select! {
@@ -136,6 +138,12 @@ pub async fn serve<S>(
                 }
             }
         };
+        // At the ceiling (closing connections included) the oldest closing connection
+        // goes at once, and nothing more is accepted until it has.
+        tokio::select! {
+            _ = shutdown.wait_for(|s| *s) => break,
+            () = table.room() => {}
+        }
         let Some(conn) = table.admit() else {
             if warned.is_none_or(|at| at.elapsed() >= REFUSED_WARN_EVERY) {
                 warned = Some(Instant::now());

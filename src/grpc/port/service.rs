@@ -32,7 +32,10 @@ impl<S: GrpcRoutes> hyper::service::Service<http::Request<Incoming>> for ConnSer
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
 
     fn call(&self, request: http::Request<Incoming>) -> Self::Future {
-        let stream = self.conn.stream_opened();
+        // Health and reflection need no token: such streams do not keep the
+        // connection at the cap.
+        let guarded = !crate::auth::is_open_path(request.uri().path());
+        let stream = self.conn.stream_opened(guarded);
         let mut request = request.map(Body::new);
         request.extensions_mut().insert(self.peer.clone());
         let timeout = request

@@ -36,7 +36,7 @@ async fn run(app: &TestApp, flags: &[&str], command: &[&str]) -> String {
 }
 
 #[tokio::test]
-async fn grpcurl_lists_all_four_services() {
+async fn grpcurl_lists_all_five_services() {
     let app = spawn_app().await;
     let out = run(&app, &[], &["list"]).await;
     for service in [
@@ -44,6 +44,7 @@ async fn grpcurl_lists_all_four_services() {
         "msgw.v1.AccountService",
         "msgw.v1.TemplateService",
         "msgw.v1.EventService",
+        "msgw.v1.VerificationService",
         "grpc.health.v1.Health",
     ] {
         assert!(

@@ -811,3 +811,94 @@ async fn the_plain_code_is_neither_in_the_stores_files_nor_in_the_trace_log() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_checks_on_two_postgres_replicas_approve_once_and_lock_after_five() {
+    let schema = crate::postgres::TestSchema::create().await;
+    let on_schema = || Options {
+        store_url: Some(schema.url.clone()),
+        ..Options::default()
+    };
+    let (one, two) = (spawn(on_schema()).await, spawn(on_schema()).await);
+    started(&one, start(1)).await;
+    let code = nth_sms_code(&one.gateway, 0);
+    // The code one replica sent checks on the other (they share the secret).
+    let seen = two
+        .verification()
+        .get_verification(get())
+        .await
+        .unwrap()
+        .into_inner()
+        .verification
+        .unwrap();
+    assert_eq!(seen.checks_left, 5);
+
+    let wrong_code = wrong(&code);
+    let checks = (0..12).map(|i| {
+        let mut client = if i % 2 == 0 {
+            one.verification()
+        } else {
+            two.verification()
+        };
+        let request = check(&wrong_code);
+        async move { client.check_verification(request).await }
+    });
+    let results = futures_util::future::join_all(checks).await;
+    let counted: Vec<Verification> = results
+        .iter()
+        .filter_map(|r| r.as_ref().ok())
+        .map(|r| r.get_ref().verification.clone().unwrap())
+        .collect();
+    assert_eq!(counted.len(), 5, "five attempts, no more: {results:#?}");
+    for refused in results.iter().filter_map(|r| r.as_ref().err()) {
+        assert_not_found(refused);
+    }
+    assert!(
+        counted
+            .iter()
+            .any(|v| status(v) == VerificationStatus::Failed)
+    );
+    assert_not_found(&checked(&one, &code).await.unwrap_err());
+
+    // A new verification (another number): right codes on both replicas approve once.
+    let other = "+380971234568";
+    started(
+        &one,
+        StartVerificationRequest {
+            phone: other.into(),
+            ..start(2)
+        },
+    )
+    .await;
+    let code = nth_sms_code(&one.gateway, 1);
+    let checks = (0..6).map(|i| {
+        let mut client = if i % 2 == 0 {
+            one.verification()
+        } else {
+            two.verification()
+        };
+        let request = CheckVerificationRequest {
+            phone: other.into(),
+            code: code.clone(),
+        };
+        async move { client.check_verification(request).await }
+    });
+    let results = futures_util::future::join_all(checks).await;
+    let approved: Vec<_> = results.iter().filter(|r| r.is_ok()).collect();
+    assert_eq!(approved.len(), 1, "{results:#?}");
+    assert_eq!(
+        status(
+            approved[0]
+                .as_ref()
+                .unwrap()
+                .get_ref()
+                .verification
+                .as_ref()
+                .unwrap()
+        ),
+        VerificationStatus::Approved
+    );
+    for refused in results.iter().filter_map(|r| r.as_ref().err()) {
+        assert_not_found(refused);
+    }
+}

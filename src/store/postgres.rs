@@ -485,11 +485,14 @@ impl Store for PgStore {
     ) -> Result<Created, StoreError> {
         let mut tx = self.pool.begin().await?;
         // Starts of one number queue here, so two replicas cannot both see room under
-        // its limit and both start one.
-        sqlx::query("SELECT pg_advisory_xact_lock($1)")
-            .bind(super::verifications::phone_to_db(new.phone))
-            .execute(&mut *tx)
-            .await?;
+        // its limit and both start one. The two-key form keeps these locks apart from
+        // single-key ones (sqlx's migration lock).
+        sqlx::query(
+            "SELECT pg_advisory_xact_lock(hashtext('msgw.verifications'), hashtext($1::text))",
+        )
+        .bind(super::verifications::phone_to_db(new.phone))
+        .execute(&mut *tx)
+        .await?;
         let created = verifications::postgres::create(&mut tx, new, limit).await?;
         if matches!(created, Created::Started(_)) {
             tx.commit().await?;

@@ -13,6 +13,7 @@ mod postgres_reach;
 mod rows;
 mod sqlite;
 mod sqlite_claims;
+mod verification_sql;
 mod verifications;
 
 use std::time::Duration;

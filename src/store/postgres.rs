@@ -15,6 +15,7 @@ use super::rows::{
     ClaimRow, DueRow, EventRow, claims_with_ids, cursor_from_db, cursor_to_db, id_from_db,
     id_to_db, millis, ms, pending_from_row, replies_to_json,
 };
+use super::verification_sql;
 use super::verifications::{
     self, Created, NewVerification, PhoneLimit, VerificationChange, VerificationRecord,
 };
@@ -493,7 +494,7 @@ impl Store for PgStore {
         .bind(super::verifications::phone_to_db(new.phone))
         .execute(&mut *tx)
         .await?;
-        let created = verifications::postgres::create(&mut tx, new, limit).await?;
+        let created = verification_sql::postgres::create(&mut tx, new, limit).await?;
         if matches!(created, Created::Started(_)) {
             tx.commit().await?;
         }
@@ -505,7 +506,7 @@ impl Store for PgStore {
         send: ClientId,
     ) -> Result<Option<(VerificationRecord, bool)>, StoreError> {
         let mut conn = self.pool.acquire().await?;
-        verifications::postgres::of_send(&mut conn, send).await
+        verification_sql::postgres::of_send(&mut conn, send).await
     }
 
     async fn pending_verification(
@@ -515,7 +516,7 @@ impl Store for PgStore {
         now: DateTime<Utc>,
     ) -> Result<Option<VerificationRecord>, StoreError> {
         let mut conn = self.pool.acquire().await?;
-        verifications::postgres::pending(&mut conn, caller, phone, now).await
+        verification_sql::postgres::pending(&mut conn, caller, phone, now).await
     }
 
     async fn expire_verifications(
@@ -525,7 +526,7 @@ impl Store for PgStore {
         now: DateTime<Utc>,
     ) -> Result<Vec<VerificationRecord>, StoreError> {
         let mut conn = self.pool.acquire().await?;
-        verifications::postgres::expire(&mut conn, caller, phone, now).await
+        verification_sql::postgres::expire(&mut conn, caller, phone, now).await
     }
 
     async fn change_verification(
@@ -533,7 +534,7 @@ impl Store for PgStore {
         change: &VerificationChange,
     ) -> Result<Option<VerificationRecord>, StoreError> {
         let mut tx = self.pool.begin().await?;
-        let changed = verifications::postgres::change(&mut tx, change).await?;
+        let changed = verification_sql::postgres::change(&mut tx, change).await?;
         if changed.is_some() || verifications::writes_without_row(change) {
             tx.commit().await?;
         }

@@ -12,6 +12,7 @@ use super::rows::{
     ClaimRow, DueRow, EventRow, claims_with_ids, cursor_from_db, cursor_to_db, id_to_db, millis,
     ms, pending_from_row, replies_to_json,
 };
+use super::verification_sql;
 use super::verifications::{
     self, Created, NewVerification, PhoneLimit, VerificationChange, VerificationRecord,
 };
@@ -416,7 +417,7 @@ impl Store for SqliteStore {
         limit: PhoneLimit,
     ) -> Result<Created, StoreError> {
         let mut tx = self.writer.begin().await?;
-        let created = verifications::sqlite::create(&mut tx, new, limit).await?;
+        let created = verification_sql::sqlite::create(&mut tx, new, limit).await?;
         if matches!(created, Created::Started(_)) {
             tx.commit().await?;
         }
@@ -428,7 +429,7 @@ impl Store for SqliteStore {
         send: ClientId,
     ) -> Result<Option<(VerificationRecord, bool)>, StoreError> {
         let mut conn = self.pool.acquire().await?;
-        verifications::sqlite::of_send(&mut conn, send).await
+        verification_sql::sqlite::of_send(&mut conn, send).await
     }
 
     async fn pending_verification(
@@ -438,7 +439,7 @@ impl Store for SqliteStore {
         now: DateTime<Utc>,
     ) -> Result<Option<VerificationRecord>, StoreError> {
         let mut conn = self.pool.acquire().await?;
-        verifications::sqlite::pending(&mut conn, caller, phone, now).await
+        verification_sql::sqlite::pending(&mut conn, caller, phone, now).await
     }
 
     async fn expire_verifications(
@@ -448,7 +449,7 @@ impl Store for SqliteStore {
         now: DateTime<Utc>,
     ) -> Result<Vec<VerificationRecord>, StoreError> {
         let mut conn = self.writer.acquire().await?;
-        verifications::sqlite::expire(&mut conn, caller, phone, now).await
+        verification_sql::sqlite::expire(&mut conn, caller, phone, now).await
     }
 
     async fn change_verification(
@@ -456,7 +457,7 @@ impl Store for SqliteStore {
         change: &VerificationChange,
     ) -> Result<Option<VerificationRecord>, StoreError> {
         let mut tx = self.writer.begin().await?;
-        let changed = verifications::sqlite::change(&mut tx, change).await?;
+        let changed = verification_sql::sqlite::change(&mut tx, change).await?;
         if changed.is_some() || verifications::writes_without_row(change) {
             tx.commit().await?;
         }

@@ -902,3 +902,28 @@ async fn concurrent_checks_on_two_postgres_replicas_approve_once_and_lock_after_
         assert_not_found(refused);
     }
 }
+
+#[tokio::test]
+async fn a_verification_send_is_a_message_whose_status_reaches_the_event_stream() {
+    let app = spawn_sandboxed_app(Duration::from_millis(20)).await;
+    let mut stream = app
+        .events()
+        .stream_status_events(msgw::proto::StreamStatusEventsRequest {
+            from_oldest: true,
+            ids: vec![41],
+            final_only: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    started(&app, start(41)).await;
+    let event = tokio::time::timeout(Duration::from_secs(10), stream.message())
+        .await
+        .expect("the final status arrives")
+        .unwrap()
+        .expect("an event");
+    let event = event.event.expect("a status event");
+    assert_eq!(event.id, 41);
+    assert_eq!(event.raw_status, "DELIVERED");
+}

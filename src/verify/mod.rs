@@ -80,6 +80,29 @@ fn chrono(d: Duration) -> chrono::Duration {
     chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
 }
 
+/// Which send of a verification a call makes.
+#[derive(Debug, Clone, Copy)]
+struct Send {
+    /// This call started the verification (a refused send forgets it).
+    fresh: bool,
+    /// Its first send, not accepted before (an accepted one counts as started).
+    first: bool,
+}
+
+impl Send {
+    const FRESH: Self = Self {
+        fresh: true,
+        first: true,
+    };
+
+    fn retried(first: bool) -> Self {
+        Self {
+            fresh: false,
+            first,
+        }
+    }
+}
+
 /// Whether a failed send surely sent nothing (its claim was released or never made).
 fn nothing_sent(e: &Error) -> bool {
     !matches!(
@@ -222,7 +245,10 @@ impl Verifier {
                 if sent && request.gateway_picks_code() {
                     return Ok(self.view(record));
                 }
-                return self.send(caller, request, record, false, deadline).await;
+                let first = record.id == request.id && !sent;
+                return self
+                    .send(caller, request, record, Send::retried(first), deadline)
+                    .await;
             }
             let now = Utc::now();
             if let Some(pending) = self.pending(name, request.phone).await? {
@@ -249,7 +275,9 @@ impl Verifier {
                     .map_err(store_error)?
                 {
                     Some(record) => {
-                        return self.send(caller, request, record, false, deadline).await;
+                        return self
+                            .send(caller, request, record, Send::retried(false), deadline)
+                            .await;
                     }
                     None if pending.sends_left == 0 => return Err(Error::SendsExhausted),
                     None if pending.last_send_at > not_after => {
@@ -286,8 +314,9 @@ impl Verifier {
                 .map_err(store_error)?
             {
                 Created::Started(record) => {
-                    self.count(VerificationStatus::Pending, &record);
-                    return self.send(caller, request, record, true, deadline).await;
+                    return self
+                        .send(caller, request, record, Send::FRESH, deadline)
+                        .await;
                 }
                 Created::PhoneLimited { oldest } => {
                     return Err(Error::PhoneRateLimited {
@@ -303,14 +332,13 @@ impl Verifier {
         })
     }
 
-    /// Sends `record`'s code with the request's id and channels, and records the outcome
-    /// (`fresh`: this call just started the verification).
+    /// Sends `record`'s code with the request's id and channels, and records the outcome.
     async fn send(
         &self,
         caller: &Caller,
         request: &StartVerification,
         record: VerificationRecord,
-        fresh: bool,
+        kind: Send,
         deadline: Option<Instant>,
     ) -> Result<View, Error> {
         let code = match (&record.code, request.gateway_picks_code()) {
@@ -336,7 +364,7 @@ impl Verifier {
         let executed = match sent {
             Ok(executed) => executed,
             Err(e) => {
-                let forget = if fresh && nothing_sent(&e) {
+                let forget = if kind.fresh && nothing_sent(&e) {
                     // Its first send was refused (or its id is another message's): the
                     // verification never existed for the user, and a retry of the id
                     // starts it afresh.
@@ -384,6 +412,10 @@ impl Verifier {
             .change_verification(&VerificationChange::Sent { send: request.id })
             .await
             .map_err(store_error)?;
+        if kind.first {
+            // Counted once its first send is accepted: a refused one never started.
+            self.count(VerificationStatus::Pending, &record);
+        }
         Ok(self.view(record))
     }
 

@@ -144,6 +144,12 @@ async fn a_retry_with_the_same_id_sends_nothing_and_starts_no_second_verificatio
     let again = started(&app, start(7)).await;
     assert_eq!(first, again);
     assert_eq!(app.gateway.requests().len(), 1, "sent once");
+    assert_eq!(
+        app.metric("msgw_verifications_total{channel=\"sms\",event=\"started\"}")
+            .await,
+        Some(1.0),
+        "started once"
+    );
     // The same id with another request is another message.
     let other = app
         .verification()

@@ -7,34 +7,58 @@ use std::{io::Write, path::Path};
 
 use secrecy::SecretString;
 
-/// The secret kept in `path`, created (with a random one) if missing.
+/// The secret kept in `path`, created (with a random one) if missing. The file appears
+/// whole or not at all: written beside it first, then linked into place, so a crash
+/// never leaves an empty one behind and two processes starting at once agree.
 pub fn kept(path: &Path) -> std::io::Result<SecretString> {
     use std::os::unix::fs::OpenOptionsExt;
-    let created = std::fs::OpenOptions::new()
+    if let Some(secret) = read(path)? {
+        return Ok(secret);
+    }
+    let mut draft = path.as_os_str().to_owned();
+    draft.push(format!(".{}.tmp", std::process::id()));
+    let draft = std::path::PathBuf::from(draft);
+    let secret = crate::config::random_token();
+    let mut file = std::fs::OpenOptions::new()
         .write(true)
-        .create_new(true)
+        .create(true)
+        .truncate(true)
         .mode(0o600)
-        .open(path);
-    match created {
-        Ok(mut file) => {
-            let secret = crate::config::random_token();
-            file.write_all(secret.as_bytes())?;
-            file.sync_all()?;
+        .open(&draft)?;
+    file.write_all(secret.as_bytes())?;
+    file.sync_all()?;
+    let linked = std::fs::hard_link(&draft, path);
+    std::fs::remove_file(&draft)?;
+    match linked {
+        Ok(()) => {
+            tracing::info!(
+                path = %path.display(),
+                "no verification secret (MSGW_VERIFY_SECRET) configured: generated one, kept in this file"
+            );
             Ok(SecretString::from(secret))
         }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            let text = std::fs::read_to_string(path)?;
-            let text = text.trim();
-            if text.len() < 16 {
-                return Err(std::io::Error::other(format!(
-                    "{} holds no verification secret of at least 16 characters",
-                    path.display()
-                )));
-            }
-            Ok(SecretString::from(text.to_owned()))
-        }
+        // Another process linked its own first: that one counts.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => read(path)?
+            .ok_or_else(|| std::io::Error::other("the verification secret file vanished")),
         Err(e) => Err(e),
     }
+}
+
+/// The secret in `path`, if the file exists.
+fn read(path: &Path) -> std::io::Result<Option<SecretString>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let text = text.trim();
+    if text.len() < 16 {
+        return Err(std::io::Error::other(format!(
+            "{} holds no verification secret of at least 16 characters",
+            path.display()
+        )));
+    }
+    Ok(Some(SecretString::from(text.to_owned())))
 }
 
 /// Where the secret of the SQLite database at `url` is kept; `None` for an in-memory one

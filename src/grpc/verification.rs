@@ -155,17 +155,13 @@ fn start(r: proto::StartVerificationRequest, s: &mut Scope<'_>) -> Option<StartV
             }
         },
     };
+    // Unused by the listed channels, a sender name or voice is ignored: a resend on
+    // another channel may repeat the request it resends.
     let signature = if listed.iter().any(|c| verify::needs_signature(*c)) {
         s.check("signature", Text::parse(&r.signature, TextKind::Signature))
             .map(Some)
-    } else if r.signature.is_empty() {
-        Some(None)
     } else {
-        s.add(
-            "signature",
-            "set, but no listed channel takes a sender name",
-        );
-        None
+        Some(None)
     };
     // A lone voice channel is a `call/otp` call: the gateway's voice, not this one.
     let voice_step = listed.contains(&Channel::Voice) && listed.len() > 1;
@@ -178,14 +174,7 @@ fn start(r: proto::StartVerificationRequest, s: &mut Scope<'_>) -> Option<StartV
             );
             None
         }
-        (None, false) => Some(None),
-        (Some(_), false) => {
-            s.add(
-                "voice",
-                "set, but only a voice channel among several channels takes a voice",
-            );
-            None
-        }
+        (_, false) => Some(None),
     };
     Some(StartVerification {
         id: id?,

@@ -11,6 +11,7 @@ const PROTOS: &[&str] = &[
     "proto/msgw/v1/account.proto",
     "proto/msgw/v1/template.proto",
     "proto/msgw/v1/events.proto",
+    "proto/msgw/v1/verification.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

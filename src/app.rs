@@ -24,6 +24,7 @@ use crate::reconcile::{ReconcileConfig, Reconciler};
 use crate::sandbox::{self, Sandbox, SandboxConfig};
 use crate::store::{Retention, Store};
 use crate::upstream::{Gateway, GatewayConfig};
+use crate::verify::{self, Codes, Verifier};
 use crate::webhook::{self, WebhookState};
 
 /// How often the event retention runs.
@@ -42,6 +43,7 @@ pub struct Application {
     http: TcpListener,
     admin: TcpListener,
     dispatcher: Dispatcher,
+    verifier: Verifier,
     store: Arc<dyn Store>,
     events: Arc<EventLog>,
     webhooks: WebhookState,
@@ -145,6 +147,30 @@ impl Application {
                 store: store.clone(),
                 settle: config.upstream_settle,
             });
+        let verify_secret = match config.verify.secret {
+            Some(secret) => secret,
+            // Not configured (SQLite only, see config): kept next to the database.
+            None => match verify::secret::path_for(&config.store_url) {
+                Some(path) => verify::secret::kept(&path).with_context(|| {
+                    format!(
+                        "cannot keep the verification secret in {}: set MSGW_VERIFY_SECRET or make the database's directory writable",
+                        path.display()
+                    )
+                })?,
+                None => SecretString::from(crate::config::random_token()),
+            },
+        };
+        let verifier = Verifier::new(
+            dispatcher.clone(),
+            store.clone(),
+            Codes::new(&verify_secret),
+            verify::Settings {
+                resend_interval: config.verify.resend_interval,
+                phone_limit: config.verify.phone_limit,
+                allowed_prefixes: config.verify.allowed_prefixes,
+                sandbox: sandbox.is_some(),
+            },
+        );
         let grpc = TcpListener::bind(config.grpc_addr)
             .await
             .with_context(|| format!("cannot bind the gRPC address {}", config.grpc_addr))?;
@@ -182,6 +208,7 @@ impl Application {
             http,
             admin,
             dispatcher,
+            verifier,
             webhooks: WebhookState {
                 signer,
                 account_token: config.account_token,
@@ -226,9 +253,12 @@ impl Application {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        let (routes, health) =
-            crate::grpc::server::routes(self.dispatcher.clone(), self.events.clone())
-                .context("gRPC reflection")?;
+        let (routes, health) = crate::grpc::server::routes(
+            self.dispatcher.clone(),
+            self.events.clone(),
+            self.verifier.clone(),
+        )
+        .context("gRPC reflection")?;
         health.set(ServingStatus::Serving).await;
         let (stop_tx, stop) = watch::channel(false);
         tokio::spawn({

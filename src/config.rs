@@ -292,6 +292,31 @@ pub struct ServeArgs {
     /// File holding the account webhook token.
     #[arg(long, env = "MSGW_ACCOUNT_TOKEN_FILE")]
     pub account_token_file: Option<PathBuf>,
+    /// HMAC key of verifications' one-time codes at rest (at least 16 characters); never
+    /// in the store. Required with a PostgreSQL store (the same on every replica).
+    /// Default with SQLite: generated once and kept in `<database file>.verify-secret`
+    /// (mode 0600) next to the database.
+    #[arg(
+        long,
+        env = "MSGW_VERIFY_SECRET",
+        hide_env_values = true,
+        conflicts_with = "verify_secret_file"
+    )]
+    pub verify_secret: Option<String>,
+    /// File holding the verification HMAC key.
+    #[arg(long, env = "MSGW_VERIFY_SECRET_FILE")]
+    pub verify_secret_file: Option<PathBuf>,
+    /// Least time between two sends of one verification's code; a resend sooner gets
+    /// RESOURCE_EXHAUSTED with RetryInfo.
+    #[arg(long, env = "MSGW_VERIFY_RESEND_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub verify_resend_interval: Duration,
+    /// New verifications of one phone number per hour, across callers (SMS-pumping guard).
+    #[arg(long, env = "MSGW_VERIFY_PHONE_LIMIT", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    pub verify_phone_limit: u32,
+    /// Country prefixes verifications may go to, comma-separated (e.g. `380,48,1`;
+    /// a leading `+` is ignored). Default: any.
+    #[arg(long, env = "MSGW_VERIFY_ALLOWED_PREFIXES", value_delimiter = ',')]
+    pub verify_allowed_prefixes: Vec<String>,
     /// The store: `sqlite://PATH` (created on first start), `sqlite::memory:`, or
     /// `postgres://USER@HOST/DB?sslmode=...` (shared by several replicas).
     #[arg(long, env = "MSGW_STORE_URL", default_value = "sqlite://msgw.db")]
@@ -459,6 +484,32 @@ pub struct Config {
     pub tls: Option<TlsFiles>,
     /// The callers file; `None`: no bearer tokens.
     pub callers_file: Option<PathBuf>,
+    /// Verifications: their secret, resend interval, phone limit and allowed prefixes.
+    pub verify: VerifyConfig,
+}
+
+/// Settings of the verification service.
+#[derive(Debug, Clone)]
+pub struct VerifyConfig {
+    /// HMAC key of codes at rest; `None`: generated and kept next to the SQLite file.
+    pub secret: Option<SecretString>,
+    /// Least time between two sends of one verification.
+    pub resend_interval: Duration,
+    /// New verifications per phone number per hour.
+    pub phone_limit: u32,
+    /// Country prefixes (digits) verifications may go to; empty: any.
+    pub allowed_prefixes: Vec<String>,
+}
+
+impl Default for VerifyConfig {
+    fn default() -> Self {
+        Self {
+            secret: None,
+            resend_interval: Duration::from_secs(30),
+            phone_limit: 5,
+            allowed_prefixes: Vec::new(),
+        }
+    }
 }
 
 impl Config {
@@ -501,6 +552,7 @@ impl Config {
             webhook_limits: ListenerLimits::default(),
             tls: None,
             callers_file: None,
+            verify: VerifyConfig::default(),
         }
     }
 }
@@ -615,6 +667,36 @@ impl ServeArgs {
             |s| s.len() >= 16,
             "at least 16 characters",
         )?;
+        let verify_secret = match (self.verify_secret, self.verify_secret_file) {
+            (Some(v), _) => Some(v.trim().to_owned()),
+            (None, Some(path)) => Some(read_secret(&path).context("--verify-secret-file")?),
+            (None, None) => None,
+        };
+        if verify_secret.as_ref().is_some_and(|s| s.len() < 16) {
+            bail!("the verification secret (MSGW_VERIFY_SECRET) must be at least 16 characters");
+        }
+        let verify_allowed_prefixes = self
+            .verify_allowed_prefixes
+            .iter()
+            .map(|p| p.trim())
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                let digits = p.strip_prefix('+').unwrap_or(p);
+                if digits.is_empty()
+                    || digits.len() > 6
+                    || !digits.bytes().all(|b| b.is_ascii_digit())
+                    || digits.starts_with('0')
+                {
+                    bail!(
+                        "--verify-allowed-prefixes: {p:?} is not a country prefix (1 to 6 digits, not starting with 0)"
+                    );
+                }
+                Ok(digits.to_owned())
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        if self.verify_resend_interval > Duration::from_secs(3600) {
+            bail!("--verify-resend-interval must be at most 1h");
+        }
         let webhook_secret_previous = match (
             self.webhook_secret_previous,
             self.webhook_secret_previous_file,
@@ -667,6 +749,13 @@ impl ServeArgs {
                     );
                 }
             }
+        }
+        // Replicas check each other's codes: a key per replica would refuse every code
+        // another replica sent. SQLite generates one and keeps it (see --verify-secret).
+        if shared_store && verify_secret.is_none() {
+            bail!(
+                "a PostgreSQL store is shared by replicas, which must check each other's one-time codes: set MSGW_VERIFY_SECRET (or MSGW_VERIFY_SECRET_FILE) to the same value on every replica"
+            );
         }
         Ok(Config {
             grpc_addr: self.grpc_addr,
@@ -725,6 +814,12 @@ impl ServeArgs {
             },
             tls,
             callers_file,
+            verify: VerifyConfig {
+                secret: verify_secret.map(SecretString::from),
+                resend_interval: self.verify_resend_interval,
+                phone_limit: self.verify_phone_limit,
+                allowed_prefixes: verify_allowed_prefixes,
+            },
         })
     }
 }
@@ -865,7 +960,12 @@ mod tests {
             .to_string();
         assert!(error.contains("MSGW_ACCOUNT_TOKEN"), "{error}");
         let token = ["--account-token", "0123456789abcdef0123"];
-        let config = serve(&[&pg[..], &secret[..], &token[..]].concat()).unwrap();
+        let error = serve(&[&pg[..], &secret[..], &token[..]].concat())
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("MSGW_VERIFY_SECRET"), "{error}");
+        let verify = ["--verify-secret", "fedcba9876543210fedc"];
+        let config = serve(&[&pg[..], &secret[..], &token[..], &verify[..]].concat()).unwrap();
         assert_eq!(config.store_url, "postgres://msgw@db/msgw");
         assert!(config.store_password.is_none());
     }

@@ -23,5 +23,6 @@ pub mod sandbox;
 pub mod store;
 pub mod telemetry;
 pub mod upstream;
+pub mod verify;
 pub mod wait;
 pub mod webhook;

@@ -33,6 +33,11 @@ pub struct Metrics {
     pub upstream_seconds: HistogramVec,
     /// Message parts the gateway billed, by channel.
     pub billed_parts_total: IntCounterVec,
+    /// Verifications by event (`started`, `approved`, `failed`, `expired`, `canceled`)
+    /// and first channel.
+    pub verifications_total: IntCounterVec,
+    /// Verification checks by outcome (`approved`, `wrong`, `failed`, `not_found`).
+    pub verification_checks_total: IntCounterVec,
     /// Webhooks by endpoint and result.
     pub webhooks_total: IntCounterVec,
     /// Events appended to the log, by source (`webhook`, `poll`) and result (`stored`, `duplicate`).
@@ -171,6 +176,18 @@ impl Metrics {
                 "msgw_upstream_duration_seconds",
                 "Gateway request latency, by operation type and outcome.",
                 &["operation", "outcome"],
+            ),
+            verifications_total: counter(
+                &registry,
+                "msgw_verifications_total",
+                "Verifications by event (started, approved, failed, expired, canceled) and first channel.",
+                &["event", "channel"],
+            ),
+            verification_checks_total: counter(
+                &registry,
+                "msgw_verification_checks_total",
+                "Verification checks by outcome (approved, wrong, failed: the last wrong one, not_found).",
+                &["outcome"],
             ),
             billed_parts_total: counter(
                 &registry,

@@ -59,6 +59,24 @@ pub fn admit(caller: &Caller, ops: &[Operation], batch: bool) -> Result<(), Erro
         })
 }
 
+/// Admits a caller to a VerificationService RPC (`rpc`) that sends `sends` messages:
+/// the `send` permission covers the service, and its sends come from the caller's rate.
+pub fn admit_verification(caller: &Caller, rpc: &str, sends: u32) -> Result<(), Error> {
+    if !caller.may(Permission::Send) {
+        return Err(Error::PermissionDenied(format!(
+            "{rpc} needs the \"send\" permission, which caller {} does not have",
+            caller.label()
+        )));
+    }
+    caller
+        .take_sends(sends)
+        .map_err(|retry_after| Error::RateLimited {
+            caller: caller.label().to_owned(),
+            sends,
+            retry_after,
+        })
+}
+
 /// Admits a caller to the delivery event stream.
 pub fn admit_events(caller: &Caller) -> Result<(), Error> {
     if caller.may(Permission::Events) {

@@ -59,6 +59,8 @@ pub struct Call<A> {
     pub caller: Option<CallerName>,
     /// When the caller stops waiting.
     pub deadline: Option<Instant>,
+    /// How its claims are kept when its operations carry a secret.
+    pub confidential: Option<super::Confidential>,
     /// Where its answer goes.
     pub reply: oneshot::Sender<CallReply<A>>,
     seq: u64,
@@ -187,6 +189,7 @@ impl<R: Runner> Coalescer<R> {
         self.limits
     }
 
+    #[cfg(test)]
     /// Queues `ops` as one call and waits for their answers, at most until `deadline`.
     /// Then a call whose request has not left is given up unsent (`DEADLINE_EXCEEDED`,
     /// nothing happened); one whose request left gets `DEADLINE_EXCEEDED` with an
@@ -196,6 +199,18 @@ impl<R: Runner> Coalescer<R> {
         ops: Vec<Operation>,
         deadline: Option<Instant>,
         caller: Option<CallerName>,
+    ) -> CallReply<R::Answer> {
+        self.call_kept(ops, deadline, caller, None).await
+    }
+
+    /// [`Coalescer::call`] of operations carrying a secret, whose claims are kept as
+    /// `confidential` says.
+    pub async fn call_kept(
+        self: &Arc<Self>,
+        ops: Vec<Operation>,
+        deadline: Option<Instant>,
+        caller: Option<CallerName>,
+        confidential: Option<super::Confidential>,
     ) -> CallReply<R::Answer> {
         if deadline.is_some_and(|d| d <= Instant::now()) {
             return Err(not_sent());
@@ -221,6 +236,7 @@ impl<R: Runner> Coalescer<R> {
                     ops,
                     caller,
                     deadline,
+                    confidential,
                     reply,
                     seq,
                     phase: phase.clone(),

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use tokio::{sync::SemaphorePermit, time::Instant};
 
+use super::Confidential;
 use super::claims::{self, Claims, Decision, Owned};
 use super::coalescer::{Call, Runner, Slot as InFlight};
 use super::{Executed, Tracking, upstream_error};
@@ -73,6 +74,7 @@ pub(super) struct Entry {
     pub(super) op: Operation,
     caller: Option<CallerName>,
     key: Option<(ClientId, Fingerprint)>,
+    confidential: Option<Confidential>,
     pub(super) slot: Slot,
 }
 
@@ -94,12 +96,16 @@ impl Runner for Engine {
                     .claims
                     .as_ref()
                     .and_then(|_| op.idempotency_key())
-                    .map(|id| (id, claims::fingerprint(&op)));
+                    .map(|id| match &call.confidential {
+                        Some(confidential) => (id, confidential.fingerprint(&op)),
+                        None => (id, claims::fingerprint(&op)),
+                    });
                 entries.push(Entry {
                     call: i,
                     op,
                     caller: call.caller.clone(),
                     key,
+                    confidential: call.confidential.clone(),
                     slot: Slot::Send(None),
                 });
             }
@@ -366,7 +372,12 @@ impl Engine {
                     .inc_by(u64::from(receipt.parts));
             }
             if let Slot::Send(Some(owned)) = entry.slot {
-                settlements.push((owned, self.settlement(&entry.op, &result)));
+                let settlement = self.settlement(&entry.op, &result);
+                let settlement = match &entry.confidential {
+                    Some(confidential) => confidential.at_rest(settlement),
+                    None => settlement,
+                };
+                settlements.push((owned, settlement));
             }
             entry.slot = Slot::Done(result.map(|output| Executed {
                 output,

@@ -7,6 +7,7 @@
 
 mod claims;
 mod coalescer;
+mod confidential;
 mod envelope;
 mod resolve;
 
@@ -23,6 +24,7 @@ use crate::upstream::{Gateway, UpstreamError};
 pub use claims::{Claims, Owned, STALE_MARGIN, fingerprint};
 use coalescer::Coalescer;
 pub use coalescer::Limits;
+pub use confidential::Confidential;
 use envelope::{Answer, Engine};
 
 /// Delivery tracking: hook URLs injected into sends, and sent messages recorded
@@ -147,6 +149,35 @@ impl Dispatcher {
         deadline: Option<Instant>,
         caller: Option<&CallerName>,
     ) -> Result<Vec<Result<Executed, Error>>, Error> {
+        self.execute_all_kept(ops, deadline, caller, None).await
+    }
+
+    /// Runs one operation of `caller` whose text carries a secret: the same send, with
+    /// the same exactly-once rules, but its claim keeps no copy of the secret (see
+    /// [`Confidential`]).
+    pub async fn execute_confidential(
+        &self,
+        op: Operation,
+        deadline: Option<Instant>,
+        caller: Option<&CallerName>,
+        confidential: &Confidential,
+    ) -> Result<Executed, Error> {
+        let mut results = self
+            .execute_all_kept(vec![op], deadline, caller, Some(confidential))
+            .await?;
+        results
+            .pop()
+            .unwrap_or_else(|| Err(Error::Internal("no result for the operation".into())))
+    }
+
+    /// [`Dispatcher::execute_all`], with the claims kept as `confidential` says when set.
+    async fn execute_all_kept(
+        &self,
+        ops: Vec<Operation>,
+        deadline: Option<Instant>,
+        caller: Option<&CallerName>,
+        confidential: Option<&Confidential>,
+    ) -> Result<Vec<Result<Executed, Error>>, Error> {
         let mut results: Vec<Option<Result<Executed, Error>>> = ops.iter().map(|_| None).collect();
         let mut pending: Vec<(usize, Operation)> = ops.into_iter().enumerate().collect();
         while !pending.is_empty() {
@@ -154,7 +185,7 @@ impl Dispatcher {
             let (indices, batch): (Vec<usize>, Vec<Operation>) = pending.into_iter().unzip();
             let answers = self
                 .coalescer
-                .call(batch, deadline, caller.cloned())
+                .call_kept(batch, deadline, caller.cloned(), confidential.cloned())
                 .await?;
             if answers.len() != indices.len() {
                 return Err(Error::Internal(format!(

@@ -120,6 +120,30 @@ pub enum Error {
         /// When a retry is likely to fit.
         retry_after: Option<std::time::Duration>,
     },
+    /// The caller has no pending verification of the number (never started, or
+    /// approved, expired, failed or canceled).
+    #[error("no pending verification of this number from this caller")]
+    VerificationNotFound,
+    /// Too many new verifications of one number in the last hour (`MSGW_VERIFY_PHONE_LIMIT`).
+    #[error("too many verifications of this number in the last hour; nothing was sent")]
+    PhoneRateLimited {
+        /// When the oldest of them leaves the hour.
+        retry_after: std::time::Duration,
+    },
+    /// The number's country prefix is not among `MSGW_VERIFY_ALLOWED_PREFIXES`.
+    #[error("verifications may not go to this number's country prefix; nothing was sent")]
+    DestinationNotAllowed,
+    /// A resend sooner than `MSGW_VERIFY_RESEND_INTERVAL` after the last send.
+    #[error(
+        "the code was sent less than the resend interval ago; nothing was sent, retry after the delay"
+    )]
+    ResendTooSoon {
+        /// When a resend is allowed.
+        retry_after: std::time::Duration,
+    },
+    /// The verification has had all its sends.
+    #[error("this verification has had all its sends; nothing was sent")]
+    SendsExhausted,
     /// A bug in msgw.
     #[error("internal error: {0}")]
     Internal(String),

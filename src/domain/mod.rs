@@ -10,6 +10,7 @@ mod ops;
 mod outputs;
 mod status;
 mod values;
+mod verification;
 
 pub use caller::CallerName;
 pub use error::{Error, FieldViolation, Scope, UnavailableCause, Violations};
@@ -28,3 +29,4 @@ pub use outputs::{
 };
 pub use status::{Channel, ReportedStatus, Status};
 pub use values::{ClientId, HttpUrl, Lifetime, OtpCode, Phone, Text, TextKind, ValueError};
+pub use verification::VerificationStatus;

@@ -13,6 +13,7 @@ pub mod port;
 pub mod server;
 mod status;
 mod templates;
+mod verification;
 
 pub use account::Account;
 pub use deadline::StampLayer;
@@ -21,3 +22,4 @@ pub use limits::{MAX_REQUEST_BYTES, TooLargeLayer};
 pub use messaging::Messaging;
 pub use status::{ERROR_DOMAIN, to_rpc_status};
 pub use templates::Templates;
+pub use verification::Verification;

@@ -1,4 +1,4 @@
-//! What the gRPC port serves: msgw's four services, health and reflection, and
+//! What the gRPC port serves: msgw's five services, health and reflection, and
 //! msgw's health status (also a flag for the admin listener's `/readyz`).
 
 use std::sync::Arc;
@@ -7,21 +7,24 @@ use tokio::sync::watch;
 use tonic::service::Routes;
 use tonic_health::{ServingStatus, server::HealthReporter};
 
-use super::{Account, Events, MAX_REQUEST_BYTES, Messaging, Templates};
+use super::{Account, Events, MAX_REQUEST_BYTES, Messaging, Templates, Verification};
 use crate::dispatch::Dispatcher;
 use crate::events::EventLog;
 use crate::proto::{
     self, account_service_server::AccountServiceServer, event_service_server::EventServiceServer,
     messaging_service_server::MessagingServiceServer,
     template_service_server::TemplateServiceServer,
+    verification_service_server::VerificationServiceServer,
 };
+use crate::verify::Verifier;
 
 /// The services msgw serves, as health check names.
-const SERVICES: [&str; 4] = [
+const SERVICES: [&str; 5] = [
     "msgw.v1.MessagingService",
     "msgw.v1.AccountService",
     "msgw.v1.TemplateService",
     "msgw.v1.EventService",
+    "msgw.v1.VerificationService",
 ];
 
 /// msgw's health: the gRPC health service, and the same as a flag.
@@ -51,6 +54,7 @@ impl Health {
 pub fn routes(
     dispatcher: Dispatcher,
     events: Arc<EventLog>,
+    verifier: Verifier,
 ) -> Result<(Routes, Health), tonic_reflection::server::Error> {
     let (reporter, health_service) = tonic_health::server::health_reporter();
     let health = Health {
@@ -81,6 +85,10 @@ pub fn routes(
         )
         .add_service(
             EventServiceServer::new(Events::new(events))
+                .max_decoding_message_size(MAX_REQUEST_BYTES),
+        )
+        .add_service(
+            VerificationServiceServer::new(Verification::new(verifier))
                 .max_decoding_message_size(MAX_REQUEST_BYTES),
         );
     Ok((routes, health))

@@ -27,6 +27,11 @@ pub fn code(e: &Error) -> Code {
         Error::MessageNotFound { .. } => Code::NotFound,
         Error::PermissionDenied(_) => Code::PermissionDenied,
         Error::RateLimited { .. } => Code::ResourceExhausted,
+        Error::VerificationNotFound => Code::NotFound,
+        Error::PhoneRateLimited { .. } | Error::ResendTooSoon { .. } | Error::SendsExhausted => {
+            Code::ResourceExhausted
+        }
+        Error::DestinationNotAllowed => Code::PermissionDenied,
         Error::Internal(_) => Code::Internal,
     }
 }
@@ -62,6 +67,11 @@ pub fn reason(e: &Error) -> &'static str {
         Error::Overloaded { .. } => "QUEUE_FULL",
         Error::MessageNotFound { .. } => "MESSAGE_NOT_FOUND",
         Error::RateLimited { .. } => "RATE_LIMITED",
+        Error::VerificationNotFound => "VERIFICATION_NOT_FOUND",
+        Error::PhoneRateLimited { .. } => "PHONE_RATE_LIMITED",
+        Error::DestinationNotAllowed => "DESTINATION_NOT_ALLOWED",
+        Error::ResendTooSoon { .. } => "RESEND_TOO_SOON",
+        Error::SendsExhausted => "VERIFICATION_SENDS_EXHAUSTED",
     }
 }
 
@@ -129,7 +139,10 @@ fn details(e: Error) -> Details {
         Error::IdConflict { msg_id, .. } => {
             metadata(msg_id.map(|m| ("msg_id", m)).into_iter().collect())
         }
-        Error::SendInProgress { retry_after, .. } | Error::Overloaded { retry_after } => Details {
+        Error::SendInProgress { retry_after, .. }
+        | Error::Overloaded { retry_after }
+        | Error::PhoneRateLimited { retry_after }
+        | Error::ResendTooSoon { retry_after } => Details {
             retry_after: Some(retry_after),
             ..Details::default()
         },
@@ -148,6 +161,9 @@ fn details(e: Error) -> Details {
         Error::AccessDenied
         | Error::ResultLost(_)
         | Error::PermissionDenied(_)
+        | Error::VerificationNotFound
+        | Error::DestinationNotAllowed
+        | Error::SendsExhausted
         | Error::Internal(_) => Details::default(),
     }
 }
@@ -303,6 +319,15 @@ mod tests {
                 sends: 1,
                 retry_after: Some(second),
             },
+            Error::VerificationNotFound,
+            Error::PhoneRateLimited {
+                retry_after: second,
+            },
+            Error::DestinationNotAllowed,
+            Error::ResendTooSoon {
+                retry_after: second,
+            },
+            Error::SendsExhausted,
             Error::Internal("bug".into()),
         ];
         for e in &all {
@@ -320,6 +345,11 @@ mod tests {
                 | Error::CursorOutOfRange { .. }
                 | Error::PermissionDenied(_)
                 | Error::RateLimited { .. }
+                | Error::VerificationNotFound
+                | Error::PhoneRateLimited { .. }
+                | Error::DestinationNotAllowed
+                | Error::ResendTooSoon { .. }
+                | Error::SendsExhausted
                 | Error::Internal(_) => {}
             }
         }

@@ -13,12 +13,16 @@ mod postgres_reach;
 mod rows;
 mod sqlite;
 mod sqlite_claims;
+mod verification_sql;
+mod verifications;
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::domain::{Channel, ClientId, Cursor, Error, NewEvent, StatusEvent, UnavailableCause};
+use crate::domain::{
+    CallerName, Channel, ClientId, Cursor, Error, NewEvent, Phone, StatusEvent, UnavailableCause,
+};
 
 pub use claims::{
     AcceptedOutcome, ClaimChange, ClaimRecord, ClaimReply, ClaimState, Fingerprint, Settlement,
@@ -26,6 +30,9 @@ pub use claims::{
 pub use group::GroupWriter;
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
+pub use verifications::{
+    Created, NewVerification, PhoneLimit, StoredCode, VerificationChange, VerificationRecord,
+};
 
 /// A failure of the store.
 #[derive(Debug, thiserror::Error)]
@@ -191,6 +198,46 @@ pub trait Store: std::fmt::Debug + Send + Sync + 'static {
     /// Saves the built-in sandbox's state of `account`.
     async fn save_sandbox_state(&self, account: &str, state: &str) -> Result<(), StoreError>;
 
+    /// Starts a verification with its first send, unless the number had `limit`
+    /// verifications already, its send id is taken, or the caller has one pending for
+    /// the number; atomic across replicas.
+    async fn create_verification(
+        &self,
+        new: &NewVerification,
+        limit: PhoneLimit,
+    ) -> Result<Created, StoreError>;
+
+    /// The verification a send (by client id) belongs to, and whether the gateway
+    /// accepted that send.
+    async fn verification_of_send(
+        &self,
+        send: ClientId,
+    ) -> Result<Option<(VerificationRecord, bool)>, StoreError>;
+
+    /// The caller's pending verification of `phone` that has not expired at `now`.
+    async fn pending_verification(
+        &self,
+        caller: Option<&CallerName>,
+        phone: Phone,
+        now: DateTime<Utc>,
+    ) -> Result<Option<VerificationRecord>, StoreError>;
+
+    /// Marks the caller's pending verifications of `phone` expired once past their
+    /// time, and returns those it marked (each is returned once, whoever asks).
+    async fn expire_verifications(
+        &self,
+        caller: Option<&CallerName>,
+        phone: Phone,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<VerificationRecord>, StoreError>;
+
+    /// Applies one change of a verification atomically: the verification after it, or
+    /// `None` when the verification was no longer as the change expects.
+    async fn change_verification(
+        &self,
+        change: &VerificationChange,
+    ) -> Result<Option<VerificationRecord>, StoreError>;
+
     /// Flushes and closes the store.
     async fn close(&self);
 }
@@ -205,11 +252,12 @@ const LEASE_SQL: &str = "INSERT INTO leases (name, holder, until_ms) VALUES ($1,
 /// What a prune runs, in order: each statement with its bound values. Both databases
 /// speak this SQL; the first two statements drop events (their row counts are the
 /// result).
-fn prune_statements(retention: Retention, now: DateTime<Utc>) -> [(&'static str, Vec<i64>); 4] {
+fn prune_statements(retention: Retention, now: DateTime<Utc>) -> [(&'static str, Vec<i64>); 6] {
     use rows::{millis, ms};
     let horizon = ms(now).saturating_sub(millis(retention.max_age));
     let keep = i64::try_from(retention.max_events).unwrap_or(i64::MAX);
     let claims_horizon = ms(now).saturating_sub(millis(retention.claims_max_age));
+    let verifications_horizon = ms(now - verifications::KEPT_AT_LEAST);
     [
         (
             "DELETE FROM events WHERE received_at_ms < $1",
@@ -235,6 +283,18 @@ fn prune_statements(retention: Retention, now: DateTime<Utc>) -> [(&'static str,
                AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.client_id = claims.client_id
                                 AND NOT m.is_final AND m.sent_at_ms + m.lifetime_s * 1000 >= $2)",
             vec![claims_horizon, ms(now)],
+        ),
+        // A verification is kept while pending and unexpired, and for the hour its start
+        // counts against its number's limit.
+        (
+            "DELETE FROM verifications WHERE created_at_ms < $1
+               AND (status <> 'pending' OR expires_at_ms <= $2)",
+            vec![verifications_horizon, ms(now)],
+        ),
+        (
+            "DELETE FROM verification_sends WHERE NOT EXISTS
+               (SELECT 1 FROM verifications v WHERE v.id = verification_sends.verification_id)",
+            vec![],
         ),
     ]
 }
@@ -276,6 +336,17 @@ fn cause(error: &sqlx::Error) -> String {
         sqlx::Error::Tls(e) => format!("TLS: {e}"),
         other => other.to_string(),
     }
+}
+
+/// The database file of a `sqlite:` store URL; `None` for an in-memory database or
+/// another URL.
+pub fn sqlite_file(url: &str) -> Option<std::path::PathBuf> {
+    use std::str::FromStr;
+    if !url.starts_with("sqlite:") || url.contains(":memory:") || url.contains("mode=memory") {
+        return None;
+    }
+    let options = sqlx::sqlite::SqliteConnectOptions::from_str(url).ok()?;
+    Some(options.get_filename().to_path_buf())
 }
 
 /// Whether a store URL names a PostgreSQL database (a store several replicas share).

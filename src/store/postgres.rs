@@ -15,11 +15,15 @@ use super::rows::{
     ClaimRow, DueRow, EventRow, claims_with_ids, cursor_from_db, cursor_to_db, id_to_db, millis,
     ms, pending_from_row, replies_to_json,
 };
+use super::verification_sql;
+use super::verifications::{
+    self, Created, NewVerification, PhoneLimit, VerificationChange, VerificationRecord,
+};
 use super::{
     ClaimChange, ClaimRecord, ClaimReply, PendingMessage, Retention, Store, StoreError, advance,
     postgres_claims,
 };
-use crate::domain::{CallerName, ClientId, Cursor, NewEvent, StatusEvent};
+use crate::domain::{CallerName, ClientId, Cursor, NewEvent, Phone, StatusEvent};
 
 /// PostgreSQL implementation of [`Store`].
 #[derive(Debug, Clone)]
@@ -398,7 +402,7 @@ impl Store for PgStore {
     }
 
     async fn prune(&self, retention: Retention, now: DateTime<Utc>) -> Result<u64, StoreError> {
-        let mut dropped = [0; 4];
+        let mut dropped = [0; 6];
         for ((sql, values), n) in super::prune_statements(retention, now)
             .into_iter()
             .zip(&mut dropped)
@@ -482,6 +486,68 @@ impl Store for PgStore {
             .execute(&self.pool)
             .await?;
         Ok(())
+    }
+
+    async fn create_verification(
+        &self,
+        new: &NewVerification,
+        limit: PhoneLimit,
+    ) -> Result<Created, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        // Starts of one number queue here, so two replicas cannot both see room under
+        // its limit and both start one. The two-key form keeps these locks apart from
+        // single-key ones (sqlx's migration lock).
+        sqlx::query(
+            "SELECT pg_advisory_xact_lock(hashtext('msgw.verifications'), hashtext($1::text))",
+        )
+        .bind(super::verifications::phone_to_db(new.phone))
+        .execute(&mut *tx)
+        .await?;
+        let created = verification_sql::postgres::create(&mut tx, new, limit).await?;
+        if matches!(created, Created::Started(_)) {
+            tx.commit().await?;
+        }
+        Ok(created)
+    }
+
+    async fn verification_of_send(
+        &self,
+        send: ClientId,
+    ) -> Result<Option<(VerificationRecord, bool)>, StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        verification_sql::postgres::of_send(&mut conn, send).await
+    }
+
+    async fn pending_verification(
+        &self,
+        caller: Option<&CallerName>,
+        phone: Phone,
+        now: DateTime<Utc>,
+    ) -> Result<Option<VerificationRecord>, StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        verification_sql::postgres::pending(&mut conn, caller, phone, now).await
+    }
+
+    async fn expire_verifications(
+        &self,
+        caller: Option<&CallerName>,
+        phone: Phone,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<VerificationRecord>, StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        verification_sql::postgres::expire(&mut conn, caller, phone, now).await
+    }
+
+    async fn change_verification(
+        &self,
+        change: &VerificationChange,
+    ) -> Result<Option<VerificationRecord>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let changed = verification_sql::postgres::change(&mut tx, change).await?;
+        if changed.is_some() || verifications::writes_without_row(change) {
+            tx.commit().await?;
+        }
+        Ok(changed)
     }
 
     async fn close(&self) {

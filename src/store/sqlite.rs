@@ -12,11 +12,15 @@ use super::rows::{
     ClaimRow, DueRow, EventRow, claims_with_ids, cursor_from_db, cursor_to_db, id_to_db, millis,
     ms, pending_from_row, replies_to_json, report_id_to_db,
 };
+use super::verification_sql;
+use super::verifications::{
+    self, Created, NewVerification, PhoneLimit, VerificationChange, VerificationRecord,
+};
 use super::{
     ClaimChange, ClaimRecord, ClaimReply, PendingMessage, Retention, Store, StoreError,
     sqlite_claims,
 };
-use crate::domain::{CallerName, ClientId, Cursor, NewEvent, StatusEvent};
+use crate::domain::{CallerName, ClientId, Cursor, NewEvent, Phone, StatusEvent};
 
 /// SQLite implementation of [`Store`].
 #[derive(Debug, Clone)]
@@ -337,7 +341,7 @@ impl Store for SqliteStore {
     }
 
     async fn prune(&self, retention: Retention, now: DateTime<Utc>) -> Result<u64, StoreError> {
-        let mut dropped = [0; 4];
+        let mut dropped = [0; 6];
         for ((sql, values), n) in super::prune_statements(retention, now)
             .into_iter()
             .zip(&mut dropped)
@@ -418,6 +422,59 @@ impl Store for SqliteStore {
             .execute(&self.writer)
             .await?;
         Ok(())
+    }
+
+    async fn create_verification(
+        &self,
+        new: &NewVerification,
+        limit: PhoneLimit,
+    ) -> Result<Created, StoreError> {
+        let mut tx = self.writer.begin().await?;
+        let created = verification_sql::sqlite::create(&mut tx, new, limit).await?;
+        if matches!(created, Created::Started(_)) {
+            tx.commit().await?;
+        }
+        Ok(created)
+    }
+
+    async fn verification_of_send(
+        &self,
+        send: ClientId,
+    ) -> Result<Option<(VerificationRecord, bool)>, StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        verification_sql::sqlite::of_send(&mut conn, send).await
+    }
+
+    async fn pending_verification(
+        &self,
+        caller: Option<&CallerName>,
+        phone: Phone,
+        now: DateTime<Utc>,
+    ) -> Result<Option<VerificationRecord>, StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        verification_sql::sqlite::pending(&mut conn, caller, phone, now).await
+    }
+
+    async fn expire_verifications(
+        &self,
+        caller: Option<&CallerName>,
+        phone: Phone,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<VerificationRecord>, StoreError> {
+        let mut conn = self.writer.acquire().await?;
+        verification_sql::sqlite::expire(&mut conn, caller, phone, now).await
+    }
+
+    async fn change_verification(
+        &self,
+        change: &VerificationChange,
+    ) -> Result<Option<VerificationRecord>, StoreError> {
+        let mut tx = self.writer.begin().await?;
+        let changed = verification_sql::sqlite::change(&mut tx, change).await?;
+        if changed.is_some() || verifications::writes_without_row(change) {
+            tx.commit().await?;
+        }
+        Ok(changed)
     }
 
     async fn close(&self) {

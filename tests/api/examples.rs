@@ -49,7 +49,7 @@ async fn run_example(command: &mut Command, lines: &[&str]) {
 }
 
 #[tokio::test]
-async fn the_python_example_sends_batches_waits_for_the_final_status_and_reads_errors() {
+async fn the_python_example_sends_batches_waits_for_the_final_status_reads_errors_and_verifies() {
     let python = repo().join(".tools/venv/bin/python");
     assert!(
         python.exists(),
@@ -77,13 +77,16 @@ async fn the_python_example_sends_batches_waits_for_the_final_status_and_reads_e
             "status of 7000: DELIVERED (final: True)",
             "refused: INVALID_ARGUMENT, fields ['phone']",
             " UAH",
+            "verification 7003: VERIFICATION_STATUS_PENDING, 5 checks left",
+            "wrong code: 4 checks left",
+            "verified: VERIFICATION_STATUS_APPROVED",
         ],
     )
     .await;
 }
 
 #[tokio::test]
-async fn the_typescript_example_typechecks_sends_batches_waits_and_reads_errors() {
+async fn the_typescript_example_typechecks_sends_batches_waits_reads_errors_and_verifies() {
     let dir = repo().join("examples/typescript");
     for needed in ["node_modules/.bin/tsx", "gen/msgw/v1/messaging_pb.ts"] {
         assert!(
@@ -123,6 +126,9 @@ async fn the_typescript_example_typechecks_sends_batches_waits_and_reads_errors(
             "status of 7100: DELIVERED (final: true)",
             r#"refused: InvalidArgument, fields ["phone"]"#,
             " UAH",
+            "verification 7103: VERIFICATION_STATUS_PENDING, 5 checks left",
+            "wrong code: 4 checks left",
+            "verified: VERIFICATION_STATUS_APPROVED",
         ],
     )
     .await;

@@ -17,6 +17,7 @@ use msgw::{
         account_service_client::AccountServiceClient, event_service_client::EventServiceClient,
         messaging_service_client::MessagingServiceClient,
         template_service_client::TemplateServiceClient,
+        verification_service_client::VerificationServiceClient,
     },
 };
 use msgw::{
@@ -225,6 +226,9 @@ pub fn default_reply(body: &Value) -> Reply {
 
 /// The webhook HMAC key the tests configure.
 pub const WEBHOOK_SECRET: &str = "test-webhook-secret-0123456789";
+/// The verification secret of tests on a PostgreSQL store (SQLite ones keep a
+/// generated one next to the database unless they set their own).
+pub const VERIFY_SECRET: &str = "test-verify-secret-0123456789";
 /// The account webhook token the tests configure.
 pub const ACCOUNT_TOKEN: &str = "test-account-token-0123456789";
 
@@ -257,6 +261,10 @@ impl TestApp {
 
     pub fn events(&self) -> EventServiceClient<Channel> {
         EventServiceClient::new(self.channel.clone())
+    }
+
+    pub fn verification(&self) -> VerificationServiceClient<Channel> {
+        VerificationServiceClient::new(self.channel.clone())
     }
 
     pub fn store_url(&self) -> String {
@@ -380,6 +388,9 @@ pub struct Options {
     pub tls_client: Option<TlsClient>,
     /// The callers file (bearer tokens, permissions, rates).
     pub callers_file: Option<std::path::PathBuf>,
+    /// Verifications: secret (PostgreSQL stores get [`VERIFY_SECRET`]), resend
+    /// interval, phone limit, allowed prefixes.
+    pub verify: msgw::config::VerifyConfig,
 }
 
 impl Default for Options {
@@ -410,6 +421,7 @@ impl Default for Options {
             tls: None,
             tls_client: None,
             callers_file: None,
+            verify: msgw::config::VerifyConfig::default(),
         }
     }
 }
@@ -458,7 +470,12 @@ pub fn config(options: Options, gateway: &FakeGateway) -> (Config, Arc<tempfile:
     let store = options
         .store
         .unwrap_or_else(|| Arc::new(tempfile::tempdir().expect("temp dir")));
+    let shared = options.store_url.is_some();
     let store_url = options.store_url.unwrap_or_else(|| store_url(&store));
+    let mut verify = options.verify;
+    if shared && verify.secret.is_none() {
+        verify.secret = Some(VERIFY_SECRET.to_owned().into());
+    }
     let config = Config {
         webhook_secret: WEBHOOK_SECRET.to_owned().into(),
         webhook_secret_previous: options.webhook_secret_previous.clone().map(Into::into),
@@ -480,6 +497,7 @@ pub fn config(options: Options, gateway: &FakeGateway) -> (Config, Arc<tempfile:
         webhook_limits: options.webhook_limits,
         tls: options.tls,
         callers_file: options.callers_file,
+        verify,
         ..Config::for_tests(upstream, store_url)
     };
     (config, store)

@@ -100,6 +100,7 @@ async fn failed_start(store_url: &str) -> (String, Duration) {
         .args(args)
         .env("MSGW_WEBHOOK_SECRET", crate::helpers::WEBHOOK_SECRET)
         .env("MSGW_ACCOUNT_TOKEN", crate::helpers::ACCOUNT_TOKEN)
+        .env("MSGW_VERIFY_SECRET", crate::helpers::VERIFY_SECRET)
         .kill_on_drop(true)
         .output();
     let output = tokio::time::timeout(Duration::from_secs(30), output)

@@ -23,4 +23,5 @@ mod tls;
 mod tools;
 mod translation;
 mod validation;
+mod verification;
 mod waiting;

@@ -36,7 +36,7 @@ async fn run(app: &TestApp, flags: &[&str], command: &[&str]) -> String {
 }
 
 #[tokio::test]
-async fn grpcurl_lists_all_four_services() {
+async fn grpcurl_lists_all_five_services() {
     let app = spawn_app().await;
     let out = run(&app, &[], &["list"]).await;
     for service in [
@@ -44,6 +44,7 @@ async fn grpcurl_lists_all_four_services() {
         "msgw.v1.AccountService",
         "msgw.v1.TemplateService",
         "msgw.v1.EventService",
+        "msgw.v1.VerificationService",
         "grpc.health.v1.Health",
     ] {
         assert!(
@@ -87,4 +88,46 @@ async fn grpcurl_calls_get_balance() {
         app.gateway.only_item(),
         serde_json::json!({"type": "balance"})
     );
+}
+
+#[tokio::test]
+async fn the_readmes_verification_examples_run_verbatim_on_the_sandbox() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    let section = readme
+        .split("\n## Verifying phone numbers\n")
+        .nth(1)
+        .expect("the README's section");
+    let script = section
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|block| block.split("\n```").next())
+        .expect("its sh block");
+    let app = crate::helpers::spawn_sandboxed_app(std::time::Duration::from_millis(50)).await;
+    let script = script.replace("localhost:50051", &app.addr.to_string());
+    let path = format!(
+        "{}:{}",
+        grpcurl().parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new("bash")
+        .args(["-euo", "pipefail", "-c", &script])
+        .env("PATH", path)
+        .output()
+        .await
+        .expect("bash runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for expected in [
+        "\"checksLeft\": 4",
+        "VERIFICATION_STATUS_APPROVED",
+        "CHANNEL_TELEGRAM",
+        "VERIFICATION_STATUS_CANCELED",
+    ] {
+        assert!(stdout.contains(expected), "{expected} missing:\n{stdout}");
+    }
 }

@@ -8,6 +8,7 @@ mod claims;
 mod copy;
 mod events;
 mod shared;
+mod verifications;
 
 use std::{sync::Arc, time::Duration};
 
@@ -92,4 +93,10 @@ on_both_stores!(
     shared::a_due_message_is_taken_by_one_replica_until_its_lease_ends,
     shared::a_lease_is_held_by_one_replica_until_it_expires,
     shared::the_sandboxs_state_reads_back_as_saved_from_any_replica,
+    verifications::a_verification_reads_back_exactly_by_number_and_by_send,
+    verifications::a_caller_has_one_pending_verification_per_number_within_its_limit,
+    verifications::concurrent_wrong_codes_on_two_replicas_take_at_most_its_checks,
+    verifications::two_right_codes_on_two_replicas_approve_once,
+    verifications::a_resend_holds_once_per_interval_and_for_its_sends,
+    verifications::expired_verifications_are_marked_once_and_pruned_after_the_hour,
 );

@@ -78,7 +78,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{/*
 Secret keys to mount, as a dict: env var name (without _FILE) -> key in the Secret.
-The chart's own Secret always holds webhook-secret and account-token; api-key only when set.
+The chart's own Secret always holds webhook-secret, account-token and verify-secret; api-key only when set.
 */}}
 {{- define "msgw.secretKeys" -}}
 {{- $keys := dict }}
@@ -87,10 +87,12 @@ The chart's own Secret always holds webhook-secret and account-token; api-key on
 {{- with .Values.secrets.existingSecretKeys.webhookSecret }}{{ $_ := set $keys "MSGW_WEBHOOK_SECRET" . }}{{ end }}
 {{- with .Values.secrets.existingSecretKeys.accountToken }}{{ $_ := set $keys "MSGW_ACCOUNT_TOKEN" . }}{{ end }}
 {{- with .Values.secrets.existingSecretKeys.webhookSecretPrevious }}{{ $_ := set $keys "MSGW_WEBHOOK_SECRET_PREVIOUS" . }}{{ end }}
+{{- with .Values.secrets.existingSecretKeys.verifySecret }}{{ $_ := set $keys "MSGW_VERIFY_SECRET" . }}{{ end }}
 {{- else }}
 {{- if .Values.secrets.apiKey }}{{ $_ := set $keys "MSGW_API_KEY" "api-key" }}{{ end }}
 {{- $_ := set $keys "MSGW_WEBHOOK_SECRET" "webhook-secret" }}
 {{- $_ := set $keys "MSGW_ACCOUNT_TOKEN" "account-token" }}
+{{- $_ := set $keys "MSGW_VERIFY_SECRET" "verify-secret" }}
 {{- if .Values.secrets.webhookSecretPrevious }}{{ $_ := set $keys "MSGW_WEBHOOK_SECRET_PREVIOUS" "webhook-secret-previous" }}{{ end }}
 {{- end }}
 {{- toJson $keys }}
@@ -176,6 +178,9 @@ The chart's own Secret always holds webhook-secret and account-token; api-key on
 {{- $multi := or .Values.autoscaling.enabled (gt (int .Values.replicaCount) 1) }}
 {{- if and $postgres .Values.secrets.existingSecret (not .Values.secrets.existingSecretKeys.webhookSecret) }}
 {{- fail "msgw: replicas sharing PostgreSQL must share the webhook secret: set secrets.existingSecretKeys.webhookSecret." }}
+{{- end }}
+{{- if and $postgres .Values.secrets.existingSecret (not .Values.secrets.existingSecretKeys.verifySecret) }}
+{{- fail "msgw: replicas sharing PostgreSQL must share the verification secret: set secrets.existingSecretKeys.verifySecret." }}
 {{- end }}
 {{- if and $postgres .Values.secrets.existingSecret (not .Values.secrets.existingSecretKeys.accountToken) }}
 {{- fail "msgw: replicas sharing PostgreSQL must share the account webhook token: set secrets.existingSecretKeys.accountToken." }}

@@ -933,3 +933,50 @@ async fn a_verification_send_is_a_message_whose_status_reaches_the_event_stream(
     assert_eq!(event.id, 41);
     assert_eq!(event.raw_status, "DELIVERED");
 }
+
+#[tokio::test]
+async fn a_callers_send_rate_counts_its_verification_sends() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("callers.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[[caller]]\nname = \"alice\"\ntoken_sha256 = \"{}\"\nsends_per_second = 0.01\nburst = 1\n",
+            sha256_hex(ALICE),
+        ),
+    )
+    .unwrap();
+    let app = spawn(Options {
+        callers_file: Some(path),
+        ..Options::default()
+    })
+    .await;
+    let mut client = app.verification();
+    client
+        .start_verification(as_caller(ALICE, start(1)))
+        .await
+        .unwrap();
+    let limited = client
+        .start_verification(as_caller(
+            ALICE,
+            StartVerificationRequest {
+                phone: "+380971234568".into(),
+                ..start(2)
+            },
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(limited.code(), Code::ResourceExhausted, "{limited:?}");
+    assert_eq!(error_info(&limited).0, "RATE_LIMITED");
+    assert_eq!(app.gateway.requests().len(), 1);
+    // Checks send nothing and take nothing from the rate.
+    let code = nth_sms_code(&app.gateway, 0);
+    let approved = client
+        .check_verification(as_caller(ALICE, check(&code)))
+        .await
+        .unwrap()
+        .into_inner()
+        .verification
+        .unwrap();
+    assert_eq!(status(&approved), VerificationStatus::Approved);
+}

@@ -1,7 +1,7 @@
 //! `msgw check`: asks a running msgw's gRPC health service whether it serves, so a
 //! Kubernetes `helm test` (or a script) needs nothing but the msgw image.
 
-use crate::config::CheckArgs;
+use crate::cli::CheckArgs;
 use anyhow::{Context, bail};
 use tonic::transport::{Certificate, ClientTlsConfig, Identity};
 use tonic_health::pb::{

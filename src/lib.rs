@@ -6,6 +6,7 @@ pub mod app;
 pub mod auth;
 pub mod balance;
 pub mod check;
+pub mod cli;
 pub mod config;
 pub mod cpus;
 pub mod dispatch;

@@ -1,7 +1,7 @@
 use clap::Parser;
 
 use msgw::app::{Application, shutdown_signal};
-use msgw::config::{Cli, Command};
+use msgw::cli::{Cli, Command};
 
 fn main() {
     let cli = Cli::parse();

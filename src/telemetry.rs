@@ -5,7 +5,7 @@ use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::{Resource, trace::SdkTracerProvider};
 use tracing_subscriber::{EnvFilter, Layer, fmt, prelude::*};
 
-use crate::config::{LogArgs, LogFormat};
+use crate::cli::{LogArgs, LogFormat};
 
 /// Keeps the trace exporter alive; dropping it flushes the spans not sent yet.
 pub struct Telemetry {

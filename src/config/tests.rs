@@ -1,0 +1,190 @@
+//! How flags and environment become a Config, and what is refused.
+
+use clap::Parser;
+
+use super::*;
+use crate::cli::{Cli, Command};
+
+fn serve(args: &[&str]) -> anyhow::Result<Config> {
+    let cli = Cli::try_parse_from(["msgw", "serve"].iter().chain(args))?;
+    match cli.command {
+        Command::Serve(args) => args.into_config(),
+        Command::Sandbox(_) | Command::CopyStore(_) | Command::Check(_) => bail!("not serve"),
+    }
+}
+
+#[test]
+fn durations_beyond_ten_years_are_refused_with_the_flag_named() {
+    for flag in [
+        "--upstream-settle",
+        "--upstream-timeout",
+        "--idempotency-retention",
+    ] {
+        let error = serve(&[flag, "100000000000d"]).unwrap_err().to_string();
+        assert!(error.contains(flag) && error.contains("3650d"), "{error}");
+    }
+    assert!(serve(&["--upstream-settle", "3650d"]).is_ok());
+}
+
+#[test]
+fn listen_addresses_take_host_names() {
+    let config = serve(&[
+        "--grpc-addr",
+        "localhost:58351",
+        "--http-addr",
+        "127.0.0.1:0",
+        "--admin-addr",
+        "[::1]:9091",
+    ])
+    .unwrap();
+    assert!(config.grpc_addr.ip().is_loopback(), "{}", config.grpc_addr);
+    assert_eq!(config.grpc_addr.port(), 58351);
+    assert_eq!(config.http_addr, "127.0.0.1:0".parse().unwrap());
+    assert_eq!(config.admin_addr, "[::1]:9091".parse().unwrap());
+    let error = serve(&["--grpc-addr", "localhost"])
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("HOST:PORT"), "{error}");
+}
+
+#[test]
+fn a_postgres_store_needs_the_secrets_every_replica_shares() {
+    let pg = ["--store-url", "postgres://msgw@db/msgw"];
+    let error = serve(&pg).unwrap_err().to_string();
+    assert!(error.contains("MSGW_WEBHOOK_SECRET"), "{error}");
+    let secret = ["--webhook-secret", "0123456789abcdef0123"];
+    let error = serve(&[&pg[..], &secret[..]].concat())
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("MSGW_ACCOUNT_TOKEN"), "{error}");
+    let token = ["--account-token", "0123456789abcdef0123"];
+    let error = serve(&[&pg[..], &secret[..], &token[..]].concat())
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("MSGW_VERIFY_SECRET"), "{error}");
+    let verify = ["--verify-secret", "fedcba9876543210fedc"];
+    let config = serve(&[&pg[..], &secret[..], &token[..], &verify[..]].concat()).unwrap();
+    assert_eq!(config.store_url, "postgres://msgw@db/msgw");
+    assert!(config.store_password.is_none());
+}
+
+#[test]
+fn a_previous_webhook_secret_needs_the_new_one_and_its_length() {
+    let error = serve(&["--webhook-secret-previous", "0123456789abcdef0123"])
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("a rotation needs the new secret"), "{error}");
+    let error = serve(&[
+        "--webhook-secret",
+        "0123456789abcdef0123",
+        "--webhook-secret-previous",
+        "short",
+    ])
+    .unwrap_err()
+    .to_string();
+    assert!(error.contains("at least 16"), "{error}");
+    let config = serve(&[
+        "--webhook-secret",
+        "0123456789abcdef0123",
+        "--webhook-secret-previous",
+        "the-old-secret-0123456",
+    ])
+    .unwrap();
+    assert!(config.webhook_secret_previous.is_some());
+}
+
+#[test]
+fn a_real_gateway_without_caller_authentication_refuses_to_start() {
+    let gateway = ["--upstream-url", "https://gw.example", "--api-key", "k"];
+    let error = serve(&gateway).unwrap_err().to_string();
+    for needed in [
+        "MSGW_CALLERS_FILE",
+        "MSGW_GRPC_TLS_CLIENT_CA_FILE",
+        "MSGW_ALLOW_UNAUTHENTICATED=true",
+    ] {
+        assert!(error.contains(needed), "{error}");
+    }
+    // TLS alone authenticates nobody.
+    let tls = [
+        "--grpc-tls-cert-file",
+        "c.pem",
+        "--grpc-tls-key-file",
+        "k.pem",
+    ];
+    assert!(serve(&[&gateway[..], &tls[..]].concat()).is_err());
+    for enough in [
+        &["--callers-file", "callers.toml"][..],
+        &[&tls[..], &["--grpc-tls-client-ca-file", "ca.pem"][..]].concat(),
+        &["--allow-unauthenticated"][..],
+        &["--allow-unauthenticated", "true"][..],
+    ] {
+        let config = serve(&[&gateway[..], enough].concat());
+        assert!(config.is_ok(), "{enough:?}: {config:?}");
+    }
+    let error = serve(&[&gateway[..], &["--allow-unauthenticated", "false"][..]].concat());
+    assert!(error.is_err());
+    // The sandbox stays open with nothing configured.
+    let config = serve(&[]).unwrap();
+    assert!(config.callers_file.is_none() && config.tls.is_none());
+}
+
+#[test]
+fn tls_files_come_in_pairs_and_a_client_ca_needs_them() {
+    let error = serve(&["--grpc-tls-cert-file", "c.pem"])
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("--grpc-tls-key-file"), "{error}");
+    let error = serve(&["--grpc-tls-client-ca-file", "ca.pem"])
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("--grpc-tls-cert-file"), "{error}");
+    let config = serve(&[
+        "--grpc-tls-cert-file",
+        "c.pem",
+        "--grpc-tls-key-file",
+        "k.pem",
+        "--grpc-tls-client-ca-file",
+        "ca.pem",
+    ])
+    .unwrap();
+    let tls = config.tls.unwrap();
+    assert_eq!(tls.client_ca, Some(PathBuf::from("ca.pem")));
+}
+
+#[test]
+fn store_urls_and_password_files_are_checked() {
+    let error = serve(&["--store-url", "mysql://db/msgw"])
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("sqlite://PATH"), "{error}");
+    let error = serve(&["--store-password-file", "/nonexistent"])
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("postgres:// store URL only"), "{error}");
+}
+
+#[test]
+fn upstream_limits_default_to_the_documented_values() {
+    let config = serve(&[]).unwrap();
+    assert_eq!(
+        config.upstream_limits,
+        Limits {
+            connections: 8,
+            batch_max: 50,
+            queue_max: 10_000
+        }
+    );
+}
+
+#[test]
+fn upstream_limits_out_of_range_are_refused_with_the_flag_named() {
+    for (args, flag) in [
+        (["--upstream-connections", "0"], "--upstream-connections"),
+        (["--upstream-batch-max", "0"], "--upstream-batch-max"),
+        (["--upstream-batch-max", "1001"], "--upstream-batch-max"),
+        (["--upstream-queue-max", "10"], "--upstream-queue-max"),
+    ] {
+        let error = serve(&args).unwrap_err().to_string();
+        assert!(error.contains(flag), "{args:?}: {error}");
+    }
+}

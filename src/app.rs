@@ -5,7 +5,7 @@ use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::Context;
 use secrecy::SecretString;
-use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
+use tokio::{net::TcpListener, sync::watch};
 use tonic_health::ServingStatus;
 use tower_layer::Layer;
 
@@ -21,7 +21,7 @@ use crate::http_listener::{self, ListenerLimits};
 use crate::metrics::Metrics;
 use crate::periodic::Leased;
 use crate::reconcile::{ReconcileConfig, Reconciler};
-use crate::sandbox::{self, Sandbox, SandboxConfig};
+use crate::sandbox::{EmbeddedSandbox, SandboxConfig};
 use crate::store::{Retention, Store};
 use crate::upstream::{Gateway, GatewayConfig};
 use crate::verify::{self, Codes, Verifier};
@@ -53,15 +53,9 @@ pub struct Application {
     shutdown_grace: Duration,
     shutdown_delay: Duration,
     balance_refresh: Duration,
-    sandbox: Option<SandboxTask>,
+    sandbox: Option<EmbeddedSandbox>,
     /// This replica's name among those sharing the store (holder of leases).
     replica: String,
-}
-
-/// The in-process sandbox gateway and the handle that stops it.
-struct SandboxTask {
-    stop: watch::Sender<bool>,
-    task: JoinHandle<std::io::Result<()>>,
 }
 
 impl Application {
@@ -118,7 +112,7 @@ impl Application {
                 };
                 let api_key = SecretString::from(sandbox_config.api_key.clone());
                 let (url, task) =
-                    start_sandbox(sandbox_config, store.clone(), auth.is_open()).await?;
+                    EmbeddedSandbox::start(sandbox_config, store.clone(), auth.is_open()).await?;
                 (url, api_key, Some(task))
             }
         };
@@ -381,12 +375,7 @@ impl Application {
             tls_task.await.context("TLS reload task")?;
         }
         if let Some(sandbox) = self.sandbox {
-            sandbox.stop.send_replace(true);
-            sandbox
-                .task
-                .await
-                .context("sandbox task")?
-                .context("sandbox gateway")?;
+            sandbox.stop().await?;
         }
         self.store.close().await;
         tracing::info!("stopped");
@@ -440,41 +429,6 @@ fn redact(url: &str) -> String {
         }
         _ => url.to_owned(),
     }
-}
-
-/// Starts the sandbox gateway on a free loopback port and returns its base URL.
-async fn start_sandbox(
-    config: SandboxConfig,
-    store: Arc<dyn Store>,
-    open: bool,
-) -> anyhow::Result<(url::Url, SandboxTask)> {
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .await
-        .context("cannot bind the sandbox gateway")?;
-    let addr = listener.local_addr()?;
-    let base_url = url::Url::parse(&format!("http://{addr}"))?;
-    if open {
-        tracing::warn!(
-            sandbox_url = %base_url,
-            sandbox_api_key = %config.api_key,
-            "no MSGW_UPSTREAM_URL set: msgw runs against its built-in SANDBOX gateway; nothing is really sent. The gRPC port is OPEN: no MSGW_CALLERS_FILE or mTLS, so any caller may call (a real gateway refuses to start like this)"
-        );
-    } else {
-        tracing::warn!(
-            sandbox_url = %base_url,
-            sandbox_api_key = %config.api_key,
-            "no MSGW_UPSTREAM_URL set: msgw runs against its built-in SANDBOX gateway; nothing is really sent. Callers authenticate as with a real gateway"
-        );
-    }
-    let (stop, mut stopped) = watch::channel(false);
-    // Kept in msgw's store: a restart changes nothing a user can see.
-    let sandbox = Sandbox::kept_in(config, store)
-        .await
-        .context("cannot restore the sandbox's account from the store")?;
-    let task = tokio::spawn(sandbox::serve(listener, sandbox, async move {
-        let _ = stopped.wait_for(|s| *s).await;
-    }));
-    Ok((base_url, SandboxTask { stop, task }))
 }
 
 /// Resolves on SIGTERM or SIGINT.

@@ -9,6 +9,7 @@ mod billing;
 mod channel;
 mod config;
 mod delivery;
+mod embedded;
 mod error;
 mod fields;
 mod hlr;
@@ -30,6 +31,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 pub use config::{DEFAULT_API_KEY, SandboxConfig};
+pub use embedded::EmbeddedSandbox;
 
 use state::State;
 

@@ -9,6 +9,7 @@ pub mod copy;
 mod group;
 mod postgres;
 mod postgres_claims;
+mod postgres_events;
 mod postgres_reach;
 mod rows;
 mod sqlite;

@@ -50,13 +50,7 @@ pub fn admit(caller: &Caller, ops: &[Operation], batch: bool) -> Result<(), Erro
             sends = sends.saturating_add(1);
         }
     }
-    caller
-        .take_sends(sends)
-        .map_err(|retry_after| Error::RateLimited {
-            caller: caller.label().to_owned(),
-            sends,
-            retry_after,
-        })
+    take_sends(caller, sends)
 }
 
 /// Admits a caller to a VerificationService RPC (`rpc`) that sends `sends` messages:
@@ -68,13 +62,7 @@ pub fn admit_verification(caller: &Caller, rpc: &str, sends: u32) -> Result<(), 
             caller.label()
         )));
     }
-    caller
-        .take_sends(sends)
-        .map_err(|retry_after| Error::RateLimited {
-            caller: caller.label().to_owned(),
-            sends,
-            retry_after,
-        })
+    take_sends(caller, sends)
 }
 
 /// Admits a caller to the delivery event stream.
@@ -87,4 +75,15 @@ pub fn admit_events(caller: &Caller) -> Result<(), Error> {
             caller.label()
         )))
     }
+}
+
+/// Takes `sends` from the caller's send rate, or says when to retry.
+fn take_sends(caller: &Caller, sends: u32) -> Result<(), Error> {
+    caller
+        .take_sends(sends)
+        .map_err(|retry_after| Error::RateLimited {
+            caller: caller.label().to_owned(),
+            sends,
+            retry_after,
+        })
 }

@@ -10,8 +10,7 @@ use super::convert::{channel, timestamp};
 use super::handler;
 use crate::auth;
 use crate::domain::{
-    Channel, ClientId, Error, Gender, Phone, Scope, Text, TextKind, VerificationStatus, Violations,
-    Voice,
+    Channel, ClientId, Error, Phone, Scope, Text, TextKind, VerificationStatus, Violations,
 };
 use crate::proto::{self, verification_service_server::VerificationService};
 use crate::verify::{
@@ -105,28 +104,6 @@ fn channels(s: &mut Scope<'_>, raw: &[i32]) -> (Vec<Channel>, bool) {
     (list, ok)
 }
 
-fn voice(s: &mut Scope<'_>, v: proto::VoiceProfile) -> Option<Voice> {
-    let mut s = s.child("voice");
-    let gender = match proto::VoiceGender::try_from(v.gender) {
-        Ok(proto::VoiceGender::Male) => Some(Gender::Male),
-        Ok(proto::VoiceGender::Female) => Some(Gender::Female),
-        _ => {
-            s.add(
-                "gender",
-                "required: VOICE_GENDER_MALE or VOICE_GENDER_FEMALE",
-            );
-            None
-        }
-    };
-    let language = s.check("language", Text::parse(&v.language, TextKind::Short));
-    let name = s.check("name", Text::parse(&v.name, TextKind::Short));
-    Some(Voice {
-        gender: gender?,
-        language: language?,
-        name: name?,
-    })
-}
-
 fn start(r: proto::StartVerificationRequest, s: &mut Scope<'_>) -> Option<StartVerification> {
     let id = s.check("id", ClientId::new(r.id));
     let phone = phone(s, &r.phone);
@@ -166,7 +143,7 @@ fn start(r: proto::StartVerificationRequest, s: &mut Scope<'_>) -> Option<StartV
     // A lone voice channel is a `call/otp` call: the gateway's voice, not this one.
     let voice_step = listed.contains(&Channel::Voice) && listed.len() > 1;
     let voice = match (r.voice, voice_step) {
-        (Some(v), true) => voice(s, v).map(Some),
+        (Some(v), true) => super::convert::voice(s, "voice", Some(v)).map(Some),
         (None, true) => {
             s.add(
                 "voice",

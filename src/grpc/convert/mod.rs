@@ -3,5 +3,5 @@
 mod requests;
 mod responses;
 
-pub use requests::IntoOperation;
+pub use requests::{IntoOperation, voice};
 pub use responses::{FromOutput, channel, json_value, reply, status, timestamp};

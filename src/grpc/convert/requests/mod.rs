@@ -76,7 +76,8 @@ fn sms_fallback(
     })
 }
 
-fn voice(s: &mut Scope<'_>, field: &str, v: Option<proto::VoiceProfile>) -> Option<Voice> {
+/// A voice profile (`field`), which must be present.
+pub fn voice(s: &mut Scope<'_>, field: &str, v: Option<proto::VoiceProfile>) -> Option<Voice> {
     let Some(v) = v else {
         s.add(field, "required");
         return None;

@@ -16,7 +16,7 @@ const LATENCY_BUCKETS: &[f64] = &[
 ];
 
 /// Envelope size buckets, operations.
-const ENVELOPE_BUCKETS: &[f64] = &[1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0];
+const ENVELOPE_BUCKETS: &[f64] = &[1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0];
 
 /// Every metric msgw exports.
 pub struct Metrics {
@@ -50,6 +50,8 @@ pub struct Metrics {
     pub balance_refreshed: Gauge,
     /// Operations per gateway request.
     pub envelope_operations: Histogram,
+    /// Rows per store write of the send path, by stage (`claims`, `settlements`).
+    pub store_write_rows: HistogramVec,
     /// Operations waiting for an envelope.
     pub queue_depth: IntGauge,
     /// Gateway requests in flight.
@@ -123,6 +125,18 @@ impl Metrics {
                 "Time a call waited for its envelope.",
                 LATENCY_BUCKETS,
             ),
+            store_write_rows: {
+                let metric = HistogramVec::new(
+                    HistogramOpts::new(
+                        "msgw_store_write_rows",
+                        "Rows per store write of the send path, by stage: claims (before requests leave) and settlements (their outcomes); its count is the store writes.",
+                    )
+                    .buckets(ENVELOPE_BUCKETS.to_vec()),
+                    &["stage"],
+                )
+                .unwrap_or_else(|e| unreachable!("metric: {e}"));
+                register(&registry, metric)
+            },
             queue_depth: gauge(
                 &registry,
                 "msgw_upstream_queue_operations",

@@ -30,9 +30,10 @@ use super::Executed;
 use crate::domain::{
     CallerName, ClientId, Error, Operation, Output, SendReceipt, UnavailableCause,
 };
+use crate::metrics::Metrics;
 use crate::store::{
-    AcceptedOutcome, ClaimChange, ClaimRecord, ClaimReply, ClaimState, Fingerprint, Settlement,
-    Store, StoreError,
+    AcceptedOutcome, ClaimChange, ClaimRecord, ClaimReply, ClaimState, Fingerprint, GroupWriter,
+    Settlement, Store, StoreError,
 };
 use crate::upstream;
 
@@ -72,10 +73,18 @@ pub enum Decision {
     Wait(DateTime<Utc>),
 }
 
+/// Envelopes whose settlements one store write takes at most.
+const SETTLE_MAX_ENVELOPES: usize = 64;
+
 /// The claims of keyed operations, through the store.
 #[derive(Debug, Clone)]
 pub struct Claims {
     store: Arc<dyn Store>,
+    /// Group commit of settlements: envelopes that finish while one write runs share
+    /// the next.
+    settler: GroupWriter<Vec<ClaimChange>, Vec<ClaimReply>>,
+    /// Rows per store write, by stage (`claims`, `settlements`).
+    rows: prometheus::HistogramVec,
     /// Bumped whenever this process settles claims; waiting calls look again then.
     settled: Arc<watch::Sender<u64>>,
     stale_after: Duration,
@@ -90,9 +99,34 @@ pub fn fingerprint(op: &Operation) -> Fingerprint {
 impl Claims {
     /// Claims over `store`; a claim with no outcome `stale_after` after it was made
     /// counts as unknown; a cut request's outcome is open for `settle` after the cut.
-    pub fn new(store: Arc<dyn Store>, stale_after: Duration, settle: Duration) -> Self {
+    /// Starts the settlement writer: call inside the runtime.
+    pub fn new(
+        store: Arc<dyn Store>,
+        stale_after: Duration,
+        settle: Duration,
+        metrics: &Metrics,
+    ) -> Self {
+        let rows = metrics.store_write_rows.clone();
+        let settler = GroupWriter::spawn(SETTLE_MAX_ENVELOPES, {
+            let (store, rows) = (store.clone(), rows.clone());
+            move |groups: Vec<Vec<ClaimChange>>| {
+                let (store, rows) = (store.clone(), rows.clone());
+                async move {
+                    let sizes: Vec<usize> = groups.iter().map(Vec::len).collect();
+                    let changes: Vec<ClaimChange> = groups.into_iter().flatten().collect();
+                    let replies = apply(&*store, &changes, &rows, "settlements").await?;
+                    let mut replies = replies.into_iter();
+                    Ok(sizes
+                        .into_iter()
+                        .map(|n| replies.by_ref().take(n).collect())
+                        .collect())
+                }
+            }
+        });
         Self {
             store,
+            settler,
+            rows,
             settled: Arc::new(watch::channel(0).0),
             stale_after,
             settle,
@@ -123,15 +157,7 @@ impl Claims {
 
     /// Applies a group of claims and take-overs in one store transaction.
     pub async fn apply(&self, changes: &[ClaimChange]) -> Result<Vec<ClaimReply>, StoreError> {
-        let replies = self.store.apply_claims(changes).await?;
-        if replies.len() != changes.len() {
-            return Err(StoreError::Append(format!(
-                "{} claim replies for {} changes",
-                replies.len(),
-                changes.len()
-            )));
-        }
-        Ok(replies)
+        apply(&*self.store, changes, &self.rows, "claims").await
     }
 
     /// What `op` (keyed by `id`, hashed to `fingerprint`, called by `caller`) does with
@@ -226,7 +252,7 @@ impl Claims {
                 at,
             })
             .collect();
-        match self.apply(&changes).await {
+        match self.settler.submit(changes).await {
             Ok(replies) => {
                 for (owned, reply) in owners.iter().zip(replies) {
                     match reply {
@@ -251,6 +277,35 @@ impl Claims {
         }
         self.settled.send_modify(|generation| *generation += 1);
     }
+
+    /// [`Claims::settle`] without waiting: for claims nobody waits on (their caller left).
+    pub fn settle_later(&self, outcomes: Vec<(Owned, Settlement)>) {
+        if outcomes.is_empty() {
+            return;
+        }
+        let this = self.clone();
+        tokio::spawn(async move { this.settle(outcomes).await });
+    }
+}
+
+/// Applies `changes` in one store call, counting its rows under `stage`.
+async fn apply(
+    store: &dyn Store,
+    changes: &[ClaimChange],
+    rows: &prometheus::HistogramVec,
+    stage: &str,
+) -> Result<Vec<ClaimReply>, StoreError> {
+    rows.with_label_values(&[stage])
+        .observe(changes.len() as f64);
+    let replies = store.apply_claims(changes).await?;
+    if replies.len() != changes.len() {
+        return Err(StoreError::Append(format!(
+            "{} claim replies for {} changes",
+            replies.len(),
+            changes.len()
+        )));
+    }
+    Ok(replies)
 }
 
 /// The stored answer of an accepted operation, as its first call got it.

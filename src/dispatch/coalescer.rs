@@ -10,6 +10,12 @@
 //! anyway), so the envelope runs on and records the outcome for the caller's retry.
 //! Whether the request had left is decided once, atomically, between the caller giving
 //! up and the envelope sending (`Phase`).
+//!
+//! Before a call waits for a slot, the runner may prepare it (claim its ids in the
+//! store). Preparing is a group commit apart from the slots: one group at a time takes
+//! every call queued to be prepared, from any number of callers, so under load the store
+//! sees one write for many calls while the slots only wait for the gateway; a lone call
+//! on an idle msgw is prepared at once.
 
 use std::{
     collections::VecDeque,
@@ -52,7 +58,7 @@ impl Default for Limits {
 pub type CallReply<A> = Result<Vec<A>, Error>;
 
 /// One queued call.
-pub struct Call<A> {
+pub struct Call<R: Runner> {
     /// Its operations, in order.
     pub ops: Vec<Operation>,
     /// Who made it (`None`: no caller authentication).
@@ -61,13 +67,16 @@ pub struct Call<A> {
     pub deadline: Option<Instant>,
     /// How its claims are kept when its operations carry a secret.
     pub confidential: Option<super::Confidential>,
+    /// What its preparation left it holding (its claims), until its envelope runs.
+    pub held: R::Held,
     /// Where its answer goes.
-    pub reply: oneshot::Sender<CallReply<A>>,
+    pub reply: oneshot::Sender<CallReply<R::Answer>>,
     seq: u64,
     phase: Arc<Phase>,
+    since: Instant,
 }
 
-impl<A> Call<A> {
+impl<R: Runner> Call<R> {
     /// Whether the caller still waits for the answer.
     pub fn wanted(&self) -> bool {
         !self.reply.is_closed() && !self.phase.is(Phase::ABANDONED)
@@ -121,19 +130,32 @@ impl Phase {
     }
 }
 
-/// Runs one envelope of calls (claims, the gateway request, outcomes) and answers
-/// every call in it.
+/// Prepares calls (claims) and runs envelopes of them (the gateway request, outcomes),
+/// answering every call.
 pub trait Runner: Send + Sync + Sized + 'static {
     /// The answer to one operation.
     type Answer: Send + 'static;
+    /// What a prepared call holds until its envelope runs or it is discarded.
+    type Held: Default + Send + 'static;
+
+    /// Whether `call` is prepared before it waits for a slot.
+    fn prepares(&self, _call: &Call<Self>) -> bool {
+        false
+    }
+
+    /// Prepares a group of calls at once; answers those it settles itself and returns
+    /// the rest, to wait for a slot. Groups are prepared one at a time.
+    fn prepare(&self, calls: Vec<Call<Self>>) -> impl Future<Output = Vec<Call<Self>>> + Send {
+        async { calls }
+    }
+
+    /// Gives back what prepared calls held when they leave the queue unsent (their
+    /// caller left, their deadline passed).
+    fn release(&self, _held: Vec<Self::Held>) {}
 
     /// Runs `calls` as one envelope, holding `slot` until its gateway request is
     /// answered (then the next envelope may start while this one records outcomes).
-    fn run(
-        &self,
-        calls: Vec<Call<Self::Answer>>,
-        slot: Slot<Self>,
-    ) -> impl Future<Output = ()> + Send;
+    fn run(&self, calls: Vec<Call<Self>>, slot: Slot<Self>) -> impl Future<Output = ()> + Send;
 }
 
 /// The queue, the in-flight bound and the runner they feed.
@@ -141,7 +163,7 @@ pub struct Coalescer<R: Runner> {
     runner: Arc<R>,
     limits: Limits,
     metrics: Arc<Metrics>,
-    state: Mutex<State<R::Answer>>,
+    state: Mutex<State<R>>,
 }
 
 impl<R: Runner> std::fmt::Debug for Coalescer<R> {
@@ -152,17 +174,21 @@ impl<R: Runner> std::fmt::Debug for Coalescer<R> {
     }
 }
 
-struct Queued<A> {
-    call: Call<A>,
-    since: Instant,
-}
-
-struct State<A> {
-    queue: VecDeque<Queued<A>>,
+struct State<R: Runner> {
+    /// Calls waiting to be prepared, in `seq` order.
+    preparing: VecDeque<Call<R>>,
+    /// Whether a group is being prepared.
+    preparing_now: bool,
+    /// Calls waiting for a slot, in `seq` order.
+    queue: VecDeque<Call<R>>,
+    /// Operations of the calls in both queues and in the group being prepared.
     queued_ops: usize,
     in_flight: usize,
     next_seq: u64,
 }
+
+/// Calls one preparation takes at most.
+const PREPARE_MAX_CALLS: usize = 1024;
 
 impl<R: Runner> Coalescer<R> {
     /// A coalescer feeding `runner`.
@@ -176,6 +202,8 @@ impl<R: Runner> Coalescer<R> {
             },
             metrics,
             state: Mutex::new(State {
+                preparing: VecDeque::new(),
+                preparing_now: false,
                 queue: VecDeque::new(),
                 queued_ops: 0,
                 in_flight: 0,
@@ -231,21 +259,26 @@ impl<R: Runner> Coalescer<R> {
             let seq = state.next_seq;
             state.next_seq += 1;
             state.queued_ops += size;
-            state.queue.push_back(Queued {
-                call: Call {
-                    ops,
-                    caller,
-                    deadline,
-                    confidential,
-                    reply,
-                    seq,
-                    phase: phase.clone(),
-                },
+            let call = Call {
+                ops,
+                caller,
+                deadline,
+                confidential,
+                held: R::Held::default(),
+                reply,
+                seq,
+                phase: phase.clone(),
                 since: Instant::now(),
-            });
+            };
+            if self.runner.prepares(&call) {
+                state.preparing.push_back(call);
+            } else {
+                state.queue.push_back(call);
+            }
             self.metrics.queue_depth.set(gauge(state.queued_ops));
             seq
         };
+        self.prepare_next();
         self.pump();
         // Taken out of the queue if this caller goes away before its envelope forms.
         let _leave = Leave {
@@ -268,22 +301,67 @@ impl<R: Runner> Coalescer<R> {
         }
     }
 
+    /// Starts preparing the calls queued for it, unless a group is being prepared (then
+    /// they make the next group, once it is done).
+    fn prepare_next(self: &Arc<Self>) {
+        let (group, discarded) = {
+            let mut state = self.lock();
+            if state.preparing_now || state.preparing.is_empty() {
+                return;
+            }
+            let (mut group, mut discarded) = (Vec::new(), Vec::new());
+            let now = Instant::now();
+            while group.len() < PREPARE_MAX_CALLS {
+                let Some(call) = state.preparing.pop_front() else {
+                    break;
+                };
+                if !call.wanted() || call.deadline.is_some_and(|d| d <= now) {
+                    state.queued_ops -= call.ops.len();
+                    discarded.push(call);
+                    continue;
+                }
+                group.push(call);
+            }
+            state.preparing_now = !group.is_empty();
+            self.metrics.queue_depth.set(gauge(state.queued_ops));
+            (group, discarded)
+        };
+        self.discard(discarded);
+        if group.is_empty() {
+            return;
+        }
+        let ops = group.iter().map(|c| c.ops.len()).sum();
+        let this = self.clone();
+        tokio::spawn(async move {
+            // Ends the preparation even if the runner panics.
+            let mut done = Prepared {
+                coalescer: this.clone(),
+                ops,
+                ready: Vec::new(),
+            };
+            done.ready = this.runner.prepare(group).await;
+        });
+    }
+
     /// Starts envelopes while the in-flight bound allows and calls are queued.
     fn pump(self: &Arc<Self>) {
         loop {
-            let envelope = {
+            let (envelope, discarded) = {
                 let mut state = self.lock();
                 if state.in_flight >= self.limits.connections {
                     return;
                 }
-                let envelope = self.take(&mut state);
-                if envelope.is_empty() {
-                    return;
+                let (envelope, discarded) = self.take(&mut state);
+                if !envelope.is_empty() {
+                    state.in_flight += 1;
+                    self.metrics.requests_in_flight.set(gauge(state.in_flight));
                 }
-                state.in_flight += 1;
-                self.metrics.requests_in_flight.set(gauge(state.in_flight));
-                envelope
+                (envelope, discarded)
             };
+            self.discard(discarded);
+            if envelope.is_empty() {
+                return;
+            }
             let size = envelope.iter().map(|c| c.ops.len()).sum::<usize>();
             self.metrics.envelope_operations.observe(size as f64);
             let this = self.clone();
@@ -297,53 +375,81 @@ impl<R: Runner> Coalescer<R> {
 
     /// Takes queued calls for one envelope: whole calls, in order, up to `batch_max`
     /// operations (a larger call goes alone). Calls whose deadline passed are answered
-    /// unsent; calls whose caller left are dropped.
-    fn take(&self, state: &mut State<R::Answer>) -> Vec<Call<R::Answer>> {
+    /// unsent; those and calls whose caller left come back second, to be discarded.
+    fn take(&self, state: &mut State<R>) -> (Vec<Call<R>>, Vec<Call<R>>) {
         let now = Instant::now();
-        let mut envelope = Vec::new();
+        let (mut envelope, mut discarded) = (Vec::new(), Vec::new());
         let mut size = 0;
         while let Some(next) = state.queue.front() {
-            let n = next.call.ops.len();
+            let n = next.ops.len();
             if size > 0 && size + n > self.limits.batch_max {
                 break;
             }
-            let Some(Queued { call, since }) = state.queue.pop_front() else {
+            let Some(call) = state.queue.pop_front() else {
                 break;
             };
             state.queued_ops -= n;
-            if !call.wanted() {
-                continue;
-            }
-            if call.deadline.is_some_and(|d| d <= now) {
-                let _ = call.reply.send(Err(not_sent()));
+            if !call.wanted() || call.deadline.is_some_and(|d| d <= now) {
+                discarded.push(call);
                 continue;
             }
             self.metrics
                 .queue_seconds
-                .observe((now - since).as_secs_f64());
+                .observe((now - call.since).as_secs_f64());
             size += n;
             envelope.push(call);
         }
         self.metrics.queue_depth.set(gauge(state.queued_ops));
-        envelope
+        (envelope, discarded)
     }
 
-    /// Takes call `seq` out of the queue; false when it is no longer there.
+    /// Takes call `seq` out of the queues, discarding it; false when it is in neither.
     fn remove(&self, seq: u64) -> bool {
-        let mut state = self.lock();
-        // Calls queue in `seq` order and leave it only by removal, so the queue stays
-        // sorted: a taken call is found absent without scanning.
-        let Ok(at) = state.queue.binary_search_by_key(&seq, |q| q.call.seq) else {
-            return false;
+        let removed = {
+            let mut state = self.lock();
+            // Calls queue in `seq` order and leave only from the front or by removal, so
+            // both queues stay sorted: a taken call is found absent without scanning.
+            let found = |queue: &VecDeque<Call<R>>| queue.binary_search_by_key(&seq, |c| c.seq);
+            let call = if let Ok(at) = found(&state.preparing) {
+                state.preparing.remove(at)
+            } else if let Ok(at) = found(&state.queue) {
+                state.queue.remove(at)
+            } else {
+                None
+            };
+            if let Some(call) = &call {
+                state.queued_ops -= call.ops.len();
+                self.metrics.queue_depth.set(gauge(state.queued_ops));
+            }
+            call
         };
-        if let Some(q) = state.queue.remove(at) {
-            state.queued_ops -= q.call.ops.len();
-            self.metrics.queue_depth.set(gauge(state.queued_ops));
+        match removed {
+            Some(call) => {
+                self.discard(vec![call]);
+                true
+            }
+            None => false,
         }
-        true
     }
 
-    fn lock(&self) -> MutexGuard<'_, State<R::Answer>> {
+    /// Answers calls that leave the queues unsent (nothing of them happened) and gives
+    /// back what their preparation made them hold.
+    fn discard(&self, calls: Vec<Call<R>>) {
+        if calls.is_empty() {
+            return;
+        }
+        let held = calls
+            .into_iter()
+            .map(|mut call| {
+                let held = std::mem::take(&mut call.held);
+                let _ = call.reply.send(Err(not_sent()));
+                held
+            })
+            .collect();
+        self.runner.release(held);
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<R>> {
         // The state stays consistent at every unlock, so a poisoned lock is still usable.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -364,6 +470,44 @@ impl<R: Runner> Drop for Slot<R> {
                 .set(gauge(state.in_flight));
         }
         self.0.pump();
+    }
+}
+
+/// A group being prepared; dropping it queues the calls still to send, ends the
+/// preparation and starts what queued meanwhile.
+struct Prepared<R: Runner> {
+    coalescer: Arc<Coalescer<R>>,
+    /// Operations of the group.
+    ops: usize,
+    /// The calls the preparation left to send.
+    ready: Vec<Call<R>>,
+}
+
+impl<R: Runner> Drop for Prepared<R> {
+    fn drop(&mut self) {
+        {
+            let mut state = self.coalescer.lock();
+            let ready: usize = self.ready.iter().map(|c| c.ops.len()).sum();
+            // Calls answered in preparation leave the count; the rest stay in it.
+            state.queued_ops -= self.ops.saturating_sub(ready).min(state.queued_ops);
+            // Keep the queue in `seq` order: calls that needed no preparation may have
+            // queued behind the group meanwhile.
+            for call in self.ready.drain(..) {
+                if state.queue.back().is_none_or(|last| last.seq < call.seq) {
+                    state.queue.push_back(call);
+                } else {
+                    let at = state.queue.partition_point(|c| c.seq < call.seq);
+                    state.queue.insert(at, call);
+                }
+            }
+            state.preparing_now = false;
+            self.coalescer
+                .metrics
+                .queue_depth
+                .set(gauge(state.queued_ops));
+        }
+        self.coalescer.prepare_next();
+        self.coalescer.pump();
     }
 }
 

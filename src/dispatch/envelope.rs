@@ -80,41 +80,126 @@ pub(super) struct Entry {
 
 /// One call of the envelope: where its answer goes, and whether it failed as a whole.
 pub(super) struct Caller {
-    pub(super) call: Call<Answer>,
+    pub(super) call: Call<Engine>,
     failed: Option<Error>,
 }
 
-impl Runner for Engine {
-    type Answer = Answer;
+/// What a prepared call holds until its envelope runs: the slot of each of its
+/// operations, with the claims it owns (empty when it needed no preparation).
+#[derive(Default)]
+pub struct Held(Vec<Slot>);
 
-    async fn run(&self, calls: Vec<Call<Answer>>, in_flight: InFlight<Self>) {
-        let mut callers = Vec::with_capacity(calls.len());
-        let mut entries = Vec::new();
-        for (i, mut call) in calls.into_iter().enumerate() {
-            for op in std::mem::take(&mut call.ops) {
-                let key = self
-                    .claims
-                    .as_ref()
-                    .and_then(|_| op.idempotency_key())
-                    .map(|id| match &call.confidential {
-                        Some(confidential) => (id, confidential.fingerprint(&op)),
-                        None => (id, claims::fingerprint(&op)),
-                    });
-                entries.push(Entry {
-                    call: i,
+impl Engine {
+    /// Takes the operations out of `call` (number `index` of its group) as entries.
+    fn entries(&self, index: usize, call: &mut Call<Engine>) -> Vec<Entry> {
+        let held = std::mem::take(&mut call.held).0;
+        // Keys are only needed to claim: a call that holds its slots was claimed.
+        let claiming = self.claims.is_some() && held.is_empty();
+        let mut held = held.into_iter();
+        std::mem::take(&mut call.ops)
+            .into_iter()
+            .map(|op| {
+                let key =
+                    op.idempotency_key()
+                        .filter(|_| claiming)
+                        .map(|id| match &call.confidential {
+                            Some(confidential) => (id, confidential.fingerprint(&op)),
+                            None => (id, claims::fingerprint(&op)),
+                        });
+                Entry {
+                    call: index,
                     op,
                     caller: call.caller.clone(),
                     key,
                     confidential: call.confidential.clone(),
-                    slot: Slot::Send(None),
-                });
+                    slot: held.next().unwrap_or(Slot::Send(None)),
+                }
+            })
+            .collect()
+    }
+}
+
+impl Runner for Engine {
+    type Answer = Answer;
+    type Held = Held;
+
+    fn prepares(&self, call: &Call<Self>) -> bool {
+        self.claims.is_some() && call.ops.iter().any(|op| op.idempotency_key().is_some())
+    }
+
+    /// Claims the ids of a group of calls in one store write (a second one only for
+    /// take-overs), answers the calls left with nothing to send (replays, conflicts,
+    /// waits) and returns the rest, holding their claims.
+    async fn prepare(&self, mut calls: Vec<Call<Self>>) -> Vec<Call<Self>> {
+        let Some(claims) = &self.claims else {
+            return calls;
+        };
+        let mut entries = Vec::new();
+        for (i, call) in calls.iter_mut().enumerate() {
+            entries.extend(self.entries(i, call));
+        }
+        acquire(claims, &mut entries).await;
+        let mut settlements = Vec::new();
+        release_unwanted(
+            &mut entries,
+            &calls.iter().collect::<Vec<_>>(),
+            &mut settlements,
+        );
+        claims.settle_later(settlements);
+        let mut slots: Vec<Vec<Slot>> = calls.iter().map(|_| Vec::new()).collect();
+        for entry in entries {
+            calls[entry.call].ops.push(entry.op);
+            slots[entry.call].push(entry.slot);
+        }
+        let mut ready = Vec::with_capacity(calls.len());
+        for (mut call, slots) in calls.into_iter().zip(slots) {
+            if slots
+                .iter()
+                .any(|s| matches!(s, Slot::Send(_) | Slot::Resolve(..)))
+            {
+                call.held = Held(slots);
+                ready.push(call);
+                continue;
             }
+            let answers = std::mem::take(&mut call.ops)
+                .into_iter()
+                .zip(slots)
+                .map(|(op, slot)| answer_of(op, slot))
+                .collect();
+            let _ = call.reply.send(Ok(answers));
+        }
+        ready
+    }
+
+    fn release(&self, held: Vec<Held>) {
+        let Some(claims) = &self.claims else {
+            return;
+        };
+        let settlements = held
+            .into_iter()
+            .flat_map(|held| held.0)
+            .filter_map(|slot| match slot {
+                Slot::Send(Some(owned)) => Some((owned, unsent())),
+                Slot::Resolve(owned, settle_until) => {
+                    Some((owned, Settlement::Unknown { settle_until }))
+                }
+                _ => None,
+            })
+            .collect();
+        claims.settle_later(settlements);
+    }
+
+    async fn run(&self, calls: Vec<Call<Self>>, in_flight: InFlight<Self>) {
+        let mut callers = Vec::with_capacity(calls.len());
+        let mut entries = Vec::new();
+        for (i, mut call) in calls.into_iter().enumerate() {
+            entries.extend(self.entries(i, &mut call));
             callers.push(Caller { call, failed: None });
         }
         let mut settlements = Vec::new();
-        if let Some(claims) = &self.claims {
-            acquire(claims, &mut entries).await;
-            release_unwanted(&mut entries, &callers, &mut settlements);
+        if self.claims.is_some() {
+            let calls: Vec<&Call<Engine>> = callers.iter().map(|c| &c.call).collect();
+            release_unwanted(&mut entries, &calls, &mut settlements);
             self.resolve_unknown(&mut entries, &callers, &mut settlements)
                 .await;
         }
@@ -233,17 +318,17 @@ fn claimed(id: ClientId, reply: ClaimReply, resolve: Option<DateTime<Utc>>) -> S
 /// taken to send is released, one taken to resolve an unknown outcome stays unknown.
 fn release_unwanted(
     entries: &mut [Entry],
-    callers: &[Caller],
+    calls: &[&Call<Engine>],
     settlements: &mut Vec<(Owned, Settlement)>,
 ) {
     let now = Instant::now();
-    for caller in callers {
-        if caller.call.deadline.is_some_and(|d| d <= now) {
-            caller.call.abandon();
+    for call in calls {
+        if call.deadline.is_some_and(|d| d <= now) {
+            call.abandon();
         }
     }
     for entry in entries.iter_mut() {
-        if callers[entry.call].call.wanted() {
+        if calls[entry.call].wanted() {
             continue;
         }
         match entry.slot {
@@ -446,21 +531,22 @@ pub(super) fn latest<'a>(callers: impl Iterator<Item = &'a Caller>) -> Option<In
         .flatten()
 }
 
+/// The answer to one operation, from where it stands.
+fn answer_of(op: Operation, slot: Slot) -> Answer {
+    match slot {
+        Slot::Done(result) => Answer::Done(result),
+        Slot::Wait(stale_at) => Answer::Wait { op, stale_at },
+        Slot::Send(_) | Slot::Resolve(..) => {
+            Answer::Done(Err(Error::Internal("operation left unanswered".into())))
+        }
+    }
+}
+
 /// Sends each call its answers: one per operation in order, or its failure.
 fn answer(entries: Vec<Entry>, callers: Vec<Caller>) {
     let mut answers: Vec<Vec<Answer>> = callers.iter().map(|_| Vec::new()).collect();
     for entry in entries {
-        let answer = match entry.slot {
-            Slot::Done(result) => Answer::Done(result),
-            Slot::Wait(stale_at) => Answer::Wait {
-                op: entry.op,
-                stale_at,
-            },
-            Slot::Send(_) | Slot::Resolve(..) => {
-                Answer::Done(Err(Error::Internal("operation left unanswered".into())))
-            }
-        };
-        answers[entry.call].push(answer);
+        answers[entry.call].push(answer_of(entry.op, entry.slot));
     }
     for (caller, answers) in callers.into_iter().zip(answers) {
         let reply = match caller.failed {

@@ -83,6 +83,7 @@ impl Dispatcher {
                     tracking.store.clone(),
                     stale_after,
                     tracking.settle,
+                    &self.engine.metrics,
                 )),
                 tracking: Some(tracking),
                 metrics: self.engine.metrics.clone(),

@@ -70,10 +70,10 @@ struct Args {
     /// Worker threads of msgw's runtime.
     #[arg(long, default_value_t = 2)]
     msgw_workers: usize,
-    /// Store on a fresh PostgreSQL schema (on the tests' server, dropped after)
-    /// instead of a SQLite file.
-    #[arg(long)]
-    postgres: bool,
+    /// Stores to run against: a SQLite file, a fresh PostgreSQL schema (on the
+    /// tests' server, dropped after), or both, one after the other.
+    #[arg(long, value_enum, default_value_t = Stores::Both)]
+    store: Stores,
     /// Callers authenticate: a callers file with one caller, whose bearer token every
     /// send carries (health stays open, as in production).
     #[arg(long)]
@@ -81,6 +81,13 @@ struct Args {
     /// Ignored (cargo bench passes it).
     #[arg(long, hide = true)]
     bench: bool,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum Stores {
+    Sqlite,
+    Postgres,
+    Both,
 }
 
 /// Thread name prefix of msgw's runtime; the SQLite driver names its own thread.
@@ -107,39 +114,70 @@ fn main() -> anyhow::Result<()> {
             .enable_all()
             .build()
     };
+    let rts = Runtimes {
+        msgw: runtime("msgw-worker", args.msgw_workers)?,
+        load: runtime("load", 2)?,
+    };
     let gateway_rt = runtime("fake-gateway", 1)?;
-    let msgw_rt = runtime("msgw-worker", args.msgw_workers)?;
-    let load_rt = runtime("load", 2)?;
-    let seconds = Duration::from_secs(args.seconds);
     let latency = Duration::from_millis(args.latency_ms);
-    let (instant_gateway, _) = gateway_rt.block_on(fake_gateway(Duration::ZERO))?;
-    let (slow_gateway, answered) = gateway_rt.block_on(fake_gateway(latency))?;
-
+    let instant = gateway_rt.block_on(fake_gateway(Duration::ZERO))?;
+    let slow = gateway_rt.block_on(fake_gateway(latency))?;
     println!(
-        "msgw send-path benchmark (msgw on {} worker threads, {} HTTP/2 connections from the callers, {} s per phase, {} store)",
-        args.msgw_workers,
-        args.connections,
-        args.seconds,
-        if args.postgres {
-            "PostgreSQL"
-        } else {
-            "SQLite"
-        }
+        "msgw send-path benchmark (msgw on {} worker threads, {} HTTP/2 connections from the callers, {} s per phase)",
+        args.msgw_workers, args.connections, args.seconds,
     );
     if args.bearer {
         println!("callers authenticate with a bearer token (--bearer)");
     }
+    let mut sends = Vec::new();
+    for postgres in match args.store {
+        Stores::Sqlite => &[false][..],
+        Stores::Postgres => &[true][..],
+        Stores::Both => &[false, true][..],
+    } {
+        sends.push(run(&rts, &instant, &slow, &args, *postgres)?);
+    }
+    if let [sqlite, postgres] = sends[..] {
+        println!(
+            "PostgreSQL b / SQLite b  {:.2}",
+            postgres / sqlite.max(1e-9)
+        );
+    }
+    Ok(())
+}
 
-    // a, b, e: a gateway that answers at once, default limits.
+/// The runtimes of msgw and of the callers.
+struct Runtimes {
+    msgw: Runtime,
+    load: Runtime,
+}
+
+/// Runs every phase against one store and prints a to e; returns b (sends/s).
+fn run(
+    rts: &Runtimes,
+    instant_gateway: &Gateway,
+    slow_gateway: &Gateway,
+    args: &Args,
+    postgres: bool,
+) -> anyhow::Result<f64> {
+    let (msgw_rt, load_rt) = (&rts.msgw, &rts.load);
+    let seconds = Duration::from_secs(args.seconds);
+    println!(
+        "== {} store",
+        if postgres { "PostgreSQL" } else { "SQLite" }
+    );
+
+    // a, b, d, e: a gateway that answers at once, default limits.
     let msgw = start(
-        &msgw_rt,
-        &load_rt,
-        &instant_gateway,
+        msgw_rt,
+        load_rt,
+        &instant_gateway.url,
         Limits::default(),
-        &args,
+        args,
+        postgres,
     )?;
-    let (health, sends, cpu) = load_rt.block_on(async {
-        // Warm-up: connections, SQLite pages, the allocator.
+    let (health, sends, cpu, writes) = load_rt.block_on(async {
+        // Warm-up: connections, store pages, the allocator.
         drive(
             &msgw.channels,
             args.callers,
@@ -149,13 +187,13 @@ fn main() -> anyhow::Result<()> {
         .await;
         let health = drive(&msgw.channels, args.callers, seconds, Call::Health).await;
         let cpu_before = msgw_cpu();
-        let envelopes_before = envelopes(msgw.http).await;
+        let before = Counts::read(msgw.http).await;
         let sends = drive(&msgw.channels, args.callers, seconds, Call::Send).await;
         let cpu = msgw_cpu().saturating_sub(cpu_before);
-        let sizes = envelopes(msgw.http).await.since(envelopes_before);
-        (health, sends.with_envelopes(sizes), cpu)
+        let counts = Counts::read(msgw.http).await.since(&before);
+        (health, sends.with_envelopes(counts.envelopes), cpu, counts)
     });
-    stop(&msgw_rt, msgw)?;
+    stop(msgw_rt, msgw)?;
     println!(
         "-- {} callers, gateway answers at once, default limits",
         args.callers
@@ -167,7 +205,8 @@ fn main() -> anyhow::Result<()> {
         sends.rate() / health.rate().max(1e-9)
     );
 
-    // c, d: a gateway of latency L, C connections, batch max B, then batch max 1.
+    // c: a gateway of latency L, C connections, batch max B, then batch max 1.
+    let latency = Duration::from_millis(args.latency_ms);
     let (c, b) = (args.upstream_connections, args.batch_max);
     let limit = (c * b) as f64 / latency.as_secs_f64().max(1e-9);
     let coalesced = Limits {
@@ -175,8 +214,15 @@ fn main() -> anyhow::Result<()> {
         batch_max: b,
         queue_max: 10_000,
     };
-    let msgw = start(&msgw_rt, &load_rt, &slow_gateway, coalesced, &args)?;
-    let (many, lone, gateway_p50) = load_rt.block_on(async {
+    let msgw = start(
+        msgw_rt,
+        load_rt,
+        &slow_gateway.url,
+        coalesced,
+        args,
+        postgres,
+    )?;
+    let (many, lone, gateway_p50, peers) = load_rt.block_on(async {
         drive(
             &msgw.channels,
             args.coalesced_callers,
@@ -184,10 +230,12 @@ fn main() -> anyhow::Result<()> {
             Call::Send,
         )
         .await;
-        let before = envelopes(msgw.http).await;
+        let before = Counts::read(msgw.http).await;
+        slow_gateway.peers();
         let many = drive(&msgw.channels, args.coalesced_callers, seconds, Call::Send).await;
-        let many = many.with_envelopes(envelopes(msgw.http).await.since(before));
-        answered.lock().map(|mut a| a.clear()).ok();
+        let many = many.with_envelopes(Counts::read(msgw.http).await.since(&before).envelopes);
+        let peers = slow_gateway.peers();
+        slow_gateway.answered.lock().map(|mut a| a.clear()).ok();
         let lone = drive(
             &msgw.channels,
             1,
@@ -196,24 +244,26 @@ fn main() -> anyhow::Result<()> {
         )
         .await;
         // The gateway's own time for the lone caller's requests: what msgw cannot save.
-        let mut times = answered
+        let mut times = slow_gateway
+            .answered
             .lock()
             .map(|mut a| std::mem::take(&mut *a))
             .unwrap_or_default();
         times.sort_unstable();
         let gateway_p50 = times.get(times.len() / 2).copied().unwrap_or_default();
-        (many, lone, gateway_p50)
+        (many, lone, gateway_p50, peers)
     });
-    stop(&msgw_rt, msgw)?;
+    stop(msgw_rt, msgw)?;
     let msgw = start(
-        &msgw_rt,
-        &load_rt,
-        &slow_gateway,
+        msgw_rt,
+        load_rt,
+        &slow_gateway.url,
         Limits {
             batch_max: 1,
             ..coalesced
         },
-        &args,
+        args,
+        postgres,
     )?;
     let single = load_rt.block_on(async {
         drive(
@@ -225,14 +275,14 @@ fn main() -> anyhow::Result<()> {
         .await;
         drive(&msgw.channels, args.coalesced_callers, seconds, Call::Send).await
     });
-    stop(&msgw_rt, msgw)?;
+    stop(msgw_rt, msgw)?;
     println!(
         "-- {} callers, gateway latency L = {} ms, C = {c} connections, B = {b}",
         args.coalesced_callers, args.latency_ms
     );
     many.print("c. SendSms");
     println!(
-        "   C×B/L              {limit:>9.0} sends/s; c / (C×B/L) = {:.3}",
+        "   C×B/L              {limit:>9.0} sends/s; c / (C×B/L) = {:.3}, over {peers} gateway connections",
         many.rate() / limit
     );
     single.print("   same, B = 1");
@@ -241,7 +291,7 @@ fn main() -> anyhow::Result<()> {
         many.rate() / single.rate().max(1e-9)
     );
     println!(
-        "d. latency of c      p50 {:.2} ms, p99 {:.2} ms; lone caller p50 {:.2} ms (L = {} ms; the gateway's own p50 {:.2} ms, so msgw adds {:.2} ms)",
+        "   latency of c       p50 {:.2} ms, p99 {:.2} ms; lone caller p50 {:.2} ms (L = {} ms; the gateway's own p50 {:.2} ms, so msgw adds {:.2} ms)",
         many.percentile(0.5),
         many.percentile(0.99),
         lone.percentile(0.5),
@@ -250,12 +300,26 @@ fn main() -> anyhow::Result<()> {
         lone.percentile(0.5) - gateway_p50.as_secs_f64() * 1e3
     );
     println!(
-        "e. msgw CPU per send {:.0} µs in b ({:.2} s of msgw thread CPU for {} sends)",
+        "d. msgw CPU per send {:.1} µs in b ({:.2} s of msgw thread CPU for {} sends{})",
         cpu.as_secs_f64() * 1e6 / sends.ok.max(1) as f64,
         cpu.as_secs_f64(),
-        sends.ok
+        sends.ok,
+        if postgres {
+            "; PostgreSQL's own processes not counted"
+        } else {
+            ""
+        }
     );
-    Ok(())
+    let per_second = |n: f64| n / sends.elapsed.as_secs_f64();
+    println!(
+        "e. store writes in b {:>9.0} /s: claims {:.0}/s of {:.1} rows, settlements {:.0}/s of {:.1} rows",
+        per_second(writes.claims.writes + writes.settlements.writes),
+        per_second(writes.claims.writes),
+        writes.claims.rows_each(),
+        per_second(writes.settlements.writes),
+        writes.settlements.rows_each(),
+    );
+    Ok(sends.rate())
 }
 
 /// Starts msgw on `msgw_rt` in front of `gateway_url` and connects the callers.
@@ -265,9 +329,10 @@ fn start(
     gateway_url: &str,
     limits: Limits,
     args: &Args,
+    postgres: bool,
 ) -> anyhow::Result<Msgw> {
     let dir = tempfile::tempdir()?;
-    let schema = if args.postgres {
+    let schema = if postgres {
         Some(msgw_rt.block_on(postgres::TestSchema::create()))
     } else {
         None
@@ -345,7 +410,7 @@ struct Phase {
     envelopes: Option<Envelopes>,
 }
 
-/// msgw's `msgw_upstream_envelope_operations` histogram: requests, operations.
+/// A histogram's count and sum: requests and operations, or writes and rows.
 #[derive(Clone, Copy, Default)]
 struct Envelopes {
     requests: f64,
@@ -361,22 +426,66 @@ impl Envelopes {
     }
 }
 
-/// Reads the envelope histogram from msgw's `/metrics`.
-async fn envelopes(http: std::net::SocketAddr) -> Envelopes {
-    let text = match reqwest::get(format!("http://{http}/metrics")).await {
-        Ok(r) => r.text().await.unwrap_or_default(),
-        Err(_) => String::new(),
-    };
-    let sample = |name: &str| {
-        text.lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0)
-    };
-    Envelopes {
-        requests: sample("msgw_upstream_envelope_operations_count "),
-        operations: sample("msgw_upstream_envelope_operations_sum "),
+/// Store writes and the rows they carried.
+#[derive(Clone, Copy, Default)]
+struct Writes {
+    writes: f64,
+    rows: f64,
+}
+
+impl Writes {
+    fn rows_each(&self) -> f64 {
+        self.rows / self.writes.max(1.0)
+    }
+}
+
+/// What msgw's `/metrics` counted: gateway requests, and store writes by stage.
+#[derive(Clone, Copy, Default)]
+struct Counts {
+    envelopes: Envelopes,
+    claims: Writes,
+    settlements: Writes,
+}
+
+impl Counts {
+    async fn read(http: std::net::SocketAddr) -> Counts {
+        let text = match reqwest::get(format!("http://{http}/metrics")).await {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        };
+        let sample = |name: &str| {
+            text.lines()
+                .find(|l| l.starts_with(name))
+                .and_then(|l| l.rsplit(' ').next())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.0)
+        };
+        let writes = |stage: &str| Writes {
+            writes: sample(&format!(
+                "msgw_store_write_rows_count{{stage=\"{stage}\"}} "
+            )),
+            rows: sample(&format!("msgw_store_write_rows_sum{{stage=\"{stage}\"}} ")),
+        };
+        Counts {
+            envelopes: Envelopes {
+                requests: sample("msgw_upstream_envelope_operations_count "),
+                operations: sample("msgw_upstream_envelope_operations_sum "),
+            },
+            claims: writes("claims"),
+            settlements: writes("settlements"),
+        }
+    }
+
+    fn since(&self, before: &Counts) -> Counts {
+        let minus = |a: Writes, b: Writes| Writes {
+            writes: a.writes - b.writes,
+            rows: a.rows - b.rows,
+        };
+        Counts {
+            envelopes: self.envelopes.since(before.envelopes),
+            claims: minus(self.claims, before.claims),
+            settlements: minus(self.settlements, before.settlements),
+        }
     }
 }
 
@@ -525,23 +634,45 @@ fn msgw_cpu() -> Duration {
     Duration::from_millis(ticks * 1000 / TICKS_PER_SECOND)
 }
 
-/// A gateway that accepts every send after `latency`, on its own runtime.
 /// How long the fake gateway took to answer each request.
 type Answered = Arc<std::sync::Mutex<Vec<Duration>>>;
 
+/// A fake gateway: its URL, the time it took for each request, and the connections
+/// msgw opened to it.
+struct Gateway {
+    url: String,
+    answered: Answered,
+    peers: Arc<std::sync::Mutex<std::collections::HashSet<std::net::SocketAddr>>>,
+}
+
+impl Gateway {
+    /// Connections seen since the last call.
+    fn peers(&self) -> usize {
+        self.peers
+            .lock()
+            .map(|mut p| std::mem::take(&mut *p).len())
+            .unwrap_or_default()
+    }
+}
+
 /// A gateway that accepts every send after `latency`, on its own runtime. The wait is
 /// a thread sleep (tens of µs of precision), not a tokio timer (1 ms ticks), so L is
-/// what the gateway really takes; each request's time is recorded.
-async fn fake_gateway(latency: Duration) -> anyhow::Result<(String, Answered)> {
+/// what the gateway really takes; each request's time and connection are recorded.
+async fn fake_gateway(latency: Duration) -> anyhow::Result<Gateway> {
+    use axum::extract::ConnectInfo;
     let next_msg_id = Arc::new(AtomicU64::new(100_000_001));
     let answered = Answered::default();
-    let times = answered.clone();
+    let peers = Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
+    let (times, seen) = (answered.clone(), peers.clone());
     let app = Router::new().route(
         "/api/json.php",
-        post(move |body: Bytes| {
-            let (next_msg_id, times) = (next_msg_id.clone(), times.clone());
+        post(move |ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>, body: Bytes| {
+            let (next_msg_id, times, seen) = (next_msg_id.clone(), times.clone(), seen.clone());
             async move {
                 let started = Instant::now();
+                if let Ok(mut seen) = seen.lock() {
+                    seen.insert(peer);
+                }
                 if !latency.is_zero() {
                     let _ = tokio::task::spawn_blocking(move || std::thread::sleep(latency)).await;
                 }
@@ -564,9 +695,17 @@ async fn fake_gateway(latency: Duration) -> anyhow::Result<(String, Answered)> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}", listener.local_addr()?);
     tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
+        let _ = axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+        )
+        .await;
     });
-    Ok((url, answered))
+    Ok(Gateway {
+        url,
+        answered,
+        peers,
+    })
 }
 
 fn config(

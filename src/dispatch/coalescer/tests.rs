@@ -15,8 +15,9 @@ struct Echo {
 
 impl Runner for Echo {
     type Answer = usize;
+    type Held = ();
 
-    async fn run(&self, calls: Vec<Call<usize>>, _slot: Slot<Self>) {
+    async fn run(&self, calls: Vec<Call<Self>>, _slot: Slot<Self>) {
         let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
         self.most.fetch_max(now, Ordering::SeqCst);
         let size: usize = calls.iter().map(|c| c.ops.len()).sum();
@@ -155,4 +156,142 @@ async fn a_caller_that_leaves_while_queued_is_never_run() {
     busy.await.unwrap().unwrap();
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert_eq!(*runner.envelopes.lock().unwrap(), vec![1]);
+}
+
+/// Prepares every call (holding its number of operations), after `hold`; answers in
+/// preparation the calls whose first id is 99; runs envelopes like `Echo`.
+struct Preparing {
+    hold: Duration,
+    groups: Mutex<Vec<usize>>,
+    released: Mutex<Vec<usize>>,
+    echo: Echo,
+}
+
+impl Runner for Preparing {
+    type Answer = usize;
+    type Held = usize;
+
+    fn prepares(&self, _call: &Call<Self>) -> bool {
+        true
+    }
+
+    async fn prepare(&self, calls: Vec<Call<Self>>) -> Vec<Call<Self>> {
+        self.groups.lock().unwrap().push(calls.len());
+        tokio::time::sleep(self.hold).await;
+        let mut ready = Vec::new();
+        for mut call in calls {
+            if call.ops[0] == Operation::GetMessageStatus(ClientId::new(99).unwrap()) {
+                let _ = call.reply.send(Ok(vec![0; call.ops.len()]));
+            } else {
+                call.held = call.ops.len();
+                ready.push(call);
+            }
+        }
+        ready
+    }
+
+    fn release(&self, held: Vec<usize>) {
+        self.released.lock().unwrap().extend(held);
+    }
+
+    async fn run(&self, calls: Vec<Call<Self>>, _slot: Slot<Self>) {
+        let size: usize = calls.iter().map(|c| c.ops.len()).sum();
+        self.echo.envelopes.lock().unwrap().push(size);
+        tokio::time::sleep(self.echo.hold).await;
+        for call in calls {
+            assert_eq!(call.held, call.ops.len(), "ran unprepared");
+            let _ = call.reply.send(Ok(vec![size; call.ops.len()]));
+        }
+    }
+}
+
+fn preparing(hold: Duration, run: Duration) -> Arc<Preparing> {
+    Arc::new(Preparing {
+        hold,
+        groups: Mutex::new(Vec::new()),
+        released: Mutex::new(Vec::new()),
+        echo: Echo {
+            hold: run,
+            running: AtomicUsize::new(0),
+            most: AtomicUsize::new(0),
+            envelopes: Mutex::new(Vec::new()),
+        },
+    })
+}
+
+#[tokio::test]
+async fn calls_queued_while_a_group_is_prepared_share_the_next_group() {
+    let runner = preparing(Duration::from_millis(40), Duration::ZERO);
+    let c = Coalescer::new(runner.clone(), limits(8, 50, 1000), Metrics::new());
+    let first = tokio::spawn({
+        let c = c.clone();
+        async move { c.call(ops(1), None, None).await }
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let rest: Vec<_> = (0..20)
+        .map(|_| {
+            let c = c.clone();
+            tokio::spawn(async move { c.call(ops(1), None, None).await })
+        })
+        .collect();
+    first.await.unwrap().unwrap();
+    for call in rest {
+        call.await.unwrap().unwrap();
+    }
+    // A lone call is prepared at once; the twenty that came during its write share one.
+    assert_eq!(*runner.groups.lock().unwrap(), vec![1, 20]);
+    let envelopes = runner.echo.envelopes.lock().unwrap().clone();
+    assert_eq!(envelopes.iter().sum::<usize>(), 21);
+}
+
+#[tokio::test]
+async fn a_call_answered_in_preparation_never_takes_a_slot() {
+    let runner = preparing(Duration::ZERO, Duration::ZERO);
+    let metrics = Metrics::new();
+    let c = Coalescer::new(runner.clone(), Limits::default(), metrics.clone());
+    let answered = c
+        .call(
+            vec![Operation::GetMessageStatus(ClientId::new(99).unwrap())],
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(answered.unwrap(), vec![0]);
+    assert!(runner.echo.envelopes.lock().unwrap().is_empty());
+    assert_eq!(
+        metrics.queue_depth.get(),
+        0,
+        "nothing left counted as queued"
+    );
+}
+
+#[tokio::test]
+async fn a_prepared_call_that_leaves_the_queue_gives_back_what_it_held() {
+    let runner = preparing(Duration::ZERO, Duration::from_millis(150));
+    let metrics = Metrics::new();
+    let c = Coalescer::new(runner.clone(), limits(1, 1, 100), metrics.clone());
+    let busy = tokio::spawn({
+        let c = c.clone();
+        async move { c.call(ops(1), None, None).await }
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let gone = tokio::time::timeout(Duration::from_millis(40), c.call(ops(2), None, None)).await;
+    assert!(gone.is_err(), "the caller gave up");
+    assert_eq!(
+        *runner.released.lock().unwrap(),
+        vec![2],
+        "its claims went back"
+    );
+    let deadline = Instant::now() + Duration::from_millis(40);
+    let late = c.call(ops(3), Some(deadline), None).await;
+    assert!(matches!(
+        late,
+        Err(Error::DeadlineExceeded {
+            outcome_unknown: false
+        })
+    ));
+    assert_eq!(*runner.released.lock().unwrap(), vec![2, 3]);
+    busy.await.unwrap().unwrap();
+    assert_eq!(*runner.echo.envelopes.lock().unwrap(), vec![1]);
+    assert_eq!(metrics.queue_depth.get(), 0);
 }

@@ -181,6 +181,8 @@ struct State<R: Runner> {
     preparing_now: bool,
     /// Calls waiting for a slot, in `seq` order.
     queue: VecDeque<Call<R>>,
+    /// Operations of the calls in `queue`.
+    ready_ops: usize,
     /// Operations of the calls in both queues and in the group being prepared.
     queued_ops: usize,
     in_flight: usize,
@@ -205,6 +207,7 @@ impl<R: Runner> Coalescer<R> {
                 preparing: VecDeque::new(),
                 preparing_now: false,
                 queue: VecDeque::new(),
+                ready_ops: 0,
                 queued_ops: 0,
                 in_flight: 0,
                 next_seq: 0,
@@ -273,6 +276,7 @@ impl<R: Runner> Coalescer<R> {
             if self.runner.prepares(&call) {
                 state.preparing.push_back(call);
             } else {
+                state.ready_ops += call.ops.len();
                 state.queue.push_back(call);
             }
             self.metrics.queue_depth.set(gauge(state.queued_ops));
@@ -351,6 +355,15 @@ impl<R: Runner> Coalescer<R> {
                 if state.in_flight >= self.limits.connections {
                     return;
                 }
+                // Linger while busy: with other requests in flight, an envelope that
+                // would leave short waits for the group being claimed (one store
+                // write), whose end starts it. An idle msgw never waits.
+                if state.preparing_now
+                    && state.in_flight > 0
+                    && state.ready_ops < self.limits.batch_max
+                {
+                    return;
+                }
                 let (envelope, discarded) = self.take(&mut state);
                 if !envelope.is_empty() {
                     state.in_flight += 1;
@@ -389,6 +402,7 @@ impl<R: Runner> Coalescer<R> {
                 break;
             };
             state.queued_ops -= n;
+            state.ready_ops -= n;
             if !call.wanted() || call.deadline.is_some_and(|d| d <= now) {
                 discarded.push(call);
                 continue;
@@ -413,7 +427,9 @@ impl<R: Runner> Coalescer<R> {
             let call = if let Ok(at) = found(&state.preparing) {
                 state.preparing.remove(at)
             } else if let Ok(at) = found(&state.queue) {
-                state.queue.remove(at)
+                let call = state.queue.remove(at);
+                state.ready_ops -= call.as_ref().map_or(0, |c| c.ops.len());
+                call
             } else {
                 None
             };
@@ -493,6 +509,7 @@ impl<R: Runner> Drop for Prepared<R> {
             // Keep the queue in `seq` order: calls that needed no preparation may have
             // queued behind the group meanwhile.
             for call in self.ready.drain(..) {
+                state.ready_ops += call.ops.len();
                 if state.queue.back().is_none_or(|last| last.seq < call.seq) {
                     state.queue.push_back(call);
                 } else {

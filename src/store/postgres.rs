@@ -4,13 +4,15 @@
 //! commit, so cursors commit in order across replicas; each commit NOTIFYs the other
 //! replicas, whose listener wakes their streams.
 
-use std::{collections::HashSet, str::FromStr, time::Duration};
+use std::{collections::HashSet, str::FromStr, sync::Arc, time::Duration};
 
 use chrono::{DateTime, Utc};
 use secrecy::{ExposeSecret, SecretString};
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use tokio::sync::watch;
+use sqlx::Connection;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
+use tokio::sync::{Mutex, watch};
 
+use super::claims::{Grouped, grouped};
 use super::postgres_events::{EventColumns, channel_of, follow_appends, head};
 use super::rows::{
     ClaimRow, DueRow, EventRow, claims_with_ids, cursor_from_db, cursor_to_db, id_to_db, millis,
@@ -30,6 +32,12 @@ use crate::domain::{CallerName, ClientId, Cursor, NewEvent, Phone, StatusEvent};
 #[derive(Debug, Clone)]
 pub struct PgStore {
     pool: PgPool,
+    /// What opens a connection: for the send path's own connections.
+    options: PgConnectOptions,
+    /// A connection each for the send path's two group-commit stages, claims and
+    /// settlements: each stage writes one group at a time, so a connection of its own
+    /// serves it without the pool's checkout and the ping the pool sends on every return.
+    stages: Arc<[Mutex<Option<PgConnection>>; 2]>,
     first_poll_after: Duration,
     /// The NOTIFY channel of this schema's event log.
     channel: String,
@@ -67,11 +75,12 @@ impl PgStore {
             .max_connections(MAX_CONNECTIONS)
             .min_connections(1)
             .acquire_timeout(ACQUIRE_TIMEOUT)
-            // The ping before each use stays on: a connection the database dropped
-            // (restart, failover, pg_terminate_backend) is replaced before a caller's
-            // query fails on it.
-            .test_before_acquire(true)
-            .connect_with(options)
+            // No ping before each use: a round trip per store call. A connection the
+            // database dropped (restart, failover, pg_terminate_backend) fails the one
+            // call that finds it and leaves the pool; the send path's writes, which
+            // take their own connections, retry once on a fresh one.
+            .test_before_acquire(false)
+            .connect_with(options.clone())
             .await?;
         MIGRATOR.run(&pool).await?;
         // NOTIFY reaches every session of the database: one channel per schema, so two
@@ -81,6 +90,8 @@ impl PgStore {
             .await?;
         let store = Self {
             pool,
+            options,
+            stages: Arc::new([Mutex::new(None), Mutex::new(None)]),
             first_poll_after,
             channel: channel_of(&schema),
             appended: watch::Sender::new(Cursor::START),
@@ -105,7 +116,36 @@ impl PgStore {
 #[tonic::async_trait]
 impl Store for PgStore {
     async fn apply_claims(&self, changes: &[ClaimChange]) -> Result<Vec<ClaimReply>, StoreError> {
-        postgres_claims::apply_all(&self.pool, changes, self.first_poll_after).await
+        let stage = match grouped(changes) {
+            Grouped::Claims(_) => &self.stages[0],
+            Grouped::Settlements(_) => &self.stages[1],
+            Grouped::Mixed => {
+                return postgres_claims::apply_all(&self.pool, changes, self.first_poll_after)
+                    .await;
+            }
+        };
+        let mut held = stage.lock().await;
+        let mut retried = false;
+        loop {
+            let conn = match &mut *held {
+                Some(conn) => conn,
+                empty => empty.insert(self.connect().await?),
+            };
+            match postgres_claims::apply_on(conn, changes, self.first_poll_after).await {
+                // Both writes may run twice: a claim that did land reads back as an
+                // existing claim (the safe path: wait for it), a settlement is a
+                // compare-and-set on the attempt.
+                Err(e) if is_connection_error(&e) => {
+                    *held = None;
+                    if retried {
+                        return Err(e);
+                    }
+                    tracing::warn!(error = %e, "store: the connection of the send path failed; retrying once on a new one");
+                    retried = true;
+                }
+                result => return result,
+            }
+        }
     }
 
     async fn claim_of(&self, id: ClientId) -> Result<Option<ClaimRecord>, StoreError> {
@@ -429,6 +469,11 @@ impl Store for PgStore {
     }
 
     async fn close(&self) {
+        for stage in self.stages.iter() {
+            if let Some(conn) = stage.lock().await.take() {
+                let _ = conn.close().await;
+            }
+        }
         self.pool.close().await;
     }
 }
@@ -444,5 +489,32 @@ mod tests {
         assert_ne!(a, channel_of("msgw_test_1"));
         assert!(a.len() <= 63);
         assert!(a.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
+    }
+}
+
+impl PgStore {
+    /// A new connection of the send path's own, within the pool's acquire timeout.
+    async fn connect(&self) -> Result<PgConnection, StoreError> {
+        match tokio::time::timeout(ACQUIRE_TIMEOUT, PgConnection::connect_with(&self.options)).await
+        {
+            Ok(conn) => Ok(conn?),
+            Err(_) => Err(StoreError::Database(sqlx::Error::PoolTimedOut)),
+        }
+    }
+}
+
+/// Whether `e` says the connection is gone (the statement may or may not have run), not
+/// that the statement failed.
+fn is_connection_error(e: &StoreError) -> bool {
+    match e {
+        StoreError::Database(
+            sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::Protocol(_),
+        ) => true,
+        StoreError::Database(sqlx::Error::Database(e)) => e.code().is_some_and(|code| {
+            // Class 08: connection exception; 57P01..03: the server is shutting down
+            // or cannot take connections now.
+            code.starts_with("08") || matches!(&*code, "57P01" | "57P02" | "57P03")
+        }),
+        _ => false,
     }
 }

@@ -8,7 +8,7 @@ use std::{
 };
 
 use chrono::{DateTime, Utc};
-use sqlx::{PgPool, Postgres};
+use sqlx::{PgConnection, PgPool, Postgres};
 
 use super::claims::{ClaimOutcome, Grouped, NewClaim, Settle, grouped};
 use super::rows::{ClaimRow, SettlementColumns, attempt_from_db, ms, seconds, settlement_columns};
@@ -21,22 +21,13 @@ fn id_to_db(id: ClientId) -> i64 {
     super::rows::id_to_db(id.get())
 }
 
-/// Applies a group of changes in order. What one envelope writes is one statement:
-/// its claims one INSERT (each claim is atomic on its own), its settlements one
-/// UPDATE with the reconcile rows of the accepted sends. Other groups run change by
-/// change in one transaction.
+/// Applies a group of changes in order, change by change in one transaction. The send
+/// path's groups (only claims, or only settlements) go to [`apply_on`] instead.
 pub(super) async fn apply_all(
     pool: &PgPool,
     changes: &[ClaimChange],
     first_poll_after: Duration,
 ) -> Result<Vec<ClaimReply>, StoreError> {
-    match grouped(changes) {
-        Grouped::Claims(claims) => return claim_all(pool, &claims).await,
-        Grouped::Settlements(settlements) => {
-            return settle_all(pool, &settlements, first_poll_after).await;
-        }
-        Grouped::Mixed => {}
-    }
     let mut tx = pool.begin().await?;
     let mut replies = Vec::with_capacity(changes.len());
     for change in changes {
@@ -46,9 +37,29 @@ pub(super) async fn apply_all(
     Ok(replies)
 }
 
+/// Applies a group of only claims (one INSERT, each claim atomic on its own) or only
+/// settlements (one UPDATE with the reconcile rows of the accepted sends) on `conn`:
+/// one round trip, two for claims of which some already existed.
+pub(super) async fn apply_on(
+    conn: &mut PgConnection,
+    changes: &[ClaimChange],
+    first_poll_after: Duration,
+) -> Result<Vec<ClaimReply>, StoreError> {
+    match grouped(changes) {
+        Grouped::Claims(claims) => claim_all(conn, &claims).await,
+        Grouped::Settlements(settlements) => settle_all(conn, &settlements, first_poll_after).await,
+        Grouped::Mixed => Err(StoreError::Append(
+            "a group mixing claims and settlements needs a transaction".into(),
+        )),
+    }
+}
+
 /// Claims every id not claimed yet with one INSERT; an id already claimed (before, by
 /// another replica, or earlier in this group) answers its current record.
-async fn claim_all(pool: &PgPool, claims: &[NewClaim<'_>]) -> Result<Vec<ClaimReply>, StoreError> {
+async fn claim_all(
+    conn: &mut PgConnection,
+    claims: &[NewClaim<'_>],
+) -> Result<Vec<ClaimReply>, StoreError> {
     let ids: Vec<i64> = claims.iter().map(|(id, ..)| id_to_db(*id)).collect();
     let fingerprints: Vec<Vec<u8>> = claims.iter().map(|(_, f, ..)| f.0.to_vec()).collect();
     let callers: Vec<Option<&str>> = claims.iter().map(|(_, _, caller, _)| *caller).collect();
@@ -67,7 +78,7 @@ async fn claim_all(pool: &PgPool, claims: &[NewClaim<'_>]) -> Result<Vec<ClaimRe
     .bind(&fingerprints)
     .bind(&at)
     .bind(&callers)
-    .fetch_all(pool)
+    .fetch_all(&mut *conn)
     .await?;
     let inserted: HashSet<i64> = inserted.into_iter().map(|(id,)| id).collect();
     let outcome = ClaimOutcome::new(ids, &inserted);
@@ -76,7 +87,7 @@ async fn claim_all(pool: &PgPool, claims: &[NewClaim<'_>]) -> Result<Vec<ClaimRe
     if !existing.is_empty() {
         let rows: Vec<ClaimRow> = sqlx::query_as("SELECT * FROM claims WHERE client_id = ANY($1)")
             .bind(&existing)
-            .fetch_all(pool)
+            .fetch_all(&mut *conn)
             .await?;
         for row in rows {
             records.insert(row.client_id, ClaimRecord::try_from(row)?);
@@ -89,7 +100,7 @@ async fn claim_all(pool: &PgPool, claims: &[NewClaim<'_>]) -> Result<Vec<ClaimRe
 /// attempt still matches), and the reconcile rows of exactly the accepted sends whose
 /// outcome landed.
 async fn settle_all(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     settlements: &[Settle<'_>],
     first_poll_after: Duration,
 ) -> Result<Vec<ClaimReply>, StoreError> {
@@ -188,7 +199,7 @@ async fn settle_all(
     .bind(&lifetimes)
     .bind(&next_polls)
     .bind(&settle_until)
-    .fetch_all(pool)
+    .fetch_all(&mut *conn)
     .await?;
     let settled: HashSet<i64> = settled.into_iter().map(|(id,)| id).collect();
     Ok(ids

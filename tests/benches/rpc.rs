@@ -1,17 +1,20 @@
-//! Load benchmark of the send path: a real msgw (gRPC on loopback, SQLite store in a
-//! temp dir, or a fresh PostgreSQL schema with `--postgres`) in front of an in-process fake gateway, driven by concurrent callers
-//! with distinct ids over HTTP/2 connections. Prints, in one run:
+//! Load benchmark of the send path: a real msgw (gRPC on loopback) in front of an
+//! in-process fake gateway, driven by concurrent callers with distinct ids over HTTP/2
+//! connections, on a SQLite file in a temp dir and then on a fresh PostgreSQL schema
+//! (`--store` picks one). Prints, in one run, for each store:
 //!
 //! - a. `grpc.health.v1.Health/Check` RPC/s on the same server (tonic's own cost);
 //! - b. `SendSms` RPC/s with a gateway that answers at once, and the ratio b/a;
 //! - c. `SendSms` RPC/s with a gateway of latency L, C connections, batch max B and
-//!   many callers; the physical limit C×B/L and the ratio; the same run with
-//!   batch max 1 (no coalescing) and the ratio of the two;
-//! - d. p50/p99 latency of c, and the p50 of a lone caller (≈ L when nothing waits);
-//! - e. msgw's CPU time per send in b, read from the kernel's per-thread counters of
+//!   many callers; the physical limit C×B/L, the ratio, and the gateway connections
+//!   msgw used; the same run with batch max 1 (no coalescing); latencies, and the p50
+//!   of a lone caller (≈ L when nothing waits);
+//! - d. msgw's CPU time per send in b, read from the kernel's per-thread counters of
 //!   msgw's own threads (its tokio workers and its SQLite worker), so the load
 //!   generator and the fake gateway, which run on threads of their own, are not
-//!   counted.
+//!   counted (nor are PostgreSQL's processes);
+//! - e. store writes per second in b and rows per write, by stage (claims,
+//!   settlements), from `msgw_store_write_rows`.
 //!
 //! It asserts nothing; it prints. Bounded in time; stops by itself.
 //!

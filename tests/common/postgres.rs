@@ -69,6 +69,15 @@ impl TestSchema {
         }
     }
 
+    /// Kills msgw's connections, as a database restart would; msgw may connect again.
+    pub async fn terminate_connections(&self) {
+        self.admin(&[format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{}'",
+            self.name
+        )])
+        .await;
+    }
+
     /// Cuts msgw off: its role may no longer log in, its connections are killed.
     pub async fn outage(&self) {
         self.admin(&[

@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use msgw::domain::{Channel, ClientId};
 use msgw::store::{
     AcceptedOutcome, ClaimChange, ClaimReply, ClaimState, Fingerprint, SentMessage, Settlement,
+    Store,
 };
 
 use crate::Fixture;
@@ -430,4 +431,50 @@ pub async fn a_claim_records_its_caller_and_its_messages_events_carry_it(fixture
         store.last_event_of(id(1)).await.unwrap().unwrap().caller,
         caller("billing")
     );
+}
+
+/// PostgreSQL only: the send path's connections are not pinged before use; when the
+/// database drops them (a restart, a failover, `pg_terminate_backend`), the next claim
+/// and settlement retry once on a new connection instead of failing their callers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_send_path_writes_survive_their_connections_being_dropped() {
+    let schema = crate::postgres::TestSchema::create().await;
+    let store = msgw::store::PgStore::open(&schema.url, None, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let claim = |id: u64| ClaimChange::Claim {
+        id: ClientId::new(id).unwrap(),
+        fingerprint: Fingerprint([7; 32]),
+        caller: None,
+        at: Utc::now(),
+    };
+    let settle = |id: u64| ClaimChange::Settle {
+        id: ClientId::new(id).unwrap(),
+        attempt: 1,
+        settlement: Settlement::Released("refused".into()),
+        at: Utc::now(),
+    };
+    assert_eq!(
+        store.apply_claims(&[claim(1)]).await.unwrap(),
+        vec![ClaimReply::Claimed { attempt: 1 }]
+    );
+    assert_eq!(
+        store.apply_claims(&[settle(1)]).await.unwrap(),
+        vec![ClaimReply::Settled]
+    );
+    for round in 0..2 {
+        schema.terminate_connections().await;
+        let id = 10 + round;
+        assert_eq!(
+            store.apply_claims(&[claim(id)]).await.unwrap(),
+            vec![ClaimReply::Claimed { attempt: 1 }],
+            "round {round}"
+        );
+        assert_eq!(
+            store.apply_claims(&[settle(id)]).await.unwrap(),
+            vec![ClaimReply::Settled],
+            "round {round}"
+        );
+    }
+    store.close().await;
 }

@@ -478,20 +478,6 @@ impl Store for PgStore {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn channels_are_identifiers_per_schema() {
-        let a = channel_of("public");
-        assert_eq!(a, channel_of("public"));
-        assert_ne!(a, channel_of("msgw_test_1"));
-        assert!(a.len() <= 63);
-        assert!(a.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
-    }
-}
-
 impl PgStore {
     /// A new connection of the send path's own, within the pool's acquire timeout.
     async fn connect(&self) -> Result<PgConnection, StoreError> {
@@ -516,5 +502,19 @@ fn is_connection_error(e: &StoreError) -> bool {
             code.starts_with("08") || matches!(&*code, "57P01" | "57P02" | "57P03")
         }),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn channels_are_identifiers_per_schema() {
+        let a = channel_of("public");
+        assert_eq!(a, channel_of("public"));
+        assert_ne!(a, channel_of("msgw_test_1"));
+        assert!(a.len() <= 63);
+        assert!(a.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
     }
 }

@@ -44,6 +44,9 @@ pub enum StoreError {
     /// The database's schema could not be brought up to date.
     #[error("store migration: {0}")]
     Migration(#[from] sqlx::migrate::MigrateError),
+    /// The SQLite database failed on the send path's writes.
+    #[error("store: {0}")]
+    Embedded(#[from] rusqlite::Error),
     /// Stored data msgw cannot read back.
     #[error("store holds unreadable data: {0}")]
     Corrupt(String),

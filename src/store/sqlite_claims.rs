@@ -7,6 +7,7 @@ use std::{
 };
 
 use chrono::{DateTime, Utc};
+use rusqlite::types::Value;
 use sqlx::{Connection, Sqlite, SqliteConnection};
 
 use super::claims::{ClaimOutcome, Grouped, NewClaim, Settle, grouped};
@@ -20,20 +21,22 @@ fn id_to_db(id: ClientId) -> i64 {
     super::rows::id_to_db(id.get())
 }
 
-/// Applies a group of changes in order on the writer connection. What one envelope
-/// writes takes one round trip to SQLite: its claims are one INSERT (each claim is
-/// atomic on its own, so no transaction is needed around them), its settlements one
-/// transaction sent as a single batch of statements. Other groups run change by change
-/// in one transaction.
+/// Applies a group of changes in order on the writer connection. The send path's groups
+/// (only claims, or only settlements) run whole on this thread with the connection
+/// locked out from sqlx's worker ([`on_locked`]): one hand-off per group, not one per
+/// statement and row. Other groups run change by change in one transaction.
 pub(super) async fn apply_all(
     conn: &mut SqliteConnection,
     changes: &[ClaimChange],
     first_poll_after: Duration,
 ) -> Result<Vec<ClaimReply>, StoreError> {
     match grouped(changes) {
-        Grouped::Claims(claims) => return claim_all(conn, &claims).await,
+        Grouped::Claims(claims) => {
+            let inserted = on_locked(conn, |db| insert_claims(db, &claims)).await?;
+            return replies_of_claims(conn, &claims, &inserted).await;
+        }
         Grouped::Settlements(settlements) => {
-            return settle_all(conn, &settlements, first_poll_after).await;
+            return on_locked(conn, |db| settle_all(db, &settlements, first_poll_after)).await;
         }
         Grouped::Mixed => {}
     }
@@ -46,29 +49,63 @@ pub(super) async fn apply_all(
     Ok(replies)
 }
 
-/// Claims every id not claimed yet with one INSERT; an id already claimed (before, or
-/// earlier in this group) answers its current record.
-async fn claim_all(
+/// Runs `work` on the writer's SQLite connection, locked out from the sqlx worker
+/// thread that otherwise drives it, on this thread and in one go.
+async fn on_locked<T>(
+    conn: &mut SqliteConnection,
+    work: impl FnOnce(&rusqlite::Connection) -> rusqlite::Result<T>,
+) -> Result<T, StoreError> {
+    let mut locked = conn.lock_handle().await?;
+    // SAFETY: `lock_handle` keeps sqlx's worker off the database handle until `locked`
+    // drops, so this thread has it alone. The rusqlite connection wraps the handle
+    // without owning it (`from_handle` never closes it) and is dropped, finalizing the
+    // statements it prepared, before `locked` is.
+    let db = unsafe { rusqlite::Connection::from_handle(locked.as_raw_handle().as_ptr()) }?;
+    let done = work(&db);
+    drop(db);
+    drop(locked);
+    Ok(done?)
+}
+
+/// Claims every id not claimed yet with one INSERT (each claim is atomic on its own, so
+/// no transaction is needed around them); returns the ids it inserted.
+fn insert_claims(
+    db: &rusqlite::Connection,
+    claims: &[NewClaim<'_>],
+) -> rusqlite::Result<HashSet<i64>> {
+    let mut inserted = HashSet::with_capacity(claims.len());
+    for chunk in super::rows::row_chunks(claims) {
+        let sql = format!(
+            "INSERT INTO claims (client_id, fingerprint, attempt, state, claimed_at_ms, caller) VALUES {}
+             ON CONFLICT (client_id) DO NOTHING RETURNING client_id",
+            rows_of("(?, ?, 1, 'in_flight', ?, ?)", chunk.len())
+        );
+        let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * 4);
+        for (id, fingerprint, caller, at) in chunk {
+            values.extend([
+                Value::Integer(id_to_db(*id)),
+                Value::Blob(fingerprint.0.to_vec()),
+                Value::Integer(ms(*at)),
+                caller.map_or(Value::Null, |c| Value::Text(c.to_owned())),
+            ]);
+        }
+        let mut statement = db.prepare(&sql)?;
+        let mut rows = statement.query(rusqlite::params_from_iter(values))?;
+        while let Some(row) = rows.next()? {
+            inserted.insert(row.get(0)?);
+        }
+    }
+    Ok(inserted)
+}
+
+/// The replies to a group of claims: claimed where inserted; otherwise (claimed
+/// before, or earlier in this group) the id's current record, read back.
+async fn replies_of_claims(
     conn: &mut SqliteConnection,
     claims: &[NewClaim<'_>],
+    inserted: &HashSet<i64>,
 ) -> Result<Vec<ClaimReply>, StoreError> {
-    let mut inserted = HashSet::new();
-    for chunk in super::rows::row_chunks(claims) {
-        let mut query = sqlx::QueryBuilder::<Sqlite>::new(
-            "INSERT INTO claims (client_id, fingerprint, attempt, state, claimed_at_ms, caller) ",
-        );
-        query.push_values(chunk, |mut row, (id, fingerprint, caller, at)| {
-            row.push_bind(id_to_db(*id))
-                .push_bind(&fingerprint.0[..])
-                .push("1, 'in_flight'")
-                .push_bind(ms(*at))
-                .push_bind(*caller);
-        });
-        query.push(" ON CONFLICT (client_id) DO NOTHING RETURNING client_id");
-        let rows: Vec<(i64,)> = query.build_query_as().fetch_all(&mut *conn).await?;
-        inserted.extend(rows.into_iter().map(|(id,)| id));
-    }
-    let outcome = ClaimOutcome::new(claims.iter().map(|c| id_to_db(c.0)).collect(), &inserted);
+    let outcome = ClaimOutcome::new(claims.iter().map(|c| id_to_db(c.0)).collect(), inserted);
     let existing = outcome.to_read();
     let mut records = HashMap::new();
     for chunk in super::rows::row_chunks(&existing) {
@@ -90,96 +127,130 @@ async fn claim_all(
     outcome.replies(&records)
 }
 
-/// Records the outcomes of distinct ids in one transaction sent as one batch of
-/// statements: the reconcile rows of accepted sends whose attempt still matches, then
-/// the outcomes themselves (only where the attempt matches).
-async fn settle_all(
-    conn: &mut SqliteConnection,
+/// Records the outcomes of distinct ids in one transaction: the reconcile rows of
+/// accepted sends whose attempt still matches, then the outcomes themselves (only where
+/// the attempt matches).
+fn settle_all(
+    db: &rusqlite::Connection,
     settlements: &[Settle<'_>],
     first_poll_after: Duration,
-) -> Result<Vec<ClaimReply>, StoreError> {
+) -> rusqlite::Result<Vec<ClaimReply>> {
+    db.execute_batch("BEGIN IMMEDIATE")?;
+    match settle_in_transaction(db, settlements, first_poll_after) {
+        Ok(settled) => {
+            db.execute_batch("COMMIT")?;
+            Ok(settlements
+                .iter()
+                .map(|(id, ..)| {
+                    if settled.contains(&id_to_db(*id)) {
+                        ClaimReply::Settled
+                    } else {
+                        ClaimReply::Superseded
+                    }
+                })
+                .collect())
+        }
+        Err(e) => {
+            // End the transaction here: the connection goes back to the pool.
+            let _ = db.execute_batch("ROLLBACK");
+            Err(e)
+        }
+    }
+}
+
+/// The statements of [`settle_all`]; returns the ids whose outcome was recorded.
+fn settle_in_transaction(
+    db: &rusqlite::Connection,
+    settlements: &[Settle<'_>],
+    first_poll_after: Duration,
+) -> rusqlite::Result<HashSet<i64>> {
     let after = chrono::Duration::from_std(first_poll_after).unwrap_or(chrono::Duration::MAX);
-    let mut query = sqlx::QueryBuilder::<Sqlite>::new("BEGIN IMMEDIATE;");
+    let mut settled = HashSet::with_capacity(settlements.len());
     for chunk in super::rows::row_chunks(settlements) {
-        // Every settlement has a row here (NULL msg_id: nothing to track), so both
-        // statements of a chunk have the same shape and stay in the statement cache.
-        query.push(
-            " WITH m (client_id, attempt, msg_id, channel, sent_at_ms, lifetime_s, next_poll_ms) AS (",
-        );
-        query.push_values(chunk, |mut row, (id, attempt, settlement, _)| {
+        // Every settlement has a row here (NULL msg_id: nothing to track).
+        let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * 7);
+        for (id, attempt, settlement, _) in chunk {
             let message: Option<&SentMessage> = match settlement {
                 Settlement::Accepted(_, Some(message)) => Some(message),
                 _ => None,
             };
-            row.push_bind(id_to_db(*id))
-                .push_bind(i64::from(*attempt))
-                .push_bind(message.map(|m| m.msg_id.clone()))
-                .push_bind(message.map(|m| m.channel.as_str()))
-                .push_bind(message.map(|m| ms(m.sent_at)))
-                .push_bind(message.map(|m| seconds(m.lifetime)))
-                .push_bind(message.map(|m| ms(m.sent_at + after)));
-        });
-        query.push(
-            ") INSERT INTO messages (client_id, msg_id, channel, sent_at_ms, lifetime_s,
-                                    last_status, is_final, next_poll_ms, polls)
-               SELECT m.client_id, m.msg_id, m.channel, m.sent_at_ms, m.lifetime_s, NULL, 0,
-                      m.next_poll_ms, 0
-                 FROM m JOIN claims c ON c.client_id = m.client_id AND c.attempt = m.attempt
-                WHERE m.msg_id IS NOT NULL
-               ON CONFLICT (client_id) DO UPDATE SET
-                 msg_id = excluded.msg_id, channel = excluded.channel,
-                 sent_at_ms = excluded.sent_at_ms, lifetime_s = excluded.lifetime_s,
-                 last_status = NULL, is_final = 0, next_poll_ms = excluded.next_poll_ms,
-                 polls = 0;
-             WITH v (client_id, attempt, state, settled_at_ms, msg_id, parts, payload, recovered, reason,
-                     settle_until_ms) AS (",
-        );
-        query.push_values(chunk, |mut row, (id, attempt, settlement, at)| {
+            values.extend([
+                Value::Integer(id_to_db(*id)),
+                Value::Integer(i64::from(*attempt)),
+                message.map_or(Value::Null, |m| Value::Text(m.msg_id.clone())),
+                message.map_or(Value::Null, |m| Value::Text(m.channel.as_str().to_owned())),
+                message.map_or(Value::Null, |m| Value::Integer(ms(m.sent_at))),
+                message.map_or(Value::Null, |m| Value::Integer(seconds(m.lifetime))),
+                message.map_or(Value::Null, |m| Value::Integer(ms(m.sent_at + after))),
+            ]);
+        }
+        db.prepare(&format!(
+            "WITH m (client_id, attempt, msg_id, channel, sent_at_ms, lifetime_s, next_poll_ms) AS (VALUES {})
+             INSERT INTO messages (client_id, msg_id, channel, sent_at_ms, lifetime_s,
+                                   last_status, is_final, next_poll_ms, polls)
+             SELECT m.client_id, m.msg_id, m.channel, m.sent_at_ms, m.lifetime_s, NULL, 0,
+                    m.next_poll_ms, 0
+               FROM m JOIN claims c ON c.client_id = m.client_id AND c.attempt = m.attempt
+              WHERE m.msg_id IS NOT NULL
+             ON CONFLICT (client_id) DO UPDATE SET
+               msg_id = excluded.msg_id, channel = excluded.channel,
+               sent_at_ms = excluded.sent_at_ms, lifetime_s = excluded.lifetime_s,
+               last_status = NULL, is_final = 0, next_poll_ms = excluded.next_poll_ms,
+               polls = 0",
+            rows_of("(?, ?, ?, ?, ?, ?, ?)", chunk.len())
+        ))?
+        .execute(rusqlite::params_from_iter(values))?;
+        let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * 10);
+        for (id, attempt, settlement, at) in chunk {
             let SettlementColumns {
                 state,
                 accepted,
                 reason,
                 settle_until_ms,
             } = settlement_columns(settlement);
-            row.push_bind(id_to_db(*id))
-                .push_bind(i64::from(*attempt))
-                .push_bind(state)
-                .push_bind(ms(*at))
-                .push_bind(accepted.and_then(|a| a.msg_id.clone()))
-                .push_bind(accepted.map(|a| i64::from(a.parts)))
-                .push_bind(accepted.map(|a| a.payload.to_string()))
-                .push_bind(accepted.is_some_and(|a| a.recovered))
-                .push_bind(reason.map(str::to_owned))
-                .push_bind(settle_until_ms);
-        });
-        query.push(
-            ") UPDATE claims SET state = v.state, settled_at_ms = v.settled_at_ms,
+            values.extend([
+                Value::Integer(id_to_db(*id)),
+                Value::Integer(i64::from(*attempt)),
+                Value::Text(state.to_owned()),
+                Value::Integer(ms(*at)),
+                accepted
+                    .and_then(|a| a.msg_id.clone())
+                    .map_or(Value::Null, Value::Text),
+                accepted.map_or(Value::Null, |a| Value::Integer(i64::from(a.parts))),
+                accepted.map_or(Value::Null, |a| Value::Text(a.payload.to_string())),
+                Value::Integer(i64::from(accepted.is_some_and(|a| a.recovered))),
+                reason.map_or(Value::Null, |r| Value::Text(r.to_owned())),
+                settle_until_ms.map_or(Value::Null, Value::Integer),
+            ]);
+        }
+        let mut statement = db.prepare(&format!(
+            "WITH v (client_id, attempt, state, settled_at_ms, msg_id, parts, payload, recovered,
+                     reason, settle_until_ms) AS (VALUES {})
+             UPDATE claims SET state = v.state, settled_at_ms = v.settled_at_ms,
                     msg_id = v.msg_id, parts = v.parts, payload = v.payload,
                     recovered = v.recovered, reason = v.reason, settle_until_ms = v.settle_until_ms
                FROM v WHERE claims.client_id = v.client_id AND claims.attempt = v.attempt
-               RETURNING client_id;",
-        );
-    }
-    query.push(" COMMIT");
-    let settled: HashSet<i64> = match query.build_query_as::<(i64,)>().fetch_all(&mut *conn).await {
-        Ok(rows) => rows.into_iter().map(|(id,)| id).collect(),
-        Err(e) => {
-            // The batch stopped at the failing statement: end its transaction here, or
-            // the connection would go back to the pool inside it.
-            let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
-            return Err(e.into());
+             RETURNING client_id",
+            rows_of("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", chunk.len())
+        ))?;
+        let mut rows = statement.query(rusqlite::params_from_iter(values))?;
+        while let Some(row) = rows.next()? {
+            settled.insert(row.get(0)?);
         }
-    };
-    Ok(settlements
-        .iter()
-        .map(|(id, ..)| {
-            if settled.contains(&id_to_db(*id)) {
-                ClaimReply::Settled
-            } else {
-                ClaimReply::Superseded
-            }
-        })
-        .collect())
+    }
+    Ok(settled)
+}
+
+/// `n` copies of a row of placeholders, comma-separated.
+fn rows_of(row: &str, n: usize) -> String {
+    let mut sql = String::with_capacity((row.len() + 2) * n);
+    for i in 0..n {
+        if i > 0 {
+            sql.push_str(", ");
+        }
+        sql.push_str(row);
+    }
+    sql
 }
 
 super::claim_changes::change_by_change!(Sqlite);

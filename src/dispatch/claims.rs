@@ -107,7 +107,8 @@ impl Claims {
         metrics: &Metrics,
     ) -> Self {
         let rows = metrics.store_write_rows.clone();
-        let settler = GroupWriter::spawn(SETTLE_MAX_ENVELOPES, {
+        let writers = store.send_path_writers().max(1);
+        let settler = GroupWriter::spawn_many(writers, SETTLE_MAX_ENVELOPES, {
             let (store, rows) = (store.clone(), rows.clone());
             move |groups: Vec<Vec<ClaimChange>>| {
                 let (store, rows) = (store.clone(), rows.clone());
@@ -131,6 +132,11 @@ impl Claims {
             stale_after,
             settle,
         }
+    }
+
+    /// Groups of claims worth writing at once (the store's).
+    pub fn writers(&self) -> usize {
+        self.store.send_path_writers().max(1)
     }
 
     /// The end of the settle window of a request cut now.

@@ -138,13 +138,18 @@ pub trait Runner: Send + Sync + Sized + 'static {
     /// What a prepared call holds until its envelope runs or it is discarded.
     type Held: Default + Send + 'static;
 
+    /// Groups prepared at once at most.
+    fn preparations(&self) -> usize {
+        1
+    }
+
     /// Whether `call` is prepared before it waits for a slot.
     fn prepares(&self, _call: &Call<Self>) -> bool {
         false
     }
 
     /// Prepares a group of calls at once; answers those it settles itself and returns
-    /// the rest, to wait for a slot. Groups are prepared one at a time.
+    /// the rest, to wait for a slot. At most [`Runner::preparations`] groups at a time.
     fn prepare(&self, calls: Vec<Call<Self>>) -> impl Future<Output = Vec<Call<Self>>> + Send {
         async { calls }
     }
@@ -177,8 +182,8 @@ impl<R: Runner> std::fmt::Debug for Coalescer<R> {
 struct State<R: Runner> {
     /// Calls waiting to be prepared, in `seq` order.
     preparing: VecDeque<Call<R>>,
-    /// Whether a group is being prepared.
-    preparing_now: bool,
+    /// Groups being prepared.
+    preparing_now: usize,
     /// Calls waiting for a slot, in `seq` order.
     queue: VecDeque<Call<R>>,
     /// Operations of the calls in `queue`.
@@ -205,7 +210,7 @@ impl<R: Runner> Coalescer<R> {
             metrics,
             state: Mutex::new(State {
                 preparing: VecDeque::new(),
-                preparing_now: false,
+                preparing_now: 0,
                 queue: VecDeque::new(),
                 ready_ops: 0,
                 queued_ops: 0,
@@ -305,12 +310,12 @@ impl<R: Runner> Coalescer<R> {
         }
     }
 
-    /// Starts preparing the calls queued for it, unless a group is being prepared (then
-    /// they make the next group, once it is done).
+    /// Starts preparing the calls queued for it, unless the runner's preparations are
+    /// all under way (then they make the next group, once one is done).
     fn prepare_next(self: &Arc<Self>) {
         let (group, discarded) = {
             let mut state = self.lock();
-            if state.preparing_now || state.preparing.is_empty() {
+            if state.preparing_now >= self.runner.preparations() || state.preparing.is_empty() {
                 return;
             }
             let (mut group, mut discarded) = (Vec::new(), Vec::new());
@@ -326,7 +331,7 @@ impl<R: Runner> Coalescer<R> {
                 }
                 group.push(call);
             }
-            state.preparing_now = !group.is_empty();
+            state.preparing_now += usize::from(!group.is_empty());
             self.metrics.queue_depth.set(gauge(state.queued_ops));
             (group, discarded)
         };
@@ -358,7 +363,7 @@ impl<R: Runner> Coalescer<R> {
                 // Linger while busy: with other requests in flight, an envelope that
                 // would leave short waits for the group being claimed (one store
                 // write), whose end starts it. An idle msgw never waits.
-                if state.preparing_now
+                if state.preparing_now > 0
                     && state.in_flight > 0
                     && state.ready_ops < self.limits.batch_max
                 {
@@ -517,7 +522,7 @@ impl<R: Runner> Drop for Prepared<R> {
                     state.queue.insert(at, call);
                 }
             }
-            state.preparing_now = false;
+            state.preparing_now -= 1;
             self.coalescer
                 .metrics
                 .queue_depth

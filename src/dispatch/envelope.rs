@@ -123,6 +123,10 @@ impl Runner for Engine {
     type Answer = Answer;
     type Held = Held;
 
+    fn preparations(&self) -> usize {
+        self.claims.as_ref().map_or(1, Claims::writers)
+    }
+
     fn prepares(&self, call: &Call<Self>) -> bool {
         self.claims.is_some() && call.ops.iter().any(|op| op.idempotency_key().is_some())
     }

@@ -37,30 +37,34 @@ impl<C: Send + 'static, R: Send + 'static> GroupWriter<C, R> {
         tokio::spawn(async move {
             let mut group = Vec::with_capacity(max_group);
             while requests.recv_many(&mut group, max_group).await > 0 {
-                let (items, replies): (Vec<C>, Vec<Reply<R>>) = group.drain(..).unzip();
-                let count = items.len();
-                match apply(items).await {
-                    Ok(results) if results.len() == count => {
-                        for (result, reply) in results.into_iter().zip(replies) {
-                            let _ = reply.send(Ok(result));
-                        }
-                    }
-                    Ok(results) => {
-                        let text = format!("{} results for {count} requests", results.len());
-                        for reply in replies {
-                            let _ = reply.send(Err(StoreError::Append(text.clone())));
-                        }
-                    }
-                    Err(e) => {
-                        tracing::error!(error = %e, requests = count, "store group commit failed");
-                        let text = e.to_string();
-                        for reply in replies {
-                            let _ = reply.send(Err(StoreError::Append(text.clone())));
-                        }
-                    }
-                }
+                commit(&mut group, &mut apply).await;
             }
         });
+        Self { queue }
+    }
+
+    /// [`GroupWriter::spawn`] with `writers` groups applied at once: while every writer
+    /// commits, requests gather for the next one free.
+    pub fn spawn_many<F, Fut>(writers: usize, max_group: usize, apply: F) -> Self
+    where
+        F: Fn(Vec<C>) -> Fut + Clone + Send + 'static,
+        Fut: Future<Output = Result<Vec<R>, StoreError>> + Send,
+    {
+        let (queue, requests) = mpsc::channel::<(C, Reply<R>)>(max_group * 4);
+        let requests = std::sync::Arc::new(tokio::sync::Mutex::new(requests));
+        for _ in 0..writers.max(1) {
+            let (requests, mut apply) = (requests.clone(), apply.clone());
+            tokio::spawn(async move {
+                let mut group = Vec::with_capacity(max_group);
+                loop {
+                    let taken = requests.lock().await.recv_many(&mut group, max_group).await;
+                    if taken == 0 {
+                        return;
+                    }
+                    commit(&mut group, &mut apply).await;
+                }
+            });
+        }
         Self { queue }
     }
 
@@ -73,5 +77,35 @@ impl<C: Send + 'static, R: Send + 'static> GroupWriter<C, R> {
             .await
             .map_err(|_| gone())?;
         result.await.map_err(|_| gone())?
+    }
+}
+
+/// Applies one group and answers each request of it.
+async fn commit<C, R, F, Fut>(group: &mut Vec<(C, Reply<R>)>, apply: &mut F)
+where
+    F: FnMut(Vec<C>) -> Fut,
+    Fut: Future<Output = Result<Vec<R>, StoreError>>,
+{
+    let (items, replies): (Vec<C>, Vec<Reply<R>>) = group.drain(..).unzip();
+    let count = items.len();
+    match apply(items).await {
+        Ok(results) if results.len() == count => {
+            for (result, reply) in results.into_iter().zip(replies) {
+                let _ = reply.send(Ok(result));
+            }
+        }
+        Ok(results) => {
+            let text = format!("{} results for {count} requests", results.len());
+            for reply in replies {
+                let _ = reply.send(Err(StoreError::Append(text.clone())));
+            }
+        }
+        Err(e) => {
+            tracing::error!(error = %e, requests = count, "store group commit failed");
+            let text = e.to_string();
+            for reply in replies {
+                let _ = reply.send(Err(StoreError::Append(text.clone())));
+            }
+        }
     }
 }

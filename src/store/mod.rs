@@ -119,6 +119,13 @@ pub trait Store: std::fmt::Debug + Send + Sync + 'static {
     /// send also records its message for reconcile, in the same transaction.
     async fn apply_claims(&self, changes: &[ClaimChange]) -> Result<Vec<ClaimReply>, StoreError>;
 
+    /// Groups of claims, and of settlements, worth writing at once: 1 where one writer
+    /// serializes them anyway (SQLite); more where each commit waits for a sync that
+    /// concurrent commits share (PostgreSQL).
+    fn send_path_writers(&self) -> usize {
+        1
+    }
+
     /// The claim of `id`, if any.
     async fn claim_of(&self, id: ClientId) -> Result<Option<ClaimRecord>, StoreError>;
 

@@ -34,10 +34,11 @@ pub struct PgStore {
     pool: PgPool,
     /// What opens a connection: for the send path's own connections.
     options: PgConnectOptions,
-    /// A connection each for the send path's two group-commit stages, claims and
-    /// settlements: each stage writes one group at a time, so a connection of its own
-    /// serves it without the pool's checkout and the ping the pool sends on every return.
-    stages: Arc<[Mutex<Option<PgConnection>>; 2]>,
+    /// Connections of the send path's two group-commit stages, claims and settlements,
+    /// [`SEND_PATH_WRITERS`] each: a stage writes that many groups at a time, so
+    /// connections of its own serve it without the pool's checkout and the ping the
+    /// pool sends on every return.
+    stages: Arc<[[Mutex<Option<PgConnection>>; SEND_PATH_WRITERS]; 2]>,
     first_poll_after: Duration,
     /// The NOTIFY channel of this schema's event log.
     channel: String,
@@ -52,6 +53,9 @@ const MAX_CONNECTIONS: u32 = 16;
 /// How long a store call waits for a connection before it fails (the database is
 /// down or every connection is busy): RPCs then fail UNAVAILABLE instead of hanging.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Groups of claims, and of settlements, written at once: each commit waits for
+/// PostgreSQL's WAL sync, which commits under way together share.
+const SEND_PATH_WRITERS: usize = 2;
 impl PgStore {
     /// Connects to the database `url` names (TLS and other options from the URL;
     /// `password`, when given, replaces one in the URL), migrates it and starts
@@ -91,7 +95,9 @@ impl PgStore {
         let store = Self {
             pool,
             options,
-            stages: Arc::new([Mutex::new(None), Mutex::new(None)]),
+            stages: Arc::new(std::array::from_fn(|_| {
+                std::array::from_fn(|_| Mutex::new(None))
+            })),
             first_poll_after,
             channel: channel_of(&schema),
             appended: watch::Sender::new(Cursor::START),
@@ -115,6 +121,10 @@ impl PgStore {
 
 #[tonic::async_trait]
 impl Store for PgStore {
+    fn send_path_writers(&self) -> usize {
+        SEND_PATH_WRITERS
+    }
+
     async fn apply_claims(&self, changes: &[ClaimChange]) -> Result<Vec<ClaimReply>, StoreError> {
         let stage = match grouped(changes) {
             Grouped::Claims(_) => &self.stages[0],
@@ -124,7 +134,12 @@ impl Store for PgStore {
                     .await;
             }
         };
-        let mut held = stage.lock().await;
+        // A free connection of the stage; its callers keep within SEND_PATH_WRITERS
+        // groups at once, so one is free but for a rare reconcile settlement.
+        let mut held = match stage.iter().find_map(|c| c.try_lock().ok()) {
+            Some(held) => held,
+            None => stage[0].lock().await,
+        };
         let mut retried = false;
         loop {
             let conn = match &mut *held {
@@ -469,8 +484,8 @@ impl Store for PgStore {
     }
 
     async fn close(&self) {
-        for stage in self.stages.iter() {
-            if let Some(conn) = stage.lock().await.take() {
+        for conn in self.stages.iter().flatten() {
+            if let Some(conn) = conn.lock().await.take() {
                 let _ = conn.close().await;
             }
         }

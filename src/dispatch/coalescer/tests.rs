@@ -162,6 +162,8 @@ async fn a_caller_that_leaves_while_queued_is_never_run() {
 /// preparation the calls whose first id is 99; runs envelopes like `Echo`.
 struct Preparing {
     hold: Duration,
+    /// Groups prepared at once; a group whose first id is 1 takes four times `hold`.
+    concurrency: usize,
     groups: Mutex<Vec<usize>>,
     released: Mutex<Vec<usize>>,
     echo: Echo,
@@ -171,13 +173,18 @@ impl Runner for Preparing {
     type Answer = usize;
     type Held = usize;
 
+    fn preparations(&self) -> usize {
+        self.concurrency
+    }
+
     fn prepares(&self, _call: &Call<Self>) -> bool {
         true
     }
 
     async fn prepare(&self, calls: Vec<Call<Self>>) -> Vec<Call<Self>> {
         self.groups.lock().unwrap().push(calls.len());
-        tokio::time::sleep(self.hold).await;
+        let slow = calls[0].ops[0] == Operation::GetMessageStatus(ClientId::new(1).unwrap());
+        tokio::time::sleep(if slow { self.hold * 4 } else { self.hold }).await;
         let mut ready = Vec::new();
         for mut call in calls {
             if call.ops[0] == Operation::GetMessageStatus(ClientId::new(99).unwrap()) {
@@ -208,6 +215,7 @@ impl Runner for Preparing {
 fn preparing(hold: Duration, run: Duration) -> Arc<Preparing> {
     Arc::new(Preparing {
         hold,
+        concurrency: 1,
         groups: Mutex::new(Vec::new()),
         released: Mutex::new(Vec::new()),
         echo: Echo {
@@ -292,6 +300,47 @@ async fn a_prepared_call_that_leaves_the_queue_gives_back_what_it_held() {
     ));
     assert_eq!(*runner.released.lock().unwrap(), vec![2, 3]);
     busy.await.unwrap().unwrap();
+    assert_eq!(*runner.echo.envelopes.lock().unwrap(), vec![1]);
+    assert_eq!(metrics.queue_depth.get(), 0);
+}
+
+#[tokio::test]
+async fn groups_prepared_at_once_may_end_out_of_order_and_their_calls_still_leave_cleanly() {
+    let mut runner = preparing(Duration::from_millis(15), Duration::from_millis(300));
+    Arc::get_mut(&mut runner).unwrap().concurrency = 2;
+    let metrics = Metrics::new();
+    let c = Coalescer::new(runner.clone(), limits(1, 1, 100), metrics.clone());
+    // The slow group (id 1) starts first; the fast one (id 2) starts beside it and
+    // ends first, taking the only slot.
+    let slow = tokio::spawn({
+        let c = c.clone();
+        async move { tokio::time::timeout(Duration::from_millis(120), c.call(ops(1), None, None)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    let fast = tokio::spawn({
+        let c = c.clone();
+        async move {
+            c.call(
+                vec![Operation::GetMessageStatus(ClientId::new(2).unwrap())],
+                None,
+                None,
+            )
+            .await
+        }
+    });
+    // The slow call queued behind the fast one's envelope; its caller leaves.
+    assert!(slow.await.unwrap().is_err(), "the slow caller gave up");
+    assert_eq!(
+        *runner.groups.lock().unwrap(),
+        vec![1, 1],
+        "two groups at once"
+    );
+    assert_eq!(
+        *runner.released.lock().unwrap(),
+        vec![1],
+        "its claims went back"
+    );
+    assert_eq!(fast.await.unwrap().unwrap(), vec![1]);
     assert_eq!(*runner.echo.envelopes.lock().unwrap(), vec![1]);
     assert_eq!(metrics.queue_depth.get(), 0);
 }

@@ -20,10 +20,7 @@
 use std::{
     collections::VecDeque,
     future::Future,
-    sync::{
-        Arc, Mutex, MutexGuard,
-        atomic::{AtomicU8, Ordering},
-    },
+    sync::{Arc, Mutex, MutexGuard, atomic::AtomicU8},
     time::Duration,
 };
 
@@ -56,79 +53,6 @@ impl Default for Limits {
 /// What an envelope runner answers a call: one answer per operation, or an error of
 /// the call as a whole (the envelope it rode in failed).
 pub type CallReply<A> = Result<Vec<A>, Error>;
-
-/// One queued call.
-pub struct Call<R: Runner> {
-    /// Its operations, in order.
-    pub ops: Vec<Operation>,
-    /// Who made it (`None`: no caller authentication).
-    pub caller: Option<CallerName>,
-    /// When the caller stops waiting.
-    pub deadline: Option<Instant>,
-    /// How its claims are kept when its operations carry a secret.
-    pub confidential: Option<super::Confidential>,
-    /// What its preparation left it holding (its claims), until its envelope runs.
-    pub held: R::Held,
-    /// Where its answer goes.
-    pub reply: oneshot::Sender<CallReply<R::Answer>>,
-    seq: u64,
-    phase: Arc<Phase>,
-    since: Instant,
-}
-
-impl<R: Runner> Call<R> {
-    /// Whether the caller still waits for the answer.
-    pub fn wanted(&self) -> bool {
-        !self.reply.is_closed() && !self.phase.is(Phase::ABANDONED)
-    }
-
-    /// Gives the call up unsent (its deadline passed before its request left).
-    pub fn abandon(&self) {
-        self.phase.abandon();
-    }
-
-    /// Marks the call's request as leaving for the gateway; false when the caller gave
-    /// up first (then nothing of it may be sent).
-    pub fn begin_send(&self) -> bool {
-        self.phase
-            .0
-            .compare_exchange(
-                Phase::WAITING,
-                Phase::SENDING,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            )
-            .is_ok()
-            && !self.reply.is_closed()
-    }
-}
-
-/// Whether a call's request has left msgw: set once, by whichever comes first of the
-/// envelope sending it and the caller giving up.
-struct Phase(AtomicU8);
-
-impl Phase {
-    const WAITING: u8 = 0;
-    const SENDING: u8 = 1;
-    const ABANDONED: u8 = 2;
-
-    fn is(&self, phase: u8) -> bool {
-        self.0.load(Ordering::Acquire) == phase
-    }
-
-    /// Gives up unless the request already left; true when it had not.
-    fn abandon(&self) -> bool {
-        match self.0.compare_exchange(
-            Self::WAITING,
-            Self::ABANDONED,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        ) {
-            Ok(_) => true,
-            Err(phase) => phase == Self::ABANDONED,
-        }
-    }
-}
 
 /// Prepares calls (claims) and runs envelopes of them (the gateway request, outcomes),
 /// answering every call.
@@ -533,22 +457,6 @@ impl<R: Runner> Drop for Prepared<R> {
     }
 }
 
-/// Takes a caller's call out of the queue, or gives it up if its request has not left,
-/// when the caller's future is dropped.
-struct Leave<'a, R: Runner> {
-    coalescer: &'a Arc<Coalescer<R>>,
-    seq: u64,
-    phase: &'a Phase,
-}
-
-impl<R: Runner> Drop for Leave<'_, R> {
-    fn drop(&mut self) {
-        if !self.coalescer.remove(self.seq) {
-            self.phase.abandon();
-        }
-    }
-}
-
 fn gauge(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
@@ -569,5 +477,9 @@ fn dropped() -> Error {
     }
 }
 
+mod call;
 #[cfg(test)]
 mod tests;
+
+pub use call::Call;
+use call::{Leave, Phase};

@@ -12,15 +12,13 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use tokio::{sync::SemaphorePermit, time::Instant};
 
-use super::Confidential;
-use super::claims::{self, Claims, Decision, Owned};
+use super::acquire::{Entry, Slot, acquire, release_unwanted, unsent};
+use super::claims::{self, Claims, Owned};
 use super::coalescer::{Call, Runner, Slot as InFlight};
 use super::{Executed, Tracking, upstream_error};
-use crate::domain::{CallerName, ClientId, Error, Operation, Output, UnavailableCause};
+use crate::domain::{Error, Operation, Output, UnavailableCause};
 use crate::metrics::Metrics;
-use crate::store::{
-    AcceptedOutcome, ClaimChange, ClaimReply, Fingerprint, SentMessage, Settlement,
-};
+use crate::store::{AcceptedOutcome, SentMessage, Settlement};
 use crate::upstream::{Gateway, ItemOutcome};
 
 /// The answer to one operation of a call.
@@ -51,31 +49,6 @@ pub struct Engine {
     /// as requests in flight: a slow store holds the slots, so the queue fills and
     /// refuses instead of outcomes piling up in memory.
     pub(super) recording: tokio::sync::Semaphore,
-}
-
-/// Where one operation of the envelope stands.
-// Lives only during one envelope; boxing the answer would cost an allocation per operation.
-#[allow(clippy::large_enum_variant)]
-pub(super) enum Slot {
-    /// Goes into the envelope; a keyed one with the claim it owns.
-    Send(Option<Owned>),
-    /// Its earlier outcome is unknown: a `status` query decides; before the end of the
-    /// settle window, "not found" means "not yet".
-    Resolve(Owned, DateTime<Utc>),
-    /// Another call owns its claim.
-    Wait(DateTime<Utc>),
-    /// Answered.
-    Done(Result<Executed, Error>),
-}
-
-/// One operation of the envelope.
-pub(super) struct Entry {
-    pub(super) call: usize,
-    pub(super) op: Operation,
-    caller: Option<CallerName>,
-    key: Option<(ClientId, Fingerprint)>,
-    confidential: Option<Confidential>,
-    pub(super) slot: Slot,
 }
 
 /// One call of the envelope: where its answer goes, and whether it failed as a whole.
@@ -216,142 +189,6 @@ impl Runner for Engine {
         }
         answer(entries, callers);
     }
-}
-
-/// Claims every keyed operation's id in one store call, then takes over (in a second
-/// one, only when needed) the claims that were released, unknown or stale.
-async fn acquire(claims: &Claims, entries: &mut [Entry]) {
-    let at = Utc::now();
-    let keyed: Vec<usize> = (0..entries.len())
-        .filter(|&i| entries[i].key.is_some())
-        .collect();
-    if keyed.is_empty() {
-        return;
-    }
-    let changes: Vec<ClaimChange> = keyed
-        .iter()
-        .filter_map(|&i| entries[i].key.map(|key| (i, key)))
-        .map(|(i, (id, fingerprint))| ClaimChange::Claim {
-            id,
-            fingerprint,
-            caller: entries[i].caller.clone(),
-            at,
-        })
-        .collect();
-    let mut taking: Vec<(usize, Option<DateTime<Utc>>)> = Vec::new();
-    let mut take_overs = Vec::new();
-    for (i, reply) in apply(claims, &changes, entries, &keyed).await {
-        let Some((id, fingerprint)) = entries[i].key else {
-            continue;
-        };
-        entries[i].slot = match reply {
-            ClaimReply::Existing(record) => {
-                let entry = &entries[i];
-                match claims.decide(&entry.op, id, fingerprint, entry.caller.as_ref(), &record) {
-                    Decision::Answer(answer) => Slot::Done(answer),
-                    Decision::Wait(stale_at) => Slot::Wait(stale_at),
-                    Decision::TakeOver { attempt, resolve } => {
-                        taking.push((i, resolve));
-                        take_overs.push(ClaimChange::TakeOver {
-                            id,
-                            fingerprint,
-                            attempt,
-                            caller: entries[i].caller.clone(),
-                            at,
-                        });
-                        continue;
-                    }
-                }
-            }
-            reply => claimed(id, reply, None),
-        };
-    }
-    if take_overs.is_empty() {
-        return;
-    }
-    let indices: Vec<usize> = taking.iter().map(|(i, _)| *i).collect();
-    for ((i, reply), (_, resolve)) in apply(claims, &take_overs, entries, &indices)
-        .await
-        .into_iter()
-        .zip(taking)
-    {
-        if let Some((id, _)) = entries[i].key {
-            entries[i].slot = claimed(id, reply, resolve);
-        }
-    }
-}
-
-/// Applies `changes` (of the entries at `indices`); on a store failure those entries
-/// are answered with it and nothing is returned.
-async fn apply(
-    claims: &Claims,
-    changes: &[ClaimChange],
-    entries: &mut [Entry],
-    indices: &[usize],
-) -> Vec<(usize, ClaimReply)> {
-    match claims.apply(changes).await {
-        Ok(replies) => indices.iter().copied().zip(replies).collect(),
-        Err(e) => {
-            let error = claims::store_error(e);
-            for &i in indices {
-                entries[i].slot = Slot::Done(Err(error.clone()));
-            }
-            Vec::new()
-        }
-    }
-}
-
-/// The slot of a keyed operation after a claim or take-over (`resolve`: the earlier
-/// outcome is unknown, with the end of its settle window).
-fn claimed(id: ClientId, reply: ClaimReply, resolve: Option<DateTime<Utc>>) -> Slot {
-    match reply {
-        ClaimReply::Claimed { attempt } => match resolve {
-            Some(until) => Slot::Resolve(Owned { id, attempt }, until),
-            None => Slot::Send(Some(Owned { id, attempt })),
-        },
-        // Another call got there between the look and the take-over: look again.
-        ClaimReply::Existing(_) => Slot::Wait(Utc::now()),
-        other => Slot::Done(Err(Error::Internal(format!(
-            "unexpected claim reply {other:?}"
-        )))),
-    }
-}
-
-/// Gives up the calls that can no longer use their claims: the caller left, or its
-/// deadline passed while the claims were written. Nothing of theirs is sent: a claim
-/// taken to send is released, one taken to resolve an unknown outcome stays unknown.
-fn release_unwanted(
-    entries: &mut [Entry],
-    calls: &[&Call<Engine>],
-    settlements: &mut Vec<(Owned, Settlement)>,
-) {
-    let now = Instant::now();
-    for call in calls {
-        if call.deadline.is_some_and(|d| d <= now) {
-            call.abandon();
-        }
-    }
-    for entry in entries.iter_mut() {
-        if calls[entry.call].wanted() {
-            continue;
-        }
-        match entry.slot {
-            Slot::Send(Some(owned)) => settlements.push((owned, unsent())),
-            Slot::Resolve(owned, settle_until) => {
-                settlements.push((owned, Settlement::Unknown { settle_until }));
-            }
-            Slot::Send(None) => {}
-            _ => continue,
-        }
-        entry.slot = Slot::Done(Err(Error::DeadlineExceeded {
-            outcome_unknown: false,
-        }));
-    }
-}
-
-/// The settlement of a claim whose request never left msgw.
-fn unsent() -> Settlement {
-    Settlement::Released("the caller left before the request was sent".into())
 }
 
 impl Engine {

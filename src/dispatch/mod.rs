@@ -5,6 +5,7 @@
 //! send, the voice OTP call) first, so each client id reaches the gateway at most
 //! once however often it is retried (`claims`, `envelope`).
 
+mod acquire;
 mod claims;
 mod coalescer;
 mod confidential;

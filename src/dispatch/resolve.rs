@@ -6,8 +6,9 @@
 
 use chrono::{DateTime, Utc};
 
+use super::acquire::{Entry, Slot};
 use super::claims::{self, Owned};
-use super::envelope::{Caller, Engine, Entry, Slot, latest};
+use super::envelope::{Caller, Engine, latest};
 use super::upstream_error;
 use crate::domain::{Error, Operation, Output, UnavailableCause};
 use crate::store::{AcceptedOutcome, Settlement};

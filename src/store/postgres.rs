@@ -8,11 +8,9 @@ use std::{collections::HashSet, str::FromStr, sync::Arc, time::Duration};
 
 use chrono::{DateTime, Utc};
 use secrecy::{ExposeSecret, SecretString};
-use sqlx::Connection;
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
-use tokio::sync::{Mutex, watch};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use tokio::sync::watch;
 
-use super::claims::{Grouped, grouped};
 use super::postgres_events::{EventColumns, channel_of, follow_appends, head};
 use super::rows::{
     ClaimRow, DueRow, EventRow, claims_with_ids, cursor_from_db, cursor_to_db, id_to_db, millis,
@@ -24,7 +22,7 @@ use super::verifications::{
 };
 use super::{
     ClaimChange, ClaimRecord, ClaimReply, PendingMessage, Retention, Store, StoreError, advance,
-    postgres_claims,
+    postgres_claims::{self, SendPath},
 };
 use crate::domain::{CallerName, ClientId, Cursor, NewEvent, Phone, StatusEvent};
 
@@ -32,13 +30,8 @@ use crate::domain::{CallerName, ClientId, Cursor, NewEvent, Phone, StatusEvent};
 #[derive(Debug, Clone)]
 pub struct PgStore {
     pool: PgPool,
-    /// What opens a connection: for the send path's own connections.
-    options: PgConnectOptions,
-    /// Connections of the send path's two group-commit stages, claims and settlements,
-    /// [`SEND_PATH_WRITERS`] each: a stage writes that many groups at a time, so
-    /// connections of its own serve it without the pool's checkout and the ping the
-    /// pool sends on every return.
-    stages: Arc<[[Mutex<Option<PgConnection>>; SEND_PATH_WRITERS]; 2]>,
+    /// The send path's own connections.
+    send_path: Arc<SendPath>,
     first_poll_after: Duration,
     /// The NOTIFY channel of this schema's event log.
     channel: String,
@@ -53,9 +46,6 @@ const MAX_CONNECTIONS: u32 = 16;
 /// How long a store call waits for a connection before it fails (the database is
 /// down or every connection is busy): RPCs then fail UNAVAILABLE instead of hanging.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
-/// Groups of claims, and of settlements, written at once: each commit waits for
-/// PostgreSQL's WAL sync, which commits under way together share.
-const SEND_PATH_WRITERS: usize = 2;
 impl PgStore {
     /// Connects to the database `url` names (TLS and other options from the URL;
     /// `password`, when given, replaces one in the URL), migrates it and starts
@@ -94,10 +84,7 @@ impl PgStore {
             .await?;
         let store = Self {
             pool,
-            options,
-            stages: Arc::new(std::array::from_fn(|_| {
-                std::array::from_fn(|_| Mutex::new(None))
-            })),
+            send_path: Arc::new(SendPath::new(options, ACQUIRE_TIMEOUT)),
             first_poll_after,
             channel: channel_of(&schema),
             appended: watch::Sender::new(Cursor::START),
@@ -122,45 +109,13 @@ impl PgStore {
 #[tonic::async_trait]
 impl Store for PgStore {
     fn send_path_writers(&self) -> usize {
-        SEND_PATH_WRITERS
+        postgres_claims::SEND_PATH_WRITERS
     }
 
     async fn apply_claims(&self, changes: &[ClaimChange]) -> Result<Vec<ClaimReply>, StoreError> {
-        let stage = match grouped(changes) {
-            Grouped::Claims(_) => &self.stages[0],
-            Grouped::Settlements(_) => &self.stages[1],
-            Grouped::Mixed => {
-                return postgres_claims::apply_all(&self.pool, changes, self.first_poll_after)
-                    .await;
-            }
-        };
-        // A free connection of the stage; its callers keep within SEND_PATH_WRITERS
-        // groups at once, so one is free but for a rare reconcile settlement.
-        let mut held = match stage.iter().find_map(|c| c.try_lock().ok()) {
-            Some(held) => held,
-            None => stage[0].lock().await,
-        };
-        let mut retried = false;
-        loop {
-            let conn = match &mut *held {
-                Some(conn) => conn,
-                empty => empty.insert(self.connect().await?),
-            };
-            match postgres_claims::apply_on(conn, changes, self.first_poll_after).await {
-                // Both writes may run twice: a claim that did land reads back as an
-                // existing claim (the safe path: wait for it), a settlement is a
-                // compare-and-set on the attempt.
-                Err(e) if is_connection_error(&e) => {
-                    *held = None;
-                    if retried {
-                        return Err(e);
-                    }
-                    tracing::warn!(error = %e, "store: the connection of the send path failed; retrying once on a new one");
-                    retried = true;
-                }
-                result => return result,
-            }
-        }
+        self.send_path
+            .apply(&self.pool, changes, self.first_poll_after)
+            .await
     }
 
     async fn claim_of(&self, id: ClientId) -> Result<Option<ClaimRecord>, StoreError> {
@@ -484,39 +439,8 @@ impl Store for PgStore {
     }
 
     async fn close(&self) {
-        for conn in self.stages.iter().flatten() {
-            if let Some(conn) = conn.lock().await.take() {
-                let _ = conn.close().await;
-            }
-        }
+        self.send_path.close().await;
         self.pool.close().await;
-    }
-}
-
-impl PgStore {
-    /// A new connection of the send path's own, within the pool's acquire timeout.
-    async fn connect(&self) -> Result<PgConnection, StoreError> {
-        match tokio::time::timeout(ACQUIRE_TIMEOUT, PgConnection::connect_with(&self.options)).await
-        {
-            Ok(conn) => Ok(conn?),
-            Err(_) => Err(StoreError::Database(sqlx::Error::PoolTimedOut)),
-        }
-    }
-}
-
-/// Whether `e` says the connection is gone (the statement may or may not have run), not
-/// that the statement failed.
-fn is_connection_error(e: &StoreError) -> bool {
-    match e {
-        StoreError::Database(
-            sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::Protocol(_),
-        ) => true,
-        StoreError::Database(sqlx::Error::Database(e)) => e.code().is_some_and(|code| {
-            // Class 08: connection exception; 57P01..03: the server is shutting down
-            // or cannot take connections now.
-            code.starts_with("08") || matches!(&*code, "57P01" | "57P02" | "57P03")
-        }),
-        _ => false,
     }
 }
 

@@ -8,7 +8,9 @@ use std::{
 };
 
 use chrono::{DateTime, Utc};
-use sqlx::{PgConnection, PgPool, Postgres};
+use sqlx::postgres::PgConnectOptions;
+use sqlx::{Connection, PgConnection, PgPool, Postgres};
+use tokio::sync::Mutex;
 
 use super::claims::{ClaimOutcome, Grouped, NewClaim, Settle, grouped};
 use super::rows::{ClaimRow, SettlementColumns, attempt_from_db, ms, seconds, settlement_columns};
@@ -21,9 +23,120 @@ fn id_to_db(id: ClientId) -> i64 {
     super::rows::id_to_db(id.get())
 }
 
+/// Groups of claims, and of settlements, written at once: each commit waits for
+/// PostgreSQL's WAL sync, which commits under way together share.
+pub(super) const SEND_PATH_WRITERS: usize = 2;
+
+/// The connections of the send path's two group-commit stages, claims and settlements,
+/// [`SEND_PATH_WRITERS`] each: a stage writes that many groups at a time, so
+/// connections of its own serve it without the pool's checkout and the ping the pool
+/// sends on every return.
+#[derive(Debug)]
+pub(super) struct SendPath {
+    /// What opens a connection.
+    options: PgConnectOptions,
+    /// How long opening one may take.
+    connect_timeout: Duration,
+    stages: [[Mutex<Option<PgConnection>>; SEND_PATH_WRITERS]; 2],
+}
+
+impl SendPath {
+    /// Connections opened as `options` say, when first needed, within `connect_timeout`.
+    pub(super) fn new(options: PgConnectOptions, connect_timeout: Duration) -> Self {
+        Self {
+            options,
+            connect_timeout,
+            stages: std::array::from_fn(|_| std::array::from_fn(|_| Mutex::new(None))),
+        }
+    }
+
+    /// Applies a group of changes: the send path's groups on a connection of their
+    /// stage, retried once on a new connection when the database dropped it; others
+    /// change by change in one transaction of the pool.
+    pub(super) async fn apply(
+        &self,
+        pool: &PgPool,
+        changes: &[ClaimChange],
+        first_poll_after: Duration,
+    ) -> Result<Vec<ClaimReply>, StoreError> {
+        let stage = match grouped(changes) {
+            Grouped::Claims(_) => &self.stages[0],
+            Grouped::Settlements(_) => &self.stages[1],
+            Grouped::Mixed => {
+                return apply_all(pool, changes, first_poll_after).await;
+            }
+        };
+        // A free connection of the stage; its callers keep within SEND_PATH_WRITERS
+        // groups at once, so one is free but for a rare reconcile settlement.
+        let mut held = match stage.iter().find_map(|c| c.try_lock().ok()) {
+            Some(held) => held,
+            None => stage[0].lock().await,
+        };
+        let mut retried = false;
+        loop {
+            let conn = match &mut *held {
+                Some(conn) => conn,
+                empty => empty.insert(self.connect().await?),
+            };
+            match apply_on(conn, changes, first_poll_after).await {
+                // Both writes may run twice: a claim that did land reads back as an
+                // existing claim (the safe path: wait for it), a settlement is a
+                // compare-and-set on the attempt.
+                Err(e) if is_connection_error(&e) => {
+                    *held = None;
+                    if retried {
+                        return Err(e);
+                    }
+                    tracing::warn!(error = %e, "store: the connection of the send path failed; retrying once on a new one");
+                    retried = true;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    /// A new connection of the send path's own, within the connect timeout.
+    async fn connect(&self) -> Result<PgConnection, StoreError> {
+        match tokio::time::timeout(
+            self.connect_timeout,
+            PgConnection::connect_with(&self.options),
+        )
+        .await
+        {
+            Ok(conn) => Ok(conn?),
+            Err(_) => Err(StoreError::Database(sqlx::Error::PoolTimedOut)),
+        }
+    }
+
+    /// Closes the connections.
+    pub(super) async fn close(&self) {
+        for conn in self.stages.iter().flatten() {
+            if let Some(conn) = conn.lock().await.take() {
+                let _ = conn.close().await;
+            }
+        }
+    }
+}
+
+/// Whether `e` says the connection is gone (the statement may or may not have run), not
+/// that the statement failed.
+fn is_connection_error(e: &StoreError) -> bool {
+    match e {
+        StoreError::Database(
+            sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::Protocol(_),
+        ) => true,
+        StoreError::Database(sqlx::Error::Database(e)) => e.code().is_some_and(|code| {
+            // Class 08: connection exception; 57P01..03: the server is shutting down
+            // or cannot take connections now.
+            code.starts_with("08") || matches!(&*code, "57P01" | "57P02" | "57P03")
+        }),
+        _ => false,
+    }
+}
+
 /// Applies a group of changes in order, change by change in one transaction. The send
 /// path's groups (only claims, or only settlements) go to [`apply_on`] instead.
-pub(super) async fn apply_all(
+async fn apply_all(
     pool: &PgPool,
     changes: &[ClaimChange],
     first_poll_after: Duration,
@@ -40,7 +153,7 @@ pub(super) async fn apply_all(
 /// Applies a group of only claims (one INSERT, each claim atomic on its own) or only
 /// settlements (one UPDATE with the reconcile rows of the accepted sends) on `conn`:
 /// one round trip, two for claims of which some already existed.
-pub(super) async fn apply_on(
+async fn apply_on(
     conn: &mut PgConnection,
     changes: &[ClaimChange],
     first_poll_after: Duration,

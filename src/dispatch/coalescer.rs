@@ -82,6 +82,16 @@ pub trait Runner: Send + Sync + Sized + 'static {
     /// caller left, their deadline passed).
     fn release(&self, _held: Vec<Self::Held>) {}
 
+    /// How long after its preparation began a prepared call may still be sent; `None`:
+    /// any time.
+    fn held_for(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Answers prepared calls that waited longer than [`Runner::held_for`]: what they
+    /// hold is given back, and their caller is to call again.
+    fn expire(&self, _calls: Vec<Call<Self>>) {}
+
     /// Runs `calls` as one envelope, holding `slot` until its gateway request is
     /// answered (then the next envelope may start while this one records outcomes).
     fn run(&self, calls: Vec<Call<Self>>, slot: Slot<Self>) -> impl Future<Output = ()> + Send;
@@ -112,11 +122,16 @@ struct State<R: Runner> {
     queue: VecDeque<Call<R>>,
     /// Operations of the calls in `queue`.
     ready_ops: usize,
+    /// Operations of the groups being prepared.
+    claiming_ops: usize,
     /// Operations of the calls in both queues and in the group being prepared.
     queued_ops: usize,
     in_flight: usize,
     next_seq: u64,
 }
+
+/// What [`Coalescer::take`] took: an envelope, calls to discard, calls to expire.
+type Taken<R> = (Vec<Call<R>>, Vec<Call<R>>, Vec<Call<R>>);
 
 /// Calls one preparation takes at most.
 const PREPARE_MAX_CALLS: usize = 1024;
@@ -137,6 +152,7 @@ impl<R: Runner> Coalescer<R> {
                 preparing_now: 0,
                 queue: VecDeque::new(),
                 ready_ops: 0,
+                claiming_ops: 0,
                 queued_ops: 0,
                 in_flight: 0,
                 next_seq: 0,
@@ -201,6 +217,7 @@ impl<R: Runner> Coalescer<R> {
                 seq,
                 phase: phase.clone(),
                 since: Instant::now(),
+                claimed_at: None,
             };
             if self.runner.prepares(&call) {
                 state.preparing.push_back(call);
@@ -234,52 +251,10 @@ impl<R: Runner> Coalescer<R> {
         }
     }
 
-    /// Starts preparing the calls queued for it, unless the runner's preparations are
-    /// all under way (then they make the next group, once one is done).
-    fn prepare_next(self: &Arc<Self>) {
-        let (group, discarded) = {
-            let mut state = self.lock();
-            if state.preparing_now >= self.runner.preparations() || state.preparing.is_empty() {
-                return;
-            }
-            let (mut group, mut discarded) = (Vec::new(), Vec::new());
-            let now = Instant::now();
-            while group.len() < PREPARE_MAX_CALLS {
-                let Some(call) = state.preparing.pop_front() else {
-                    break;
-                };
-                if !call.wanted() || call.deadline.is_some_and(|d| d <= now) {
-                    state.queued_ops -= call.ops.len();
-                    discarded.push(call);
-                    continue;
-                }
-                group.push(call);
-            }
-            state.preparing_now += usize::from(!group.is_empty());
-            self.metrics.queue_depth.set(gauge(state.queued_ops));
-            (group, discarded)
-        };
-        self.discard(discarded);
-        if group.is_empty() {
-            return;
-        }
-        let ops = group.iter().map(|c| c.ops.len()).sum();
-        let this = self.clone();
-        tokio::spawn(async move {
-            // Ends the preparation even if the runner panics.
-            let mut done = Prepared {
-                coalescer: this.clone(),
-                ops,
-                ready: Vec::new(),
-            };
-            done.ready = this.runner.prepare(group).await;
-        });
-    }
-
     /// Starts envelopes while the in-flight bound allows and calls are queued.
     fn pump(self: &Arc<Self>) {
         loop {
-            let (envelope, discarded) = {
+            let (envelope, discarded, expired) = {
                 let mut state = self.lock();
                 if state.in_flight >= self.limits.connections {
                     return;
@@ -293,14 +268,19 @@ impl<R: Runner> Coalescer<R> {
                 {
                     return;
                 }
-                let (envelope, discarded) = self.take(&mut state);
+                let (envelope, discarded, expired) = self.take(&mut state);
                 if !envelope.is_empty() {
                     state.in_flight += 1;
                     self.metrics.requests_in_flight.set(gauge(state.in_flight));
                 }
-                (envelope, discarded)
+                (envelope, discarded, expired)
             };
             self.discard(discarded);
+            if !expired.is_empty() {
+                self.runner.expire(expired);
+            }
+            // Room in the round ahead: claim what waits.
+            self.prepare_next();
             if envelope.is_empty() {
                 return;
             }
@@ -317,10 +297,12 @@ impl<R: Runner> Coalescer<R> {
 
     /// Takes queued calls for one envelope: whole calls, in order, up to `batch_max`
     /// operations (a larger call goes alone). Calls whose deadline passed are answered
-    /// unsent; those and calls whose caller left come back second, to be discarded.
-    fn take(&self, state: &mut State<R>) -> (Vec<Call<R>>, Vec<Call<R>>) {
+    /// unsent; those and calls whose caller left come back second, to be discarded;
+    /// prepared calls held longer than the runner allows come back third, unsent.
+    fn take(&self, state: &mut State<R>) -> Taken<R> {
         let now = Instant::now();
-        let (mut envelope, mut discarded) = (Vec::new(), Vec::new());
+        let held_for = self.runner.held_for();
+        let (mut envelope, mut discarded, mut expired) = (Vec::new(), Vec::new(), Vec::new());
         let mut size = 0;
         while let Some(next) = state.queue.front() {
             let n = next.ops.len();
@@ -336,6 +318,12 @@ impl<R: Runner> Coalescer<R> {
                 discarded.push(call);
                 continue;
             }
+            if let (Some(at), Some(held_for)) = (call.claimed_at, held_for)
+                && now.duration_since(at) > held_for
+            {
+                expired.push(call);
+                continue;
+            }
             self.metrics
                 .queue_seconds
                 .observe((now - call.since).as_secs_f64());
@@ -343,7 +331,7 @@ impl<R: Runner> Coalescer<R> {
             envelope.push(call);
         }
         self.metrics.queue_depth.set(gauge(state.queued_ops));
-        (envelope, discarded)
+        (envelope, discarded, expired)
     }
 
     /// Takes call `seq` out of the queues, discarding it; false when it is in neither.
@@ -418,45 +406,6 @@ impl<R: Runner> Drop for Slot<R> {
     }
 }
 
-/// A group being prepared; dropping it queues the calls still to send, ends the
-/// preparation and starts what queued meanwhile.
-struct Prepared<R: Runner> {
-    coalescer: Arc<Coalescer<R>>,
-    /// Operations of the group.
-    ops: usize,
-    /// The calls the preparation left to send.
-    ready: Vec<Call<R>>,
-}
-
-impl<R: Runner> Drop for Prepared<R> {
-    fn drop(&mut self) {
-        {
-            let mut state = self.coalescer.lock();
-            let ready: usize = self.ready.iter().map(|c| c.ops.len()).sum();
-            // Calls answered in preparation leave the count; the rest stay in it.
-            state.queued_ops -= self.ops.saturating_sub(ready).min(state.queued_ops);
-            // Keep the queue in `seq` order: calls that needed no preparation may have
-            // queued behind the group meanwhile.
-            for call in self.ready.drain(..) {
-                state.ready_ops += call.ops.len();
-                if state.queue.back().is_none_or(|last| last.seq < call.seq) {
-                    state.queue.push_back(call);
-                } else {
-                    let at = state.queue.partition_point(|c| c.seq < call.seq);
-                    state.queue.insert(at, call);
-                }
-            }
-            state.preparing_now -= 1;
-            self.coalescer
-                .metrics
-                .queue_depth
-                .set(gauge(state.queued_ops));
-        }
-        self.coalescer.prepare_next();
-        self.coalescer.pump();
-    }
-}
-
 fn gauge(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
@@ -478,6 +427,7 @@ fn dropped() -> Error {
 }
 
 mod call;
+mod prepare;
 #[cfg(test)]
 mod tests;
 

@@ -148,6 +148,46 @@ impl Runner for Engine {
         ready
     }
 
+    /// A claim counts as abandoned `STALE_MARGIN` past the upstream timeout after it
+    /// was made: then another call may take it over and, once `status` says the gateway
+    /// never saw the id, send it. So a claimed call leaves well inside that margin, or
+    /// not with that claim: its request, however long, ends before anyone may take over.
+    fn held_for(&self) -> Option<std::time::Duration> {
+        self.claims.as_ref().map(|_| claims::STALE_MARGIN / 2)
+    }
+
+    /// Gives back the claims of calls that waited for a slot too long and sends their
+    /// callers round again: to claim anew, behind what queued meanwhile.
+    fn expire(&self, calls: Vec<Call<Self>>) {
+        let mut settlements = Vec::new();
+        for mut call in calls {
+            let slots = std::mem::take(&mut call.held).0;
+            let answers = std::mem::take(&mut call.ops)
+                .into_iter()
+                .zip(slots)
+                .map(|(op, slot)| {
+                    match slot {
+                        Slot::Send(Some(owned)) => settlements.push((owned, unsent())),
+                        Slot::Resolve(owned, settle_until) => {
+                            settlements.push((owned, Settlement::Unknown { settle_until }));
+                        }
+                        Slot::Done(result) => return Answer::Done(result),
+                        Slot::Wait(stale_at) => return Answer::Wait { op, stale_at },
+                        Slot::Send(None) => {}
+                    }
+                    Answer::Wait {
+                        op,
+                        stale_at: Utc::now(),
+                    }
+                })
+                .collect();
+            let _ = call.reply.send(Ok(answers));
+        }
+        if let Some(claims) = &self.claims {
+            claims.settle_later(settlements);
+        }
+    }
+
     fn release(&self, held: Vec<Held>) {
         let Some(claims) = &self.claims else {
             return;

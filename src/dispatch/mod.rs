@@ -216,7 +216,11 @@ impl Dispatcher {
                 for (i, op) in pending.drain(..) {
                     results[i] = Some(Err(match op.idempotency_key() {
                         Some(id) => claims::in_progress(id, stale_at),
-                        None => Error::Internal("an unkeyed operation waited for a claim".into()),
+                        // Sent round again (its call waited too long for a slot):
+                        // nothing of it left msgw.
+                        None => Error::DeadlineExceeded {
+                            outcome_unknown: false,
+                        },
                     }));
                 }
             }

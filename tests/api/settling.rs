@@ -235,3 +235,54 @@ async fn a_status_refused_for_another_reason_than_not_found_never_leads_to_a_sen
         .expect("'not found' after the window: the first real send");
     assert_eq!(gateway.sends_of(8011), 1);
 }
+
+/// A call may wait for a gateway request long after its id was claimed (a slow gateway,
+/// a long queue). Its claim must not look abandoned meanwhile: a retry that arrives
+/// then must not take the id over and send it beside the original. Both callers get the
+/// one send's msg_id.
+#[tokio::test]
+async fn a_call_queued_past_the_life_of_a_claim_is_still_sent_once() {
+    let app = spawn(Options {
+        upstream_timeout: Duration::from_secs(1),
+        limits: msgw::dispatch::Limits {
+            connections: 2,
+            batch_max: 1,
+            queue_max: 1000,
+        },
+        ..Options::default()
+    })
+    .await;
+    let gateway = Remembering::install(&app.gateway);
+    *gateway.slow.lock().unwrap() = Duration::from_millis(400);
+    gateway.set(Mode::SlowSends);
+    let ids: Vec<u64> = (9100..9140).collect();
+    let send = |id: u64| {
+        let mut client = app.messaging();
+        tokio::spawn(async move {
+            client
+                .send_sms(with_deadline(id, Duration::from_secs(30)))
+                .await
+                .map(|r| r.into_inner().receipt.unwrap().msg_id)
+        })
+    };
+    // The two connections take turns half a send apart: the first id goes alone.
+    let mut first = vec![send(ids[0])];
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    first.extend(ids[1..].iter().map(|&id| send(id)));
+    // Two sends every 0.4 s: after 6.5 s (past the upstream timeout plus the 5 s margin
+    // after which a claim with no outcome counts as abandoned) the last ids still wait;
+    // a retry of the last one queues right behind it and runs beside it.
+    tokio::time::sleep(Duration::from_millis(6300)).await;
+    let again: Vec<_> = ids[39..].iter().map(|&id| send(id)).collect();
+    let mut first_ids = Vec::new();
+    for call in first {
+        first_ids.push(call.await.unwrap().expect("the first call is answered OK"));
+    }
+    for (i, call) in again.into_iter().enumerate() {
+        let msg_id = call.await.unwrap().expect("the retry is answered OK");
+        assert_eq!(msg_id, first_ids[39 + i], "the retry answers the one send");
+    }
+    for id in ids {
+        assert_eq!(gateway.sends_of(id), 1, "id {id} reached the gateway once");
+    }
+}

@@ -28,6 +28,8 @@ pub struct Call<R: Runner> {
     pub(super) seq: u64,
     pub(super) phase: Arc<Phase>,
     pub(super) since: Instant,
+    /// When its preparation began (its claims' time), once prepared.
+    pub(super) claimed_at: Option<Instant>,
 }
 
 impl<R: Runner> Call<R> {

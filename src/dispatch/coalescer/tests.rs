@@ -166,6 +166,10 @@ struct Preparing {
     concurrency: usize,
     groups: Mutex<Vec<usize>>,
     released: Mutex<Vec<usize>>,
+    /// How long a prepared call may wait for a slot.
+    held_for: Option<Duration>,
+    /// Operations of the calls sent round again.
+    expired: Mutex<Vec<usize>>,
     echo: Echo,
 }
 
@@ -201,6 +205,17 @@ impl Runner for Preparing {
         self.released.lock().unwrap().extend(held);
     }
 
+    fn held_for(&self) -> Option<Duration> {
+        self.held_for
+    }
+
+    fn expire(&self, calls: Vec<Call<Self>>) {
+        for call in calls {
+            self.expired.lock().unwrap().push(call.held);
+            let _ = call.reply.send(Ok(vec![usize::MAX; call.ops.len()]));
+        }
+    }
+
     async fn run(&self, calls: Vec<Call<Self>>, _slot: Slot<Self>) {
         let size: usize = calls.iter().map(|c| c.ops.len()).sum();
         self.echo.envelopes.lock().unwrap().push(size);
@@ -218,6 +233,8 @@ fn preparing(hold: Duration, run: Duration) -> Arc<Preparing> {
         concurrency: 1,
         groups: Mutex::new(Vec::new()),
         released: Mutex::new(Vec::new()),
+        held_for: None,
+        expired: Mutex::new(Vec::new()),
         echo: Echo {
             hold: run,
             running: AtomicUsize::new(0),
@@ -309,7 +326,7 @@ async fn groups_prepared_at_once_may_end_out_of_order_and_their_calls_still_leav
     let mut runner = preparing(Duration::from_millis(15), Duration::from_millis(300));
     Arc::get_mut(&mut runner).unwrap().concurrency = 2;
     let metrics = Metrics::new();
-    let c = Coalescer::new(runner.clone(), limits(1, 1, 100), metrics.clone());
+    let c = Coalescer::new(runner.clone(), limits(1, 4, 100), metrics.clone());
     // The slow group (id 1) starts first; the fast one (id 2) starts beside it and
     // ends first, taking the only slot.
     let slow = tokio::spawn({
@@ -343,4 +360,44 @@ async fn groups_prepared_at_once_may_end_out_of_order_and_their_calls_still_leav
     assert_eq!(fast.await.unwrap().unwrap(), vec![1]);
     assert_eq!(*runner.echo.envelopes.lock().unwrap(), vec![1]);
     assert_eq!(metrics.queue_depth.get(), 0);
+}
+
+#[tokio::test]
+async fn calls_are_prepared_one_round_of_requests_ahead_at_most() {
+    let runner = preparing(Duration::ZERO, Duration::from_millis(20));
+    let c = Coalescer::new(runner.clone(), limits(1, 1, 100), Metrics::new());
+    let calls: Vec<_> = (0..5)
+        .map(|_| {
+            let c = c.clone();
+            tokio::spawn(async move { c.call(ops(1), None, None).await })
+        })
+        .collect();
+    for call in calls {
+        call.await.unwrap().unwrap();
+    }
+    // One request of one operation at a time: each call is claimed when a slot is
+    // about to free, not all five at once.
+    assert_eq!(*runner.groups.lock().unwrap(), vec![1; 5]);
+}
+
+#[tokio::test]
+async fn a_prepared_call_held_past_its_time_is_sent_round_again_unsent() {
+    let mut runner = preparing(Duration::ZERO, Duration::from_millis(150));
+    Arc::get_mut(&mut runner).unwrap().held_for = Some(Duration::from_millis(50));
+    let c = Coalescer::new(runner.clone(), limits(1, 1, 100), Metrics::new());
+    let busy = tokio::spawn({
+        let c = c.clone();
+        async move { c.call(ops(1), None, None).await }
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    // Claimed at once (one round ahead), then held behind the busy slot for 140 ms.
+    let held = c.call(ops(2), None, None).await;
+    assert_eq!(held.unwrap(), vec![usize::MAX; 2], "sent round again");
+    assert_eq!(*runner.expired.lock().unwrap(), vec![2]);
+    busy.await.unwrap().unwrap();
+    assert_eq!(
+        *runner.echo.envelopes.lock().unwrap(),
+        vec![1],
+        "never sent"
+    );
 }

@@ -72,16 +72,18 @@ impl SendPath {
             Some(held) => held,
             None => stage[0].lock().await,
         };
+        // One token per change, the same on the retry: it tells this group's own
+        // claims from other calls' when the first attempt's answer was lost.
+        let tokens: Vec<i64> = changes.iter().map(|_| rand::random()).collect();
         let mut retried = false;
         loop {
             let conn = match &mut *held {
                 Some(conn) => conn,
                 empty => empty.insert(self.connect().await?),
             };
-            match apply_on(conn, changes, first_poll_after).await {
-                // Both writes may run twice: a claim that did land reads back as an
-                // existing claim (the safe path: wait for it), a settlement is a
-                // compare-and-set on the attempt.
+            match apply_on(conn, changes, &tokens, retried, first_poll_after).await {
+                // Both writes may run twice: a claim that did land is known again by
+                // its token, a settlement is a compare-and-set on the attempt.
                 Err(e) if is_connection_error(&e) => {
                     *held = None;
                     if retried {
@@ -156,10 +158,12 @@ async fn apply_all(
 async fn apply_on(
     conn: &mut PgConnection,
     changes: &[ClaimChange],
+    tokens: &[i64],
+    retried: bool,
     first_poll_after: Duration,
 ) -> Result<Vec<ClaimReply>, StoreError> {
     match grouped(changes) {
-        Grouped::Claims(claims) => claim_all(conn, &claims).await,
+        Grouped::Claims(claims) => claim_all(conn, &claims, tokens, retried).await,
         Grouped::Settlements(settlements) => settle_all(conn, &settlements, first_poll_after).await,
         Grouped::Mixed => Err(StoreError::Append(
             "a group mixing claims and settlements needs a transaction".into(),
@@ -168,31 +172,52 @@ async fn apply_on(
 }
 
 /// Claims every id not claimed yet with one INSERT; an id already claimed (before, by
-/// another replica, or earlier in this group) answers its current record.
+/// another replica, or earlier in this group) answers its current record. `retried`:
+/// an earlier attempt of this group may have committed; its claims, still as it left
+/// them, are known by their `tokens` and count as inserted now.
 async fn claim_all(
     conn: &mut PgConnection,
     claims: &[NewClaim<'_>],
+    tokens: &[i64],
+    retried: bool,
 ) -> Result<Vec<ClaimReply>, StoreError> {
     let ids: Vec<i64> = claims.iter().map(|(id, ..)| id_to_db(*id)).collect();
     let fingerprints: Vec<Vec<u8>> = claims.iter().map(|(_, f, ..)| f.0.to_vec()).collect();
     let callers: Vec<Option<&str>> = claims.iter().map(|(_, _, caller, _)| *caller).collect();
     let at: Vec<i64> = claims.iter().map(|(.., at)| ms(*at)).collect();
     // In id order: two replicas inserting overlapping groups wait for each other in
-    // the same order, never in a cycle.
-    let inserted: Vec<(i64,)> = sqlx::query_as(
-        "INSERT INTO claims (client_id, fingerprint, attempt, state, claimed_at_ms, caller)
-         SELECT id, fingerprint, 1, 'in_flight', at, caller
-           FROM UNNEST($1::BIGINT[], $2::BYTEA[], $3::BIGINT[], $4::TEXT[])
-                AS t (id, fingerprint, at, caller)
-          ORDER BY id
+    // the same order, never in a cycle. Then in the group's order: of an id twice in
+    // the group, the first is inserted, as `ClaimOutcome` takes it.
+    let mut inserted: Vec<(i64,)> = sqlx::query_as(
+        "INSERT INTO claims (client_id, fingerprint, attempt, state, claimed_at_ms, caller,
+                             claim_token)
+         SELECT id, fingerprint, 1, 'in_flight', at, caller, token
+           FROM UNNEST($1::BIGINT[], $2::BYTEA[], $3::BIGINT[], $4::TEXT[], $5::BIGINT[])
+                WITH ORDINALITY AS t (id, fingerprint, at, caller, token, n)
+          ORDER BY id, n
          ON CONFLICT (client_id) DO NOTHING RETURNING client_id",
     )
     .bind(&ids)
     .bind(&fingerprints)
     .bind(&at)
     .bind(&callers)
+    .bind(tokens)
     .fetch_all(&mut *conn)
     .await?;
+    if retried {
+        inserted.extend(
+            sqlx::query_as::<_, (i64,)>(
+                "SELECT c.client_id FROM claims c
+                   JOIN UNNEST($1::BIGINT[], $2::BIGINT[]) AS t (id, token)
+                     ON c.client_id = t.id AND c.claim_token = t.token
+                  WHERE c.attempt = 1 AND c.state = 'in_flight'",
+            )
+            .bind(&ids)
+            .bind(tokens)
+            .fetch_all(&mut *conn)
+            .await?,
+        );
+    }
     let inserted: HashSet<i64> = inserted.into_iter().map(|(id,)| id).collect();
     let outcome = ClaimOutcome::new(ids, &inserted);
     let existing = outcome.to_read();
@@ -328,3 +353,53 @@ async fn settle_all(
 }
 
 super::claim_changes::change_by_change!(Postgres);
+
+/// The tests' PostgreSQL schemas (one per test, dropped after).
+#[cfg(test)]
+#[path = "../../tests/common/postgres.rs"]
+mod test_postgres;
+
+#[cfg(test)]
+mod tests {
+    use super::test_postgres as postgres;
+    use super::*;
+    use crate::store::Store;
+
+    /// The claims connection dropped after the insert committed, before its answer
+    /// came: the retry must know its own claims, not wait on them as another call's.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_retried_claim_group_knows_its_own_claims_by_their_tokens() {
+        let schema = postgres::TestSchema::create().await;
+        // Opening the store migrates the schema.
+        let store = super::super::PgStore::open(&schema.url, None, Duration::from_secs(60))
+            .await
+            .unwrap();
+        let mut conn = postgres::connect(&schema.url).await;
+        let fingerprint = Fingerprint([3; 32]);
+        let now = Utc::now();
+        let claims: Vec<NewClaim<'_>> = [1_u64, 2, 1]
+            .into_iter()
+            .map(|id| (ClientId::new(id).unwrap(), &fingerprint, None, now))
+            .collect();
+        let tokens = [11, 12, 13];
+        let first = claim_all(&mut conn, &claims, &tokens, false).await.unwrap();
+        assert!(matches!(first[0], ClaimReply::Claimed { attempt: 1 }));
+        assert!(matches!(first[1], ClaimReply::Claimed { attempt: 1 }));
+        assert!(
+            matches!(first[2], ClaimReply::Existing(_)),
+            "the second of id 1"
+        );
+        // The same group again, as a retry whose first answer was lost: the same
+        // replies, the first of id 1 owning it.
+        let again = claim_all(&mut conn, &claims, &tokens, true).await.unwrap();
+        assert!(matches!(again[0], ClaimReply::Claimed { attempt: 1 }));
+        assert!(matches!(again[1], ClaimReply::Claimed { attempt: 1 }));
+        assert!(matches!(again[2], ClaimReply::Existing(_)));
+        // Another group with other tokens finds them claimed.
+        let other = claim_all(&mut conn, &claims[..2], &[21, 22], true)
+            .await
+            .unwrap();
+        assert!(other.iter().all(|r| matches!(r, ClaimReply::Existing(_))));
+        store.close().await;
+    }
+}

@@ -12,7 +12,8 @@
 //! - d. msgw's CPU time per send in b, read from the kernel's per-thread counters of
 //!   msgw's own threads (its tokio workers and its SQLite worker), so the load
 //!   generator and the fake gateway, which run on threads of their own, are not
-//!   counted (nor are PostgreSQL's processes);
+//!   counted (nor are PostgreSQL's processes); and per Health/Check in a, the floor
+//!   of any RPC;
 //! - e. store writes per second in b and rows per write, by stage (claims,
 //!   settlements), from `msgw_store_write_rows`.
 //!
@@ -188,14 +189,22 @@ fn run(
             Call::Send,
         )
         .await;
+        let health_cpu_before = msgw_cpu();
         let health = drive(&msgw.channels, args.callers, seconds, Call::Health).await;
+        let health_cpu = msgw_cpu().saturating_sub(health_cpu_before);
         let cpu_before = msgw_cpu();
         let before = Counts::read(msgw.http).await;
         let sends = drive(&msgw.channels, args.callers, seconds, Call::Send).await;
         let cpu = msgw_cpu().saturating_sub(cpu_before);
         let counts = Counts::read(msgw.http).await.since(&before);
-        (health, sends.with_envelopes(counts.envelopes), cpu, counts)
+        (
+            health,
+            sends.with_envelopes(counts.envelopes),
+            (cpu, health_cpu),
+            counts,
+        )
     });
+    let (cpu, health_cpu) = cpu;
     stop(msgw_rt, msgw)?;
     println!(
         "-- {} callers, gateway answers at once, default limits",
@@ -303,7 +312,7 @@ fn run(
         lone.percentile(0.5) - gateway_p50.as_secs_f64() * 1e3
     );
     println!(
-        "d. msgw CPU per send {:.1} µs in b ({:.2} s of msgw thread CPU for {} sends{})",
+        "d. msgw CPU per send {:.1} µs in b ({:.2} s of msgw thread CPU for {} sends{}); per Health/Check in a {:.1} µs",
         cpu.as_secs_f64() * 1e6 / sends.ok.max(1) as f64,
         cpu.as_secs_f64(),
         sends.ok,
@@ -311,7 +320,8 @@ fn run(
             "; PostgreSQL's own processes not counted"
         } else {
             ""
-        }
+        },
+        health_cpu.as_secs_f64() * 1e6 / health.ok.max(1) as f64,
     );
     let per_second = |n: f64| n / sends.elapsed.as_secs_f64();
     println!(

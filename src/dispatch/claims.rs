@@ -41,6 +41,10 @@ use crate::upstream;
 /// (the outcome's own commit, a busy store): after that it counts as unknown.
 pub const STALE_MARGIN: Duration = Duration::from_secs(5);
 
+/// How long after its claim a call may still send with it: half the stale margin, so
+/// its request, however long, ends before anyone may take the claim over.
+pub const HELD_FOR: Duration = Duration::from_millis(2500);
+
 /// How often a waiting call looks at the store even without a wake-up (another replica
 /// may settle the claim).
 const WAIT_POLL: Duration = Duration::from_millis(100);

@@ -88,6 +88,12 @@ pub trait Runner: Send + Sync + Sized + 'static {
         None
     }
 
+    /// Whether a prepared call is bound by [`Runner::held_for`] (it holds something that
+    /// goes stale).
+    fn expires(&self, _call: &Call<Self>) -> bool {
+        true
+    }
+
     /// Answers prepared calls that waited longer than [`Runner::held_for`]: what they
     /// hold is given back, and their caller is to call again.
     fn expire(&self, _calls: Vec<Call<Self>>) {}
@@ -320,6 +326,7 @@ impl<R: Runner> Coalescer<R> {
             }
             if let (Some(at), Some(held_for)) = (call.claimed_at, held_for)
                 && now.duration_since(at) > held_for
+                && self.runner.expires(&call)
             {
                 expired.push(call);
                 continue;

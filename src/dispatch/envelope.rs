@@ -153,7 +153,14 @@ impl Runner for Engine {
     /// never saw the id, send it. So a claimed call leaves well inside that margin, or
     /// not with that claim: its request, however long, ends before anyone may take over.
     fn held_for(&self) -> Option<std::time::Duration> {
-        self.claims.as_ref().map(|_| claims::STALE_MARGIN / 2)
+        self.claims.as_ref().map(|_| claims::HELD_FOR)
+    }
+
+    fn expires(&self, call: &Call<Self>) -> bool {
+        call.held
+            .0
+            .iter()
+            .any(|slot| matches!(slot, Slot::Send(Some(_)) | Slot::Resolve(..)))
     }
 
     /// Gives back the claims of calls that waited for a slot too long and sends their

@@ -86,9 +86,22 @@ impl Engine {
                         Slot::Done(Err(claims::settling(owned.id, settle_until)))
                     }
                     // The gateway does not know the id after the window: the earlier
-                    // request never arrived, so sending now is the first send.
+                    // request never arrived, so sending now is the first send, but
+                    // only inside the claim's time (the status request took some of
+                    // it): past that, the claim goes back and the call claims anew.
                     Some(ItemOutcome::Rejected(text)) if crate::upstream::says_not_found(text) => {
-                        Slot::Send(Some(owned))
+                        let claimed_at = callers[entries[i].call].call.claimed_at();
+                        if claimed_at.is_some_and(|at| at.elapsed() > claims::HELD_FOR) {
+                            settlements.push((
+                                owned,
+                                Settlement::Released(
+                                    "the gateway never received the earlier request".into(),
+                                ),
+                            ));
+                            Slot::Wait(Utc::now())
+                        } else {
+                            Slot::Send(Some(owned))
+                        }
                     }
                     // Refused for another reason (an outage, a limit): that proves
                     // nothing about the earlier request; ask again on the next retry.

@@ -38,6 +38,11 @@ impl<R: Runner> Call<R> {
         !self.reply.is_closed() && !self.phase.is(Phase::ABANDONED)
     }
 
+    /// When its preparation began (its claims' time), once prepared.
+    pub fn claimed_at(&self) -> Option<Instant> {
+        self.claimed_at
+    }
+
     /// Gives the call up unsent (its deadline passed before its request left).
     pub fn abandon(&self) {
         self.phase.abandon();

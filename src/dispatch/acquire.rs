@@ -153,17 +153,37 @@ pub(super) fn release_unwanted<R: Runner>(
         if calls[entry.call].wanted() {
             continue;
         }
-        match entry.slot {
-            Slot::Send(Some(owned)) => settlements.push((owned, unsent())),
-            Slot::Resolve(owned, settle_until) => {
-                settlements.push((owned, Settlement::Unknown { settle_until }));
-            }
-            Slot::Send(None) => {}
-            _ => continue,
+        match entry.slot.given_back() {
+            Some(back) => settlements.push(back),
+            None if matches!(entry.slot, Slot::Send(None)) => {}
+            None => continue,
         }
         entry.slot = Slot::Done(Err(Error::DeadlineExceeded {
             outcome_unknown: false,
         }));
+    }
+}
+
+impl Slot {
+    /// The claim this slot owns, if any.
+    pub(super) fn owned(&self) -> Option<Owned> {
+        match *self {
+            Slot::Send(Some(owned)) | Slot::Resolve(owned, _) => Some(owned),
+            _ => None,
+        }
+    }
+
+    /// The claim this slot owns and how it ends when the call goes no further, nothing
+    /// of it sent: a claim taken to send is released, one taken to resolve an unknown
+    /// outcome stays unknown.
+    pub(super) fn given_back(&self) -> Option<(Owned, Settlement)> {
+        match *self {
+            Slot::Send(Some(owned)) => Some((owned, unsent())),
+            Slot::Resolve(owned, settle_until) => {
+                Some((owned, Settlement::Unknown { settle_until }))
+            }
+            _ => None,
+        }
     }
 }
 

@@ -157,10 +157,7 @@ impl Runner for Engine {
     }
 
     fn expires(&self, call: &Call<Self>) -> bool {
-        call.held
-            .0
-            .iter()
-            .any(|slot| matches!(slot, Slot::Send(Some(_)) | Slot::Resolve(..)))
+        call.held.0.iter().any(|slot| slot.owned().is_some())
     }
 
     /// Gives back the claims of calls that waited for a slot too long and sends their
@@ -173,18 +170,14 @@ impl Runner for Engine {
                 .into_iter()
                 .zip(slots)
                 .map(|(op, slot)| {
+                    settlements.extend(slot.given_back());
                     match slot {
-                        Slot::Send(Some(owned)) => settlements.push((owned, unsent())),
-                        Slot::Resolve(owned, settle_until) => {
-                            settlements.push((owned, Settlement::Unknown { settle_until }));
-                        }
-                        Slot::Done(result) => return Answer::Done(result),
-                        Slot::Wait(stale_at) => return Answer::Wait { op, stale_at },
-                        Slot::Send(None) => {}
-                    }
-                    Answer::Wait {
-                        op,
-                        stale_at: Utc::now(),
+                        Slot::Done(result) => Answer::Done(result),
+                        Slot::Wait(stale_at) => Answer::Wait { op, stale_at },
+                        Slot::Send(_) | Slot::Resolve(..) => Answer::Wait {
+                            op,
+                            stale_at: Utc::now(),
+                        },
                     }
                 })
                 .collect();
@@ -202,13 +195,7 @@ impl Runner for Engine {
         let settlements = held
             .into_iter()
             .flat_map(|held| held.0)
-            .filter_map(|slot| match slot {
-                Slot::Send(Some(owned)) => Some((owned, unsent())),
-                Slot::Resolve(owned, settle_until) => {
-                    Some((owned, Settlement::Unknown { settle_until }))
-                }
-                _ => None,
-            })
+            .filter_map(|slot| slot.given_back())
             .collect();
         claims.settle_later(settlements);
     }

@@ -59,7 +59,8 @@ impl SendPath {
         changes: &[ClaimChange],
         first_poll_after: Duration,
     ) -> Result<Vec<ClaimReply>, StoreError> {
-        let stage = match grouped(changes) {
+        let group = grouped(changes);
+        let stage = match group {
             Grouped::Claims(_) => &self.stages[0],
             Grouped::Settlements(_) => &self.stages[1],
             Grouped::Mixed => {
@@ -81,7 +82,7 @@ impl SendPath {
                 Some(conn) => conn,
                 empty => empty.insert(self.connect().await?),
             };
-            match apply_on(conn, changes, &tokens, retried, first_poll_after).await {
+            match apply_on(conn, &group, &tokens, retried, first_poll_after).await {
                 // Both writes may run twice: a claim that did land is known again by
                 // its token, a settlement is a compare-and-set on the attempt.
                 Err(e) if is_connection_error(&e) => {
@@ -157,14 +158,14 @@ async fn apply_all(
 /// one round trip, two for claims of which some already existed.
 async fn apply_on(
     conn: &mut PgConnection,
-    changes: &[ClaimChange],
+    group: &Grouped<'_>,
     tokens: &[i64],
     retried: bool,
     first_poll_after: Duration,
 ) -> Result<Vec<ClaimReply>, StoreError> {
-    match grouped(changes) {
-        Grouped::Claims(claims) => claim_all(conn, &claims, tokens, retried).await,
-        Grouped::Settlements(settlements) => settle_all(conn, &settlements, first_poll_after).await,
+    match group {
+        Grouped::Claims(claims) => claim_all(conn, claims, tokens, retried).await,
+        Grouped::Settlements(settlements) => settle_all(conn, settlements, first_poll_after).await,
         Grouped::Mixed => Err(StoreError::Append(
             "a group mixing claims and settlements needs a transaction".into(),
         )),

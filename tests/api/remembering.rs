@@ -32,7 +32,7 @@ pub enum Mode {
     /// Breaks the connection without carrying anything out.
     Reset,
     /// Queues a request with sends for `Remembering::slow` before carrying it out and
-    /// answering; a request of status queries only is answered at once.
+    /// answering; a request of status queries only after `Remembering::slow_status`.
     SlowSends,
 }
 
@@ -60,6 +60,8 @@ pub struct Remembering {
     pub sends: Arc<Mutex<HashMap<u64, usize>>>,
     /// How long `SlowSends` queues a request with sends.
     pub slow: Arc<Mutex<Duration>>,
+    /// How long `SlowSends` takes to answer a request of status queries only.
+    pub slow_status: Arc<Mutex<Duration>>,
     /// The status `status` reports for a known message.
     pub status: Arc<Mutex<&'static str>>,
     /// The error `status` answers for a message the gateway does not know.
@@ -74,6 +76,7 @@ impl Remembering {
             accepted: Arc::default(),
             sends: Arc::default(),
             slow: Arc::new(Mutex::new(Duration::from_secs(3))),
+            slow_status: Arc::new(Mutex::new(Duration::ZERO)),
             status: Arc::new(Mutex::new("ACCEPTED")),
             unknown_says: Arc::new(Mutex::new("Message not found")),
         };
@@ -98,8 +101,9 @@ impl Remembering {
                     carry_out();
                     Reply::Reset
                 }
-                Mode::SlowSends if sends => {
-                    let slow = *r.slow.lock().unwrap();
+                Mode::SlowSends => {
+                    let slow = if sends { &r.slow } else { &r.slow_status };
+                    let slow = *slow.lock().unwrap();
                     Reply::Later(slow, Box::new(move || Reply::Json(carry_out())))
                 }
                 _ => Reply::Json(carry_out()),

@@ -294,66 +294,7 @@ async fn a_call_queued_past_the_life_of_a_claim_is_still_sent_once() {
 /// and the call claims anew; every caller gets the one send's msg_id.
 #[tokio::test]
 async fn a_send_decided_by_a_slow_status_query_is_still_sent_once() {
-    use std::collections::HashMap;
-    use std::sync::{
-        Arc, Mutex,
-        atomic::{AtomicBool, AtomicU64, Ordering},
-    };
-
-    use serde_json::{Value, json};
-
-    use crate::helpers::Reply;
-
-    let app = spawn(Options {
-        upstream_timeout: Duration::from_secs(7),
-        upstream_settle: Duration::from_millis(200),
-        ..Options::default()
-    })
-    .await;
-    let refuse = Arc::new(AtomicBool::new(true));
-    let status_ms = Arc::new(AtomicU64::new(0));
-    let send_ms = Arc::new(AtomicU64::new(0));
-    let accepted: Arc<Mutex<HashMap<u64, u64>>> = Arc::default();
-    let sends: Arc<Mutex<HashMap<u64, usize>>> = Arc::default();
-    {
-        let (refuse, status_ms, send_ms) = (refuse.clone(), status_ms.clone(), send_ms.clone());
-        let (accepted, sends) = (accepted.clone(), sends.clone());
-        let next = Arc::new(AtomicU64::new(700_000_001));
-        app.gateway.respond_with(move |body: &Value| {
-            let items = body["data"].as_array().cloned().unwrap_or_default();
-            let status = items.iter().all(|i| i["type"] == "status");
-            if !status && refuse.load(Ordering::SeqCst) {
-                return Reply::Http(503, "unavailable");
-            }
-            let delay = if status { &status_ms } else { &send_ms };
-            let delay = Duration::from_millis(delay.load(Ordering::SeqCst));
-            let (accepted, sends, next) = (accepted.clone(), sends.clone(), next.clone());
-            Reply::Later(
-                delay,
-                Box::new(move || {
-                    let results: Vec<Value> = items
-                        .iter()
-                        .map(|item| {
-                            let id = item["id"].as_u64().unwrap_or_default();
-                            if item["type"] == "status" {
-                                return match accepted.lock().unwrap().get(&id) {
-                                    Some(msg_id) => json!({"success": true, "data": {
-                                        "id": id.to_string(), "msg_id": msg_id, "type": "sms",
-                                        "status": "ACCEPTED"}}),
-                                    None => json!({"success": false, "error": "Message not found", "data": {"id": id}}),
-                                };
-                            }
-                            let msg_id = next.fetch_add(1, Ordering::SeqCst);
-                            accepted.lock().unwrap().insert(id, msg_id);
-                            *sends.lock().unwrap().entry(id).or_default() += 1;
-                            json!({"success": true, "data": {"id": id, "msg_id": msg_id, "data": 1, "parts": 1}})
-                        })
-                        .collect();
-                    Reply::Json(json!({"success": true, "data": results}))
-                }),
-            )
-        });
-    }
+    let (app, gateway) = app(Duration::from_secs(7), Duration::from_millis(200)).await;
     let id = 9300;
     let send = |timeout: Duration| {
         let mut client = app.messaging();
@@ -364,27 +305,24 @@ async fn a_send_decided_by_a_slow_status_query_is_still_sent_once() {
                 .map(|r| r.into_inner().receipt.unwrap().msg_id)
         })
     };
-    // The first send's outcome is unknown (503 after it may have arrived).
+    // The first send's outcome is unknown (502 after it may have arrived).
+    gateway.set(Mode::Down);
     assert!(send(Duration::from_secs(5)).await.unwrap().is_err());
     // Status and sends slow: the retry asks status for 6.5 s, learns the gateway never
     // got the id, and would then send for another 6.5 s.
-    refuse.store(false, Ordering::SeqCst);
-    status_ms.store(6500, Ordering::SeqCst);
-    send_ms.store(6500, Ordering::SeqCst);
+    *gateway.slow.lock().unwrap() = Duration::from_millis(6500);
+    *gateway.slow_status.lock().unwrap() = Duration::from_millis(6500);
+    gateway.set(Mode::SlowSends);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let slow_retry = send(Duration::from_secs(40));
     // Past the retry's claim (7 s + 5 s) and the settle window, with status fast again,
     // another retry would find the claim abandoned and the id unknown to the gateway.
     tokio::time::sleep(Duration::from_millis(12_500)).await;
-    status_ms.store(0, Ordering::SeqCst);
+    *gateway.slow_status.lock().unwrap() = Duration::ZERO;
     let late_retry = send(Duration::from_secs(30)).await.unwrap();
     let slow_retry = slow_retry.await.unwrap();
     let last = send(Duration::from_secs(30)).await.unwrap();
-    assert_eq!(
-        sends.lock().unwrap().get(&id),
-        Some(&1),
-        "one send reached the gateway"
-    );
+    assert_eq!(gateway.sends_of(id), 1, "one send reached the gateway");
     let msg_id = last.expect("a retry after all is answered");
     for m in [late_retry, slow_retry].into_iter().flatten() {
         assert_eq!(m, msg_id, "every OK names the one send");

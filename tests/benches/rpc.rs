@@ -326,11 +326,11 @@ fn run(
     let per_second = |n: f64| n / sends.elapsed.as_secs_f64();
     println!(
         "e. store writes in b {:>9.0} /s: claims {:.0}/s of {:.1} rows, settlements {:.0}/s of {:.1} rows",
-        per_second(writes.claims.writes + writes.settlements.writes),
-        per_second(writes.claims.writes),
-        writes.claims.rows_each(),
-        per_second(writes.settlements.writes),
-        writes.settlements.rows_each(),
+        per_second(writes.claims.count + writes.settlements.count),
+        per_second(writes.claims.count),
+        writes.claims.each(),
+        per_second(writes.settlements.count),
+        writes.settlements.each(),
     );
     Ok(sends.rate())
 }
@@ -420,44 +420,37 @@ struct Phase {
     elapsed: Duration,
     latencies: Vec<Duration>,
     /// Gateway requests and the operations they carried during the phase.
-    envelopes: Option<Envelopes>,
+    envelopes: Option<Histogram>,
 }
 
-/// A histogram's count and sum: requests and operations, or writes and rows.
+/// A histogram's count and sum: gateway requests and their operations, or store
+/// writes and their rows.
 #[derive(Clone, Copy, Default)]
-struct Envelopes {
-    requests: f64,
-    operations: f64,
+struct Histogram {
+    count: f64,
+    sum: f64,
 }
 
-impl Envelopes {
-    fn since(self, before: Envelopes) -> Envelopes {
-        Envelopes {
-            requests: self.requests - before.requests,
-            operations: self.operations - before.operations,
+impl Histogram {
+    fn since(self, before: Histogram) -> Histogram {
+        Histogram {
+            count: self.count - before.count,
+            sum: self.sum - before.sum,
         }
     }
-}
 
-/// Store writes and the rows they carried.
-#[derive(Clone, Copy, Default)]
-struct Writes {
-    writes: f64,
-    rows: f64,
-}
-
-impl Writes {
-    fn rows_each(&self) -> f64 {
-        self.rows / self.writes.max(1.0)
+    /// The sum per observation: operations per request, rows per write.
+    fn each(&self) -> f64 {
+        self.sum / self.count.max(1.0)
     }
 }
 
 /// What msgw's `/metrics` counted: gateway requests, and store writes by stage.
 #[derive(Clone, Copy, Default)]
 struct Counts {
-    envelopes: Envelopes,
-    claims: Writes,
-    settlements: Writes,
+    envelopes: Histogram,
+    claims: Histogram,
+    settlements: Histogram,
 }
 
 impl Counts {
@@ -473,37 +466,31 @@ impl Counts {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0.0)
         };
-        let writes = |stage: &str| Writes {
-            writes: sample(&format!(
-                "msgw_store_write_rows_count{{stage=\"{stage}\"}} "
-            )),
-            rows: sample(&format!("msgw_store_write_rows_sum{{stage=\"{stage}\"}} ")),
+        // `name_count{labels} value`: the space ends the series, so no other matches.
+        let histogram = |name: &str, labels: &str| Histogram {
+            count: sample(&format!("{name}_count{labels} ")),
+            sum: sample(&format!("{name}_sum{labels} ")),
         };
+        let stage =
+            |stage: &str| histogram("msgw_store_write_rows", &format!("{{stage=\"{stage}\"}}"));
         Counts {
-            envelopes: Envelopes {
-                requests: sample("msgw_upstream_envelope_operations_count "),
-                operations: sample("msgw_upstream_envelope_operations_sum "),
-            },
-            claims: writes("claims"),
-            settlements: writes("settlements"),
+            envelopes: histogram("msgw_upstream_envelope_operations", ""),
+            claims: stage("claims"),
+            settlements: stage("settlements"),
         }
     }
 
     fn since(&self, before: &Counts) -> Counts {
-        let minus = |a: Writes, b: Writes| Writes {
-            writes: a.writes - b.writes,
-            rows: a.rows - b.rows,
-        };
         Counts {
             envelopes: self.envelopes.since(before.envelopes),
-            claims: minus(self.claims, before.claims),
-            settlements: minus(self.settlements, before.settlements),
+            claims: self.claims.since(before.claims),
+            settlements: self.settlements.since(before.settlements),
         }
     }
 }
 
 impl Phase {
-    fn with_envelopes(self, envelopes: Envelopes) -> Self {
+    fn with_envelopes(self, envelopes: Histogram) -> Self {
         Self {
             envelopes: Some(envelopes),
             ..self
@@ -541,8 +528,8 @@ impl Phase {
             println!(
                 "{:<20} {:>9.0} gateway requests/s, {:.1} operations each",
                 "",
-                e.requests / self.elapsed.as_secs_f64(),
-                e.operations / e.requests.max(1.0)
+                e.count / self.elapsed.as_secs_f64(),
+                e.each()
             );
         }
     }

@@ -31,12 +31,16 @@ impl Runner for Echo {
 }
 
 fn echo(hold: Duration) -> Arc<Echo> {
-    Arc::new(Echo {
+    Arc::new(echo_of(hold))
+}
+
+fn echo_of(hold: Duration) -> Echo {
+    Echo {
         hold,
         running: AtomicUsize::new(0),
         most: AtomicUsize::new(0),
         envelopes: Mutex::new(Vec::new()),
-    })
+    }
 }
 
 fn ops(n: usize) -> Vec<Operation> {
@@ -235,12 +239,7 @@ fn preparing(hold: Duration, run: Duration) -> Arc<Preparing> {
         released: Mutex::new(Vec::new()),
         held_for: None,
         expired: Mutex::new(Vec::new()),
-        echo: Echo {
-            hold: run,
-            running: AtomicUsize::new(0),
-            most: AtomicUsize::new(0),
-            envelopes: Mutex::new(Vec::new()),
-        },
+        echo: echo_of(run),
     })
 }
 

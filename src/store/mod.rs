@@ -12,6 +12,7 @@ mod postgres_claims;
 mod postgres_events;
 mod postgres_reach;
 mod rows;
+mod shared;
 mod sqlite;
 mod sqlite_claims;
 mod verification_sql;
@@ -252,82 +253,6 @@ pub trait Store: std::fmt::Debug + Send + Sync + 'static {
     /// Flushes and closes the store.
     async fn close(&self);
 }
-
-/// Takes or renews a lease (name, holder, until, now): both databases speak this SQL.
-/// A row comes back when `holder` holds the lease.
-const LEASE_SQL: &str = "INSERT INTO leases (name, holder, until_ms) VALUES ($1, $2, $3)
-     ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, until_ms = excluded.until_ms
-      WHERE leases.holder = excluded.holder OR leases.until_ms < $4
-     RETURNING holder";
-
-/// What a prune runs, in order: each statement with its bound values. Both databases
-/// speak this SQL; the first two statements drop events (their row counts are the
-/// result).
-fn prune_statements(retention: Retention, now: DateTime<Utc>) -> [(&'static str, Vec<i64>); 6] {
-    use rows::{millis, ms};
-    let horizon = ms(now).saturating_sub(millis(retention.max_age));
-    let keep = i64::try_from(retention.max_events).unwrap_or(i64::MAX);
-    let claims_horizon = ms(now).saturating_sub(millis(retention.claims_max_age));
-    let verifications_horizon = ms(now - verifications::KEPT_AT_LEAST);
-    [
-        (
-            "DELETE FROM events WHERE received_at_ms < $1",
-            vec![horizon],
-        ),
-        (
-            "DELETE FROM events WHERE cursor <= (SELECT COALESCE(MAX(cursor), 0) FROM events) - $1",
-            vec![keep],
-        ),
-        // A message is tracked until it is final or its lifetime is over, then kept as
-        // long as its events, for msg_id lookups.
-        (
-            "DELETE FROM messages WHERE sent_at_ms + lifetime_s * 1000 < $1 AND sent_at_ms < $2",
-            vec![ms(now), horizon],
-        ),
-        // A claim outlives its retention while reconcile still tracks its message, and
-        // an open one (in flight, or its outcome unknown) is never dropped for its age:
-        // it is the only record that the send may have left, so a retry must not send
-        // again. Reconcile resolves open claims; then they age like the others.
-        (
-            "DELETE FROM claims WHERE COALESCE(settled_at_ms, claimed_at_ms) < $1
-               AND state NOT IN ('in_flight', 'unknown')
-               AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.client_id = claims.client_id
-                                AND NOT m.is_final AND m.sent_at_ms + m.lifetime_s * 1000 >= $2)",
-            vec![claims_horizon, ms(now)],
-        ),
-        // A verification is kept while pending and unexpired, and for the hour its start
-        // counts against its number's limit.
-        (
-            "DELETE FROM verifications WHERE created_at_ms < $1
-               AND (status <> 'pending' OR expires_at_ms <= $2)",
-            vec![verifications_horizon, ms(now)],
-        ),
-        (
-            "DELETE FROM verification_sends WHERE NOT EXISTS
-               (SELECT 1 FROM verifications v WHERE v.id = verification_sends.verification_id)",
-            vec![],
-        ),
-    ]
-}
-
-/// Claims still open past their settle window (`$1`: now, `$2`: in flight before, `$3`:
-/// limit; the partial index `claims_unsettled` holds exactly the open ones).
-const UNSETTLED_SQL: &str = "SELECT * FROM claims
-     WHERE state IN ('in_flight', 'unknown')
-       AND ((state = 'unknown' AND COALESCE(settle_until_ms, 0) <= $1)
-            OR (state = 'in_flight' AND claimed_at_ms <= $2))
-     ORDER BY claimed_at_ms LIMIT $3";
-
-/// Reads the sandbox's state (`$1`: account) and saves it (`$1`, `$2`: state, `$3`:
-/// now); both databases speak this SQL.
-const SANDBOX_STATE_SQL: &str = "SELECT state FROM sandbox_state WHERE account = $1";
-const SAVE_SANDBOX_STATE_SQL: &str = "INSERT INTO sandbox_state (account, state, saved_at_ms)
-     VALUES ($1, $2, $3)
-     ON CONFLICT (account) DO UPDATE SET state = excluded.state, saved_at_ms = excluded.saved_at_ms";
-
-/// The final event of a message if it has one, else its newest (`$1`: the client id).
-const LAST_EVENT_SQL: &str =
-    "SELECT * FROM events WHERE client_id = $1 ORDER BY is_final DESC, cursor DESC LIMIT 1";
 
 /// Moves a newest-cursor watch forward to `cursor` (never back), waking its receivers.
 fn advance(newest: &tokio::sync::watch::Sender<Cursor>, cursor: Cursor) {

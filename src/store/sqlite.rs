@@ -9,18 +9,13 @@ use sqlx::sqlite::{
 use tokio::sync::watch;
 
 use super::rows::{
-    ClaimRow, DueRow, EventRow, claims_with_ids, cursor_from_db, cursor_to_db, id_to_db, millis,
-    ms, pending_from_row, replies_to_json, report_id_to_db,
+    DueRow, cursor_from_db, id_to_db, millis, ms, pending_from_row, replies_to_json,
+    report_id_to_db,
 };
 use super::verification_sql;
-use super::verifications::{
-    self, Created, NewVerification, PhoneLimit, VerificationChange, VerificationRecord,
-};
-use super::{
-    ClaimChange, ClaimRecord, ClaimReply, PendingMessage, Retention, Store, StoreError,
-    sqlite_claims,
-};
-use crate::domain::{CallerName, ClientId, Cursor, NewEvent, Phone, StatusEvent};
+use super::verifications::{Created, NewVerification, PhoneLimit};
+use super::{ClaimChange, ClaimReply, PendingMessage, Store, StoreError, sqlite_claims};
+use crate::domain::{CallerName, ClientId, Cursor, NewEvent, StatusEvent};
 
 /// SQLite implementation of [`Store`].
 #[derive(Debug, Clone)]
@@ -238,44 +233,12 @@ impl SqliteStore {
     }
 }
 
-#[tonic::async_trait]
-impl Store for SqliteStore {
+super::shared::store_impl! {
+    SqliteStore, reads: pool, writes: writer, verification: sqlite;
+
     async fn apply_claims(&self, changes: &[ClaimChange]) -> Result<Vec<ClaimReply>, StoreError> {
         let mut conn = self.writer.acquire().await?;
         sqlite_claims::apply_all(&mut conn, changes, self.first_poll_after).await
-    }
-
-    async fn claim_of(&self, id: ClientId) -> Result<Option<ClaimRecord>, StoreError> {
-        sqlx::query_as::<_, ClaimRow>("SELECT * FROM claims WHERE client_id = ?")
-            .bind(id_to_db(id.get()))
-            .fetch_optional(&self.pool)
-            .await?
-            .map(ClaimRecord::try_from)
-            .transpose()
-    }
-
-    async fn unsettled_claims(
-        &self,
-        now: DateTime<Utc>,
-        in_flight_before: DateTime<Utc>,
-        limit: u32,
-    ) -> Result<Vec<(ClientId, ClaimRecord)>, StoreError> {
-        let rows: Vec<ClaimRow> = sqlx::query_as(super::UNSETTLED_SQL)
-            .bind(ms(now))
-            .bind(ms(in_flight_before))
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await?;
-        claims_with_ids(rows)
-    }
-
-    async fn client_id_of(&self, msg_id: &str) -> Result<Option<ClientId>, StoreError> {
-        let row: Option<(i64,)> =
-            sqlx::query_as("SELECT client_id FROM messages WHERE msg_id = ? LIMIT 1")
-                .bind(msg_id)
-                .fetch_optional(&self.pool)
-                .await?;
-        Ok(row.and_then(|(id,)| super::rows::report_id_from_db(id)))
     }
 
     async fn append_batch(
@@ -296,37 +259,6 @@ impl Store for SqliteStore {
         Ok(stored)
     }
 
-    async fn events_after(
-        &self,
-        cursor: Cursor,
-        limit: u32,
-    ) -> Result<Vec<StatusEvent>, StoreError> {
-        let rows: Vec<EventRow> =
-            sqlx::query_as("SELECT * FROM events WHERE cursor > ? ORDER BY cursor LIMIT ?")
-                .bind(cursor_to_db(cursor))
-                .bind(i64::from(limit))
-                .fetch_all(&self.pool)
-                .await?;
-        rows.into_iter().map(StatusEvent::try_from).collect()
-    }
-
-    async fn last_event_of(&self, client_id: ClientId) -> Result<Option<StatusEvent>, StoreError> {
-        sqlx::query_as::<_, EventRow>(super::LAST_EVENT_SQL)
-            .bind(id_to_db(client_id.get()))
-            .fetch_optional(&self.pool)
-            .await?
-            .map(StatusEvent::try_from)
-            .transpose()
-    }
-
-    async fn oldest_cursor(&self) -> Result<Option<Cursor>, StoreError> {
-        let (min,): (Option<i64>,) = sqlx::query_as("SELECT MIN(cursor) FROM events")
-            .fetch_one(&self.pool)
-            .await?;
-        // As on PostgreSQL: a cursor that cannot be one is a corrupt store, not "empty".
-        min.map(cursor_from_db).transpose()
-    }
-
     async fn latest_cursor(&self) -> Result<Cursor, StoreError> {
         // sqlite_sequence remembers the highest cursor even after its event was pruned.
         let seq: Option<(i64,)> =
@@ -334,24 +266,6 @@ impl Store for SqliteStore {
                 .fetch_optional(&self.pool)
                 .await?;
         seq.map_or(Ok(Cursor::START), |(s,)| cursor_from_db(s))
-    }
-
-    fn appended(&self) -> watch::Receiver<Cursor> {
-        self.appended.subscribe()
-    }
-
-    async fn prune(&self, retention: Retention, now: DateTime<Utc>) -> Result<u64, StoreError> {
-        let mut dropped = [0; 6];
-        for ((sql, values), n) in super::prune_statements(retention, now)
-            .into_iter()
-            .zip(&mut dropped)
-        {
-            let query = values
-                .into_iter()
-                .fold(sqlx::query(sql), |query, value| query.bind(value));
-            *n = query.execute(&self.writer).await?.rows_affected();
-        }
-        Ok(dropped[0] + dropped[1])
     }
 
     async fn take_due_for_poll(
@@ -376,54 +290,6 @@ impl Store for SqliteStore {
         rows.into_iter().map(pending_from_row).collect()
     }
 
-    async fn schedule_poll(
-        &self,
-        client_id: ClientId,
-        next: Option<DateTime<Utc>>,
-    ) -> Result<(), StoreError> {
-        sqlx::query("UPDATE messages SET next_poll_ms = ?, polls = polls + 1 WHERE client_id = ?")
-            .bind(next.map(ms))
-            .bind(id_to_db(client_id.get()))
-            .execute(&self.writer)
-            .await?;
-        Ok(())
-    }
-
-    async fn try_lease(
-        &self,
-        name: &str,
-        holder: &str,
-        ttl: Duration,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
-        let held: Option<(String,)> = sqlx::query_as(super::LEASE_SQL)
-            .bind(name)
-            .bind(holder)
-            .bind(ms(now).saturating_add(millis(ttl)))
-            .bind(ms(now))
-            .fetch_optional(&self.writer)
-            .await?;
-        Ok(held.is_some())
-    }
-
-    async fn sandbox_state(&self, account: &str) -> Result<Option<String>, StoreError> {
-        let row: Option<(String,)> = sqlx::query_as(super::SANDBOX_STATE_SQL)
-            .bind(account)
-            .fetch_optional(&self.pool)
-            .await?;
-        Ok(row.map(|(state,)| state))
-    }
-
-    async fn save_sandbox_state(&self, account: &str, state: &str) -> Result<(), StoreError> {
-        sqlx::query(super::SAVE_SANDBOX_STATE_SQL)
-            .bind(account)
-            .bind(state)
-            .bind(ms(Utc::now()))
-            .execute(&self.writer)
-            .await?;
-        Ok(())
-    }
-
     async fn create_verification(
         &self,
         new: &NewVerification,
@@ -435,46 +301,6 @@ impl Store for SqliteStore {
             tx.commit().await?;
         }
         Ok(created)
-    }
-
-    async fn verification_of_send(
-        &self,
-        send: ClientId,
-    ) -> Result<Option<(VerificationRecord, bool)>, StoreError> {
-        let mut conn = self.pool.acquire().await?;
-        verification_sql::sqlite::of_send(&mut conn, send).await
-    }
-
-    async fn pending_verification(
-        &self,
-        caller: Option<&CallerName>,
-        phone: Phone,
-        now: DateTime<Utc>,
-    ) -> Result<Option<VerificationRecord>, StoreError> {
-        let mut conn = self.pool.acquire().await?;
-        verification_sql::sqlite::pending(&mut conn, caller, phone, now).await
-    }
-
-    async fn expire_verifications(
-        &self,
-        caller: Option<&CallerName>,
-        phone: Phone,
-        now: DateTime<Utc>,
-    ) -> Result<Vec<VerificationRecord>, StoreError> {
-        let mut conn = self.writer.acquire().await?;
-        verification_sql::sqlite::expire(&mut conn, caller, phone, now).await
-    }
-
-    async fn change_verification(
-        &self,
-        change: &VerificationChange,
-    ) -> Result<Option<VerificationRecord>, StoreError> {
-        let mut tx = self.writer.begin().await?;
-        let changed = verification_sql::sqlite::change(&mut tx, change).await?;
-        if changed.is_some() || verifications::writes_without_row(change) {
-            tx.commit().await?;
-        }
-        Ok(changed)
     }
 
     async fn close(&self) {

@@ -5,6 +5,20 @@
 /// Defines `apply` (and its helpers) over transactions of `$db`.
 macro_rules! change_by_change {
     ($db:ty) => {
+        /// Applies a group change by change in `tx`, then commits it.
+        async fn apply_in(
+            mut tx: sqlx::Transaction<'_, $db>,
+            changes: &[ClaimChange],
+            first_poll_after: Duration,
+        ) -> Result<Vec<ClaimReply>, StoreError> {
+            let mut replies = Vec::with_capacity(changes.len());
+            for change in changes {
+                replies.push(apply(&mut tx, change, first_poll_after).await?);
+            }
+            tx.commit().await?;
+            Ok(replies)
+        }
+
         /// Applies one change inside the group's transaction.
         async fn apply(
             tx: &mut sqlx::Transaction<'_, $db>,

@@ -102,7 +102,7 @@ struct EventTuple(
 /// or events yet; everything is written in one transaction, so a failed copy leaves
 /// the target empty. Stop msgw before copying: what it writes meanwhile is not copied.
 pub async fn sqlite_to_postgres(from: &SqliteStore, to: &PgStore) -> Result<Copied, StoreError> {
-    let (source, target) = (from.reader(), to.pool());
+    let (source, target) = (&from.pool, &to.pool);
     let (rows,): (i64,) = sqlx::query_as(
         "SELECT (SELECT COUNT(*) FROM claims) + (SELECT COUNT(*) FROM messages)
               + (SELECT COUNT(*) FROM events) + (SELECT cursor FROM event_head)",

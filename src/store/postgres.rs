@@ -6,17 +6,14 @@
 
 use std::{collections::HashSet, str::FromStr, sync::Arc, time::Duration};
 
-use chrono::{DateTime, Utc};
 use secrecy::{ExposeSecret, SecretString};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use tokio::sync::watch;
 
 use super::postgres_events::{EventColumns, channel_of, follow_appends, head};
-use super::rows::{DueRow, cursor_from_db, cursor_to_db, id_to_db, millis, ms, pending_from_row};
-use super::verification_sql;
-use super::verifications::{Created, NewVerification, PhoneLimit};
+use super::rows::{cursor_from_db, cursor_to_db, id_to_db};
 use super::{
-    ClaimChange, ClaimReply, PendingMessage, Store, StoreError, advance,
+    ClaimChange, ClaimReply, Store, StoreError, advance,
     postgres_claims::{self, SendPath},
 };
 use crate::domain::{Cursor, NewEvent, StatusEvent};
@@ -24,7 +21,8 @@ use crate::domain::{Cursor, NewEvent, StatusEvent};
 /// PostgreSQL implementation of [`Store`].
 #[derive(Debug, Clone)]
 pub struct PgStore {
-    pool: PgPool,
+    /// Reads and writes but the send path's (and copying the store reads here).
+    pub(super) pool: PgPool,
     /// The send path's own connections.
     send_path: Arc<SendPath>,
     first_poll_after: Duration,
@@ -94,15 +92,24 @@ impl PgStore {
     }
 }
 
-impl PgStore {
-    /// The connections that read (for copying the store).
-    pub(super) fn pool(&self) -> &PgPool {
-        &self.pool
-    }
-}
+/// Takes messages due for a poll (`Store::take_due_for_poll`). SKIP LOCKED: replicas
+/// taking due messages at the same time take different ones.
+const DUE_FOR_POLL_SQL: &str = "UPDATE messages SET next_poll_ms = $1
+              WHERE client_id IN (SELECT client_id FROM messages
+                                   WHERE NOT is_final AND next_poll_ms IS NOT NULL AND next_poll_ms <= $2
+                                   ORDER BY next_poll_ms LIMIT $3
+                                   FOR UPDATE SKIP LOCKED)
+             RETURNING client_id, sent_at_ms, lifetime_s, polls";
+
+/// Starts of one number (`$1`) queue here, so two replicas cannot both see room under
+/// its limit and both start one. The two-key form keeps these locks apart from
+/// single-key ones (sqlx's migration lock).
+const START_LOCK_SQL: &str =
+    "SELECT pg_advisory_xact_lock(hashtext('msgw.verifications'), hashtext($1::text))";
 
 super::shared::store_impl! {
-    PgStore, reads: pool, writes: pool, verification: postgres;
+    PgStore, reads: pool, writes: pool, verification: postgres, due_for_poll: DUE_FOR_POLL_SQL,
+    start_lock: Some(START_LOCK_SQL);
 
     fn send_path_writers(&self) -> usize {
         postgres_claims::SEND_PATH_WRITERS
@@ -216,51 +223,6 @@ super::shared::store_impl! {
 
     async fn latest_cursor(&self) -> Result<Cursor, StoreError> {
         head(&self.pool).await
-    }
-
-    async fn take_due_for_poll(
-        &self,
-        now: DateTime<Utc>,
-        limit: u32,
-        lease: Duration,
-    ) -> Result<Vec<PendingMessage>, StoreError> {
-        // SKIP LOCKED: replicas taking due messages at the same time take different ones.
-        let rows: Vec<DueRow> = sqlx::query_as(
-            "UPDATE messages SET next_poll_ms = $1
-              WHERE client_id IN (SELECT client_id FROM messages
-                                   WHERE NOT is_final AND next_poll_ms IS NOT NULL AND next_poll_ms <= $2
-                                   ORDER BY next_poll_ms LIMIT $3
-                                   FOR UPDATE SKIP LOCKED)
-             RETURNING client_id, sent_at_ms, lifetime_s, polls",
-        )
-        .bind(ms(now).saturating_add(millis(lease)))
-        .bind(ms(now))
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.into_iter().map(pending_from_row).collect()
-    }
-
-    async fn create_verification(
-        &self,
-        new: &NewVerification,
-        limit: PhoneLimit,
-    ) -> Result<Created, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        // Starts of one number queue here, so two replicas cannot both see room under
-        // its limit and both start one. The two-key form keeps these locks apart from
-        // single-key ones (sqlx's migration lock).
-        sqlx::query(
-            "SELECT pg_advisory_xact_lock(hashtext('msgw.verifications'), hashtext($1::text))",
-        )
-        .bind(super::verifications::phone_to_db(new.phone))
-        .execute(&mut *tx)
-        .await?;
-        let created = verification_sql::postgres::create(&mut tx, new, limit).await?;
-        if matches!(created, Created::Started(_)) {
-            tx.commit().await?;
-        }
-        Ok(created)
     }
 
     async fn close(&self) {

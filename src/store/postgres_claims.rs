@@ -64,7 +64,7 @@ impl SendPath {
             Grouped::Claims(_) => &self.stages[0],
             Grouped::Settlements(_) => &self.stages[1],
             Grouped::Mixed => {
-                return apply_all(pool, changes, first_poll_after).await;
+                return apply_in(pool.begin().await?, changes, first_poll_after).await;
             }
         };
         // A free connection of the stage; its callers keep within SEND_PATH_WRITERS
@@ -135,22 +135,6 @@ fn is_connection_error(e: &StoreError) -> bool {
         }),
         _ => false,
     }
-}
-
-/// Applies a group of changes in order, change by change in one transaction. The send
-/// path's groups (only claims, or only settlements) go to [`apply_on`] instead.
-async fn apply_all(
-    pool: &PgPool,
-    changes: &[ClaimChange],
-    first_poll_after: Duration,
-) -> Result<Vec<ClaimReply>, StoreError> {
-    let mut tx = pool.begin().await?;
-    let mut replies = Vec::with_capacity(changes.len());
-    for change in changes {
-        replies.push(apply(&mut tx, change, first_poll_after).await?);
-    }
-    tx.commit().await?;
-    Ok(replies)
 }
 
 /// Applies a group of only claims (one INSERT, each claim atomic on its own) or only

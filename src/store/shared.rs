@@ -91,10 +91,14 @@ pub(super) const LAST_EVENT_SQL: &str =
 /// Implements [`Store`](super::Store) for `$store`: the methods written below, whose
 /// SQL both databases speak, plus the store's own methods passed after the `;`.
 /// `reads` and `writes` name the pools reads and writes use (SQLite writes on its one
-/// writer connection; PostgreSQL on its pool), `verification` its module in `verification_sql`. One macro emits the whole impl because
+/// writer connection; PostgreSQL on its pool), `verification` its module in `verification_sql`,
+/// `due_for_poll` its statement that takes due messages (`$1` the lease's end, `$2`
+/// now, `$3` the limit; returning client_id, sent_at_ms, lifetime_s, polls),
+/// `start_lock` a statement that makes starts of one number (`$1`) take turns across
+/// replicas, where the database needs one (SQLite's one writer makes them take turns). One macro emits the whole impl because
 /// `async_trait` does not expand macro calls inside an impl.
 macro_rules! store_impl {
-    ($store:ty, reads: $read:ident, writes: $write:ident, verification: $vsql:ident; $($own:tt)*) => {
+    ($store:ty, reads: $read:ident, writes: $write:ident, verification: $vsql:ident, due_for_poll: $due:expr, start_lock: $start_lock:expr; $($own:tt)*) => {
         #[tonic::async_trait]
         impl $crate::store::Store for $store {
             $($own)*
@@ -208,6 +212,24 @@ macro_rules! store_impl {
                 Ok(dropped[0] + dropped[1])
             }
 
+            async fn take_due_for_poll(
+                &self,
+                now: chrono::DateTime<chrono::Utc>,
+                limit: u32,
+                lease: std::time::Duration,
+            ) -> Result<Vec<$crate::store::PendingMessage>, $crate::store::StoreError> {
+                use $crate::store::rows::{millis, ms};
+                let rows: Vec<$crate::store::rows::DueRow> = sqlx::query_as($due)
+                    .bind(ms(now).saturating_add(millis(lease)))
+                    .bind(ms(now))
+                    .bind(i64::from(limit))
+                    .fetch_all(&self.$write)
+                    .await?;
+                rows.into_iter()
+                    .map($crate::store::rows::pending_from_row)
+                    .collect()
+            }
+
             async fn schedule_poll(
                 &self,
                 client_id: $crate::domain::ClientId,
@@ -265,6 +287,26 @@ macro_rules! store_impl {
                     .execute(&self.$write)
                     .await?;
                 Ok(())
+            }
+
+            async fn create_verification(
+                &self,
+                new: &$crate::store::NewVerification,
+                limit: $crate::store::PhoneLimit,
+            ) -> Result<$crate::store::Created, $crate::store::StoreError> {
+                let mut tx = self.$write.begin().await?;
+                let lock: Option<&str> = $start_lock;
+                if let Some(lock) = lock {
+                    sqlx::query(lock)
+                        .bind($crate::store::verifications::phone_to_db(new.phone))
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                let created = $crate::store::verification_sql::$vsql::create(&mut tx, new, limit).await?;
+                if matches!(created, $crate::store::Created::Started(_)) {
+                    tx.commit().await?;
+                }
+                Ok(created)
             }
 
             async fn verification_of_send(

@@ -2,26 +2,20 @@
 
 use std::{str::FromStr, time::Duration};
 
-use chrono::{DateTime, Utc};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 use tokio::sync::watch;
 
-use super::rows::{
-    DueRow, cursor_from_db, id_to_db, millis, ms, pending_from_row, replies_to_json,
-    report_id_to_db,
-};
-use super::verification_sql;
-use super::verifications::{Created, NewVerification, PhoneLimit};
-use super::{ClaimChange, ClaimReply, PendingMessage, Store, StoreError, sqlite_claims};
+use super::rows::{cursor_from_db, id_to_db, ms, replies_to_json, report_id_to_db};
+use super::{ClaimChange, ClaimReply, Store, StoreError, sqlite_claims};
 use crate::domain::{CallerName, ClientId, Cursor, NewEvent, StatusEvent};
 
 /// SQLite implementation of [`Store`].
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
-    /// Readers: WAL lets them run beside the writer.
-    pool: SqlitePool,
+    /// Readers: WAL lets them run beside the writer (copying the store reads here).
+    pub(super) pool: SqlitePool,
     /// The one writing connection. SQLite takes one writer at a time; writers that
     /// queue here wait their turn without SQLite's busy handler, which sleeps in
     /// steps of milliseconds while another write transaction holds the lock.
@@ -226,15 +220,17 @@ async fn callers_of(
     Ok(callers)
 }
 
-impl SqliteStore {
-    /// The connections that read (for copying the store).
-    pub(super) fn reader(&self) -> &SqlitePool {
-        &self.pool
-    }
-}
+/// Takes messages due for a poll (`Store::take_due_for_poll`). One writer: the select
+/// and the update cannot interleave with another take.
+const DUE_FOR_POLL_SQL: &str = "UPDATE messages SET next_poll_ms = $1
+              WHERE client_id IN (SELECT client_id FROM messages
+                                   WHERE is_final = 0 AND next_poll_ms IS NOT NULL AND next_poll_ms <= $2
+                                   ORDER BY next_poll_ms LIMIT $3)
+             RETURNING client_id, sent_at_ms, lifetime_s, polls";
 
 super::shared::store_impl! {
-    SqliteStore, reads: pool, writes: writer, verification: sqlite;
+    SqliteStore, reads: pool, writes: writer, verification: sqlite, due_for_poll: DUE_FOR_POLL_SQL,
+    start_lock: None;
 
     async fn apply_claims(&self, changes: &[ClaimChange]) -> Result<Vec<ClaimReply>, StoreError> {
         let mut conn = self.writer.acquire().await?;
@@ -266,41 +262,6 @@ super::shared::store_impl! {
                 .fetch_optional(&self.pool)
                 .await?;
         seq.map_or(Ok(Cursor::START), |(s,)| cursor_from_db(s))
-    }
-
-    async fn take_due_for_poll(
-        &self,
-        now: DateTime<Utc>,
-        limit: u32,
-        lease: Duration,
-    ) -> Result<Vec<PendingMessage>, StoreError> {
-        // One writer: the select and the update cannot interleave with another take.
-        let rows: Vec<DueRow> = sqlx::query_as(
-            "UPDATE messages SET next_poll_ms = ?
-              WHERE client_id IN (SELECT client_id FROM messages
-                                   WHERE is_final = 0 AND next_poll_ms IS NOT NULL AND next_poll_ms <= ?
-                                   ORDER BY next_poll_ms LIMIT ?)
-             RETURNING client_id, sent_at_ms, lifetime_s, polls",
-        )
-        .bind(ms(now).saturating_add(millis(lease)))
-        .bind(ms(now))
-        .bind(i64::from(limit))
-        .fetch_all(&self.writer)
-        .await?;
-        rows.into_iter().map(pending_from_row).collect()
-    }
-
-    async fn create_verification(
-        &self,
-        new: &NewVerification,
-        limit: PhoneLimit,
-    ) -> Result<Created, StoreError> {
-        let mut tx = self.writer.begin().await?;
-        let created = verification_sql::sqlite::create(&mut tx, new, limit).await?;
-        if matches!(created, Created::Started(_)) {
-            tx.commit().await?;
-        }
-        Ok(created)
     }
 
     async fn close(&self) {

@@ -40,13 +40,7 @@ pub(super) async fn apply_all(
         }
         Grouped::Mixed => {}
     }
-    let mut tx = conn.begin().await?;
-    let mut replies = Vec::with_capacity(changes.len());
-    for change in changes {
-        replies.push(apply(&mut tx, change, first_poll_after).await?);
-    }
-    tx.commit().await?;
-    Ok(replies)
+    apply_in(conn.begin().await?, changes, first_poll_after).await
 }
 
 /// Runs `work` on the writer's SQLite connection, locked out from the sqlx worker
@@ -202,25 +196,27 @@ fn settle_in_transaction(
         .execute(rusqlite::params_from_iter(values))?;
         let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * 10);
         for (id, attempt, settlement, at) in chunk {
-            let SettlementColumns {
-                state,
-                accepted,
-                reason,
-                settle_until_ms,
-            } = settlement_columns(settlement);
+            let columns = settlement_columns(settlement);
             values.extend([
                 Value::Integer(id_to_db(*id)),
                 Value::Integer(i64::from(*attempt)),
-                Value::Text(state.to_owned()),
+                Value::Text(columns.state.to_owned()),
                 Value::Integer(ms(*at)),
-                accepted
+                columns
+                    .accepted
                     .and_then(|a| a.msg_id.clone())
                     .map_or(Value::Null, Value::Text),
-                accepted.map_or(Value::Null, |a| Value::Integer(i64::from(a.parts))),
-                accepted.map_or(Value::Null, |a| Value::Text(a.payload.to_string())),
-                Value::Integer(i64::from(accepted.is_some_and(|a| a.recovered))),
-                reason.map_or(Value::Null, |r| Value::Text(r.to_owned())),
-                settle_until_ms.map_or(Value::Null, Value::Integer),
+                columns
+                    .accepted
+                    .map_or(Value::Null, |a| Value::Integer(i64::from(a.parts))),
+                columns
+                    .accepted
+                    .map_or(Value::Null, |a| Value::Text(a.payload.to_string())),
+                Value::Integer(i64::from(columns.accepted.is_some_and(|a| a.recovered))),
+                columns
+                    .reason
+                    .map_or(Value::Null, |r| Value::Text(r.to_owned())),
+                columns.settle_until_ms.map_or(Value::Null, Value::Integer),
             ]);
         }
         let mut statement = db.prepare(&format!(

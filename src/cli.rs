@@ -388,6 +388,17 @@ pub struct SecurityArgs {
     pub allow_unauthenticated: bool,
 }
 
+impl ServeArgs {
+    /// Every flag of `msgw serve` at its default, whatever the environment holds:
+    /// what `Config::for_tests` starts from, so a new flag's default is written once.
+    pub fn defaults() -> Result<Self, clap::Error> {
+        use clap::FromArgMatches;
+        let command = Self::augment_args(clap::Command::new("serve"))
+            .mut_args(|arg| arg.env(None::<&'static str>));
+        Self::from_arg_matches(&command.try_get_matches_from(["serve"])?)
+    }
+}
+
 impl SecurityArgs {
     /// The TLS files and callers file, refusing a real gateway (`real_gateway`) that
     /// anyone reaching the port could spend on, unless that is asked for.

@@ -121,41 +121,25 @@ impl Config {
     /// benchmarks start from, changing only what they are about.
     pub fn for_tests(upstream: Upstream, store_url: String) -> Self {
         let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
-        let week = Duration::from_secs(7 * 86_400);
+        let defaults = ServeArgs::defaults()
+            .map_err(anyhow::Error::from)
+            .and_then(ServeArgs::into_config)
+            // The flags' own defaults; config/tests.rs checks that they are valid.
+            .expect("msgw serve's defaults make a valid configuration");
         Self {
             grpc_addr: loopback,
             http_addr: loopback,
             admin_addr: loopback,
-            public_url: None,
             webhook_secret: "test-webhook-secret-0123456789".to_owned().into(),
-            webhook_secret_previous: None,
             account_token: "test-account-token-0123456789".to_owned().into(),
             generated_secrets: Vec::new(),
             store_url,
-            store_password: None,
-            retention: Retention {
-                max_age: week,
-                max_events: 1_000_000,
-                claims_max_age: week,
-            },
-            event_fan_out: 4096,
-            reconcile: ReconcileConfig {
-                interval: Duration::from_secs(5),
-                first_after: Duration::from_secs(300),
-                max_backoff: Duration::from_secs(1800),
-            },
+            // Tests that stop msgw do not wait out a pod's grace.
             shutdown_grace: Duration::from_secs(5),
             shutdown_delay: Duration::ZERO,
             balance_refresh: Duration::ZERO,
             upstream,
-            upstream_timeout: Duration::from_secs(10),
-            upstream_settle: Duration::from_secs(60),
-            upstream_limits: Limits::default(),
-            grpc_limits: PortLimits::default(),
-            webhook_limits: ListenerLimits::default(),
-            tls: None,
-            callers_file: None,
-            verify: VerifyConfig::default(),
+            ..defaults
         }
     }
 }

@@ -188,3 +188,27 @@ fn upstream_limits_out_of_range_are_refused_with_the_flag_named() {
         assert!(error.contains(flag), "{args:?}: {error}");
     }
 }
+
+#[test]
+fn the_defaults_of_serve_are_valid_and_the_types_defaults_agree_with_them() {
+    let config = crate::cli::ServeArgs::defaults()
+        .map_err(anyhow::Error::from)
+        .and_then(crate::cli::ServeArgs::into_config)
+        .unwrap();
+    assert_eq!(config.upstream_limits, Limits::default());
+    assert_eq!(config.grpc_limits, PortLimits::default());
+    assert_eq!(config.webhook_limits, ListenerLimits::default());
+    let verify = VerifyConfig::default();
+    assert_eq!(
+        (
+            config.verify.resend_interval,
+            config.verify.phone_limit,
+            &config.verify.allowed_prefixes
+        ),
+        (
+            verify.resend_interval,
+            verify.phone_limit,
+            &verify.allowed_prefixes
+        )
+    );
+}

@@ -1,5 +1,5 @@
 //! The command line: `msgw serve`, `check`, `copy-store` and `sandbox`, each flag with
-//! its environment variable (`msgw serve --help` documents each). `config.rs` turns
+//! its environment variable (`msgw serve --help` documents each). `config/` turns
 //! `serve`'s flags into a validated `Config`.
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};

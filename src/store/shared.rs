@@ -90,13 +90,16 @@ pub(super) const LAST_EVENT_SQL: &str =
 
 /// Implements [`Store`](super::Store) for `$store`: the methods written below, whose
 /// SQL both databases speak, plus the store's own methods passed after the `;`.
-/// `reads` and `writes` name the pools reads and writes use (SQLite writes on its one
-/// writer connection; PostgreSQL on its pool), `verification` its module in `verification_sql`,
-/// `due_for_poll` its statement that takes due messages (`$1` the lease's end, `$2`
-/// now, `$3` the limit; returning client_id, sent_at_ms, lifetime_s, polls),
-/// `start_lock` a statement that makes starts of one number (`$1`) take turns across
-/// replicas, where the database needs one (SQLite's one writer makes them take turns). One macro emits the whole impl because
-/// `async_trait` does not expand macro calls inside an impl.
+/// - `reads`, `writes`: the pools reads and writes use (SQLite writes on its one
+///   writer connection; PostgreSQL on its pool);
+/// - `verification`: the store's module in `verification_sql`;
+/// - `due_for_poll`: its statement that takes due messages (`$1` the lease's end,
+///   `$2` now, `$3` the limit; returning client_id, sent_at_ms, lifetime_s, polls);
+/// - `start_lock`: a statement that makes starts of one number (`$1`) take turns
+///   across replicas, where the database needs one (SQLite's one writer already does).
+///
+/// One macro emits the whole impl because `async_trait` does not expand macro calls
+/// inside an impl.
 macro_rules! store_impl {
     ($store:ty, reads: $read:ident, writes: $write:ident, verification: $vsql:ident, due_for_poll: $due:expr, start_lock: $start_lock:expr; $($own:tt)*) => {
         #[tonic::async_trait]

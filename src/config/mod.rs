@@ -116,15 +116,18 @@ impl Default for VerifyConfig {
 }
 
 impl Config {
+    /// `msgw serve` with no flags and no environment: every flag at its default.
+    pub fn serve_defaults() -> anyhow::Result<Self> {
+        ServeArgs::defaults()?.into_config()
+    }
+
     /// msgw on loopback ports the system chooses, with `msgw serve`'s defaults, fixed
     /// secrets, no authentication and background refreshes off: what tests and
     /// benchmarks start from, changing only what they are about.
     pub fn for_tests(upstream: Upstream, store_url: String) -> Self {
         let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
-        let defaults = ServeArgs::defaults()
-            .map_err(anyhow::Error::from)
-            .and_then(ServeArgs::into_config)
-            // The flags' own defaults; config/tests.rs checks that they are valid.
+        let defaults = Self::serve_defaults()
+            // config/tests.rs checks that the flags' defaults are valid.
             .expect("msgw serve's defaults make a valid configuration");
         Self {
             grpc_addr: loopback,

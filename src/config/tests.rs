@@ -191,10 +191,7 @@ fn upstream_limits_out_of_range_are_refused_with_the_flag_named() {
 
 #[test]
 fn the_defaults_of_serve_are_valid_and_the_types_defaults_agree_with_them() {
-    let config = crate::cli::ServeArgs::defaults()
-        .map_err(anyhow::Error::from)
-        .and_then(crate::cli::ServeArgs::into_config)
-        .unwrap();
+    let config = Config::serve_defaults().unwrap();
     assert_eq!(config.upstream_limits, Limits::default());
     assert_eq!(config.grpc_limits, PortLimits::default());
     assert_eq!(config.webhook_limits, ListenerLimits::default());

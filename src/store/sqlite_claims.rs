@@ -7,14 +7,11 @@ use std::{
 };
 
 use chrono::{DateTime, Utc};
-use rusqlite::types::Value;
 use sqlx::{Connection, Sqlite, SqliteConnection};
 
 use super::claims::{ClaimOutcome, Grouped, NewClaim, Settle, grouped};
 use super::rows::{ClaimRow, SettlementColumns, attempt_from_db, ms, seconds, settlement_columns};
-use super::{
-    ClaimChange, ClaimRecord, ClaimReply, Fingerprint, SentMessage, Settlement, StoreError,
-};
+use super::{ClaimChange, ClaimRecord, ClaimReply, Fingerprint, Settlement, StoreError};
 use crate::domain::{CallerName, ClientId};
 
 fn id_to_db(id: ClientId) -> i64 {
@@ -61,35 +58,30 @@ async fn on_locked<T>(
     Ok(done?)
 }
 
-/// Claims every id not claimed yet with one INSERT (each claim is atomic on its own, so
-/// no transaction is needed around them); returns the ids it inserted.
+/// Claims every id not claimed yet, in one transaction (each claim is atomic on its
+/// own: an id already claimed is left as it is); returns the ids it inserted. One
+/// single-row statement, parsed once per group and run per claim: SQLite's parser
+/// costs by the statement's length, so a statement of many rows of placeholders cost
+/// more to parse than its rows cost to insert.
 fn insert_claims(
     db: &rusqlite::Connection,
     claims: &[NewClaim<'_>],
 ) -> rusqlite::Result<HashSet<i64>> {
-    let mut inserted = HashSet::with_capacity(claims.len());
-    for chunk in super::rows::row_chunks(claims) {
-        let sql = format!(
-            "INSERT INTO claims (client_id, fingerprint, attempt, state, claimed_at_ms, caller) VALUES {}
-             ON CONFLICT (client_id) DO NOTHING RETURNING client_id",
-            rows_of("(?, ?, 1, 'in_flight', ?, ?)", chunk.len())
-        );
-        let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * 4);
-        for (id, fingerprint, caller, at) in chunk {
-            values.extend([
-                Value::Integer(id_to_db(*id)),
-                Value::Blob(fingerprint.0.to_vec()),
-                Value::Integer(ms(*at)),
-                caller.map_or(Value::Null, |c| Value::Text(c.to_owned())),
-            ]);
+    in_transaction(db, || {
+        let mut insert = db.prepare(
+            "INSERT INTO claims (client_id, fingerprint, attempt, state, claimed_at_ms, caller)
+             VALUES (?1, ?2, 1, 'in_flight', ?3, ?4)
+             ON CONFLICT (client_id) DO NOTHING",
+        )?;
+        let mut inserted = HashSet::with_capacity(claims.len());
+        for (id, fingerprint, caller, at) in claims {
+            let id = id_to_db(*id);
+            if insert.execute(rusqlite::params![id, &fingerprint.0[..], ms(*at), caller])? == 1 {
+                inserted.insert(id);
+            }
         }
-        let mut statement = db.prepare(&sql)?;
-        let mut rows = statement.query(rusqlite::params_from_iter(values))?;
-        while let Some(row) = rows.next()? {
-            inserted.insert(row.get(0)?);
-        }
-    }
-    Ok(inserted)
+        Ok(inserted)
+    })
 }
 
 /// The replies to a group of claims: claimed where inserted; otherwise (claimed
@@ -121,132 +113,88 @@ async fn replies_of_claims(
     outcome.replies(&records)
 }
 
-/// Records the outcomes of distinct ids in one transaction: the reconcile rows of
-/// accepted sends whose attempt still matches, then the outcomes themselves (only where
-/// the attempt matches).
+/// Records the outcomes of distinct ids in one transaction: the reconcile row of an
+/// accepted send whose attempt still matches, then the outcome itself (only where the
+/// attempt matches). Single-row statements, parsed once per group (see
+/// [`insert_claims`]).
 fn settle_all(
     db: &rusqlite::Connection,
     settlements: &[Settle<'_>],
     first_poll_after: Duration,
 ) -> rusqlite::Result<Vec<ClaimReply>> {
-    db.execute_batch("BEGIN IMMEDIATE")?;
-    match settle_in_transaction(db, settlements, first_poll_after) {
-        Ok(settled) => {
-            db.execute_batch("COMMIT")?;
-            Ok(settlements
-                .iter()
-                .map(|(id, ..)| {
-                    if settled.contains(&id_to_db(*id)) {
-                        ClaimReply::Settled
-                    } else {
-                        ClaimReply::Superseded
-                    }
-                })
-                .collect())
-        }
-        Err(e) => {
-            // End the transaction here: the connection goes back to the pool.
-            let _ = db.execute_batch("ROLLBACK");
-            Err(e)
-        }
-    }
-}
-
-/// The statements of [`settle_all`]; returns the ids whose outcome was recorded.
-fn settle_in_transaction(
-    db: &rusqlite::Connection,
-    settlements: &[Settle<'_>],
-    first_poll_after: Duration,
-) -> rusqlite::Result<HashSet<i64>> {
     let after = chrono::Duration::from_std(first_poll_after).unwrap_or(chrono::Duration::MAX);
-    let mut settled = HashSet::with_capacity(settlements.len());
-    for chunk in super::rows::row_chunks(settlements) {
-        // Every settlement has a row here (NULL msg_id: nothing to track).
-        let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * 7);
-        for (id, attempt, settlement, _) in chunk {
-            let message: Option<&SentMessage> = match settlement {
-                Settlement::Accepted(_, Some(message)) => Some(message),
-                _ => None,
-            };
-            values.extend([
-                Value::Integer(id_to_db(*id)),
-                Value::Integer(i64::from(*attempt)),
-                message.map_or(Value::Null, |m| Value::Text(m.msg_id.clone())),
-                message.map_or(Value::Null, |m| Value::Text(m.channel.as_str().to_owned())),
-                message.map_or(Value::Null, |m| Value::Integer(ms(m.sent_at))),
-                message.map_or(Value::Null, |m| Value::Integer(seconds(m.lifetime))),
-                message.map_or(Value::Null, |m| Value::Integer(ms(m.sent_at + after))),
-            ]);
-        }
-        db.prepare(&format!(
-            "WITH m (client_id, attempt, msg_id, channel, sent_at_ms, lifetime_s, next_poll_ms) AS (VALUES {})
-             INSERT INTO messages (client_id, msg_id, channel, sent_at_ms, lifetime_s,
+    in_transaction(db, || {
+        let mut track = db.prepare(
+            "INSERT INTO messages (client_id, msg_id, channel, sent_at_ms, lifetime_s,
                                    last_status, is_final, next_poll_ms, polls)
-             SELECT m.client_id, m.msg_id, m.channel, m.sent_at_ms, m.lifetime_s, NULL, 0,
-                    m.next_poll_ms, 0
-               FROM m JOIN claims c ON c.client_id = m.client_id AND c.attempt = m.attempt
-              WHERE m.msg_id IS NOT NULL
+             SELECT c.client_id, ?3, ?4, ?5, ?6, NULL, 0, ?7, 0
+               FROM claims c WHERE c.client_id = ?1 AND c.attempt = ?2
              ON CONFLICT (client_id) DO UPDATE SET
                msg_id = excluded.msg_id, channel = excluded.channel,
                sent_at_ms = excluded.sent_at_ms, lifetime_s = excluded.lifetime_s,
                last_status = NULL, is_final = 0, next_poll_ms = excluded.next_poll_ms,
                polls = 0",
-            rows_of("(?, ?, ?, ?, ?, ?, ?)", chunk.len())
-        ))?
-        .execute(rusqlite::params_from_iter(values))?;
-        let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * 10);
-        for (id, attempt, settlement, at) in chunk {
+        )?;
+        let mut settle = db.prepare(
+            "UPDATE claims SET state = ?3, settled_at_ms = ?4, msg_id = ?5, parts = ?6,
+                    payload = ?7, recovered = ?8, reason = ?9, settle_until_ms = ?10
+              WHERE client_id = ?1 AND attempt = ?2",
+        )?;
+        let mut replies = Vec::with_capacity(settlements.len());
+        for (id, attempt, settlement, at) in settlements {
+            let (id, attempt) = (id_to_db(*id), i64::from(*attempt));
+            if let Settlement::Accepted(_, Some(m)) = settlement {
+                track.execute(rusqlite::params![
+                    id,
+                    attempt,
+                    m.msg_id,
+                    m.channel.as_str(),
+                    ms(m.sent_at),
+                    seconds(m.lifetime),
+                    ms(m.sent_at + after),
+                ])?;
+            }
             let columns = settlement_columns(settlement);
-            values.extend([
-                Value::Integer(id_to_db(*id)),
-                Value::Integer(i64::from(*attempt)),
-                Value::Text(columns.state.to_owned()),
-                Value::Integer(ms(*at)),
-                columns
-                    .accepted
-                    .and_then(|a| a.msg_id.clone())
-                    .map_or(Value::Null, Value::Text),
-                columns
-                    .accepted
-                    .map_or(Value::Null, |a| Value::Integer(i64::from(a.parts))),
-                columns
-                    .accepted
-                    .map_or(Value::Null, |a| Value::Text(a.payload.to_string())),
-                Value::Integer(i64::from(columns.accepted.is_some_and(|a| a.recovered))),
-                columns
-                    .reason
-                    .map_or(Value::Null, |r| Value::Text(r.to_owned())),
-                columns.settle_until_ms.map_or(Value::Null, Value::Integer),
-            ]);
+            let accepted = columns.accepted;
+            let changed = settle.execute(rusqlite::params![
+                id,
+                attempt,
+                columns.state,
+                ms(*at),
+                accepted.and_then(|a| a.msg_id.as_deref()),
+                accepted.map(|a| i64::from(a.parts)),
+                accepted.map(|a| a.payload.to_string()),
+                accepted.is_some_and(|a| a.recovered),
+                columns.reason,
+                columns.settle_until_ms,
+            ])?;
+            replies.push(if changed == 1 {
+                ClaimReply::Settled
+            } else {
+                ClaimReply::Superseded
+            });
         }
-        let mut statement = db.prepare(&format!(
-            "WITH v (client_id, attempt, state, settled_at_ms, msg_id, parts, payload, recovered,
-                     reason, settle_until_ms) AS (VALUES {})
-             UPDATE claims SET state = v.state, settled_at_ms = v.settled_at_ms,
-                    msg_id = v.msg_id, parts = v.parts, payload = v.payload,
-                    recovered = v.recovered, reason = v.reason, settle_until_ms = v.settle_until_ms
-               FROM v WHERE claims.client_id = v.client_id AND claims.attempt = v.attempt
-             RETURNING client_id",
-            rows_of("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", chunk.len())
-        ))?;
-        let mut rows = statement.query(rusqlite::params_from_iter(values))?;
-        while let Some(row) = rows.next()? {
-            settled.insert(row.get(0)?);
-        }
-    }
-    Ok(settled)
+        Ok(replies)
+    })
 }
 
-/// `n` copies of a row of placeholders, comma-separated.
-fn rows_of(row: &str, n: usize) -> String {
-    let mut sql = String::with_capacity((row.len() + 2) * n);
-    for i in 0..n {
-        if i > 0 {
-            sql.push_str(", ");
+/// Runs `work` in one write transaction on `db`: committed when it succeeds, rolled back
+/// when it fails (the connection goes back to the pool with no transaction open).
+fn in_transaction<T>(
+    db: &rusqlite::Connection,
+    work: impl FnOnce() -> rusqlite::Result<T>,
+) -> rusqlite::Result<T> {
+    db.execute_batch("BEGIN IMMEDIATE")?;
+    match work() {
+        Ok(done) => {
+            db.execute_batch("COMMIT")?;
+            Ok(done)
         }
-        sql.push_str(row);
+        Err(e) => {
+            let _ = db.execute_batch("ROLLBACK");
+            Err(e)
+        }
     }
-    sql
 }
 
 super::claim_changes::change_by_change!(Sqlite);

@@ -141,9 +141,9 @@ pub(super) type Settle<'a> = (ClientId, u32, &'a Settlement, DateTime<Utc>);
 
 /// A group of changes, sorted by how a store writes it.
 pub(super) enum Grouped<'a> {
-    /// Only claims (each atomic on its own): one insert-if-absent statement.
+    /// Only claims (each atomic on its own): insert-if-absent, one round trip.
     Claims(Vec<NewClaim<'a>>),
-    /// Only settlements, of distinct ids: one transaction, one statement per kind of row.
+    /// Only settlements, of distinct ids: one transaction.
     Settlements(Vec<Settle<'a>>),
     /// Anything else (take-overs, repeated ids): change by change, in one transaction.
     Mixed,

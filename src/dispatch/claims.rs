@@ -119,7 +119,7 @@ impl Claims {
                 async move {
                     let sizes: Vec<usize> = groups.iter().map(Vec::len).collect();
                     let changes: Vec<ClaimChange> = groups.into_iter().flatten().collect();
-                    let replies = apply(&*store, &changes, &rows, "settlements").await?;
+                    let replies = settle_retrying(&*store, &changes, &rows).await?;
                     let mut replies = replies.into_iter();
                     Ok(sizes
                         .into_iter()
@@ -245,11 +245,13 @@ impl Claims {
 
     /// Records the outcomes of owned claims in one transaction (with the messages
     /// reconcile tracks), then wakes the calls waiting for them. A store failure is
-    /// logged: the claims stay in flight, turn unknown after the upstream timeout,
-    /// and the next call with their id resolves them by `status`.
-    pub async fn settle(&self, outcomes: Vec<(Owned, Settlement)>) {
+    /// retried for [`SETTLE_RETRY_FOR`]; past that the claims stay in flight, turn
+    /// unknown after the upstream timeout, and the next call with their id resolves
+    /// them by `status`. `Err`: the claims whose outcome is not recorded, so that their
+    /// callers are not told an outcome the store does not hold.
+    pub async fn settle(&self, outcomes: Vec<(Owned, Settlement)>) -> Result<(), Vec<Owned>> {
         if outcomes.is_empty() {
-            return;
+            return Ok(());
         }
         let at = Utc::now();
         let owners: Vec<Owned> = outcomes.iter().map(|(owned, _)| *owned).collect();
@@ -262,7 +264,7 @@ impl Claims {
                 at,
             })
             .collect();
-        match self.settler.submit(changes).await {
+        let recorded = match self.settler.submit(changes).await {
             Ok(replies) => {
                 for (owned, reply) in owners.iter().zip(replies) {
                     match reply {
@@ -278,14 +280,19 @@ impl Claims {
                         ),
                     }
                 }
+                Ok(())
             }
-            Err(e) => tracing::error!(
-                claims = owners.len(),
-                error = %e,
-                "cannot record the outcome of sends; a retry will ask the gateway's status"
-            ),
-        }
+            Err(e) => {
+                tracing::error!(
+                    claims = owners.len(),
+                    error = %e,
+                    "cannot record the outcome of sends; a retry will ask the gateway's status"
+                );
+                Err(owners)
+            }
+        };
         self.settled.send_modify(|generation| *generation += 1);
+        recorded
     }
 
     /// [`Claims::settle`] without waiting: for claims nobody waits on (their caller left).
@@ -294,11 +301,41 @@ impl Claims {
             return;
         }
         let this = self.clone();
-        tokio::spawn(async move { this.settle(outcomes).await });
+        // Nobody to tell: a failure is logged, and the claims resolve by `status`.
+        tokio::spawn(async move {
+            let _ = this.settle(outcomes).await;
+        });
     }
 }
 
 /// Applies `changes` in one store call, counting its rows under `stage`.
+/// How long a settlement group that failed is written again before its calls are told
+/// the outcome is unknown: the stale margin, within which nobody takes the claims over.
+pub const SETTLE_RETRY_FOR: Duration = STALE_MARGIN;
+
+/// Writes a settlement group, again after a failure (a settlement is a compare-and-set
+/// on its claim's attempt, so writing it twice is harmless) until [`SETTLE_RETRY_FOR`]
+/// has passed since the first try.
+async fn settle_retrying(
+    store: &dyn Store,
+    changes: &[ClaimChange],
+    rows: &prometheus::HistogramVec,
+) -> Result<Vec<ClaimReply>, StoreError> {
+    let give_up = Instant::now() + SETTLE_RETRY_FOR;
+    let mut pause = Duration::from_millis(50);
+    loop {
+        match apply(store, changes, rows, "settlements").await {
+            Ok(replies) => return Ok(replies),
+            Err(e) if Instant::now() + pause < give_up => {
+                tracing::warn!(error = %e, changes = changes.len(), "recording outcomes failed; trying again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 async fn apply(
     store: &dyn Store,
     changes: &[ClaimChange],

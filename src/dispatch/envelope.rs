@@ -218,8 +218,10 @@ impl Runner for Engine {
         let _recording = self
             .send(&mut entries, &mut callers, &mut settlements, in_flight)
             .await;
-        if let Some(claims) = &self.claims {
-            claims.settle(settlements).await;
+        if let Some(claims) = &self.claims
+            && let Err(unrecorded) = claims.settle(settlements).await
+        {
+            outcome_unrecorded(&mut entries, &unrecorded);
         }
         answer(entries, callers);
     }
@@ -413,6 +415,25 @@ fn answer_of(op: Operation, slot: Slot) -> Answer {
         Slot::Wait(stale_at) => Answer::Wait { op, stale_at },
         Slot::Send(_) | Slot::Resolve(..) => {
             Answer::Done(Err(Error::Internal("operation left unanswered".into())))
+        }
+    }
+}
+
+/// Turns the successes of `unrecorded` claims into "outcome unknown": the gateway
+/// carried them out, but the store does not hold their outcome, so a retry must go
+/// through the claim (which asks the gateway's `status`), not trust this answer.
+fn outcome_unrecorded(entries: &mut [Entry], unrecorded: &[Owned]) {
+    for entry in entries {
+        let owned = entry
+            .op
+            .idempotency_key()
+            .is_some_and(|id| unrecorded.iter().any(|o| o.id == id));
+        if owned && matches!(entry.slot, Slot::Done(Ok(_))) {
+            entry.slot = Slot::Done(Err(Error::Unavailable {
+                cause: UnavailableCause::Store,
+                outcome_unknown: true,
+                detail: "the gateway took the request, but msgw could not record its outcome: retry with the same id".into(),
+            }));
         }
     }
 }

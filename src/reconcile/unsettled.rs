@@ -80,7 +80,8 @@ impl Reconciler {
                         (*o, unknown)
                     })
                     .collect();
-                claims.settle(still).await;
+                // Logged when it fails; the next round finds these claims again.
+                let _ = claims.settle(still).await;
                 return Err(e);
             }
         };
@@ -122,7 +123,8 @@ impl Reconciler {
             settlements.push((*o, settlement));
         }
         // The tracked message exists before its status event, so the event marks it final.
-        claims.settle(settlements).await;
+        // A failure is logged; the next round finds these claims again.
+        let _ = claims.settle(settlements).await;
         for report in found {
             let event = NewEvent {
                 report: delivery_report(report),

@@ -328,3 +328,58 @@ async fn a_send_decided_by_a_slow_status_query_is_still_sent_once() {
         assert_eq!(m, msg_id, "every OK names the one send");
     }
 }
+
+#[tokio::test]
+async fn a_send_whose_outcome_cannot_be_recorded_is_not_answered_ok_and_its_retry_sends_nothing() {
+    let (app, gateway) = app(Duration::from_secs(2), Duration::from_secs(60)).await;
+    gateway.set(Mode::SlowSends);
+    *gateway.slow.lock().unwrap() = Duration::from_secs(1);
+    let mut client = app.messaging();
+    let send = tokio::spawn(async move {
+        client
+            .send_sms(with_deadline(8101, Duration::from_secs(30)))
+            .await
+    });
+    // Once the claim is stored (before the request leaves), another writer takes the
+    // database file and keeps it past every attempt to record the outcome.
+    let file = app.store.path().join("msgw.db");
+    let lock = rusqlite::Connection::open(&file).unwrap();
+    lock.busy_timeout(Duration::from_secs(5)).unwrap();
+    let claimed = Instant::now() + Duration::from_secs(5);
+    while lock
+        .query_row(
+            "SELECT COUNT(*) FROM claims WHERE client_id = 8101",
+            [],
+            |r| r.get::<_, i64>(0),
+        )
+        .unwrap()
+        == 0
+    {
+        assert!(Instant::now() < claimed, "the claim is stored");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    lock.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let status = send
+        .await
+        .unwrap()
+        .expect_err("no OK without a recorded outcome");
+    lock.execute_batch("COMMIT").unwrap();
+    drop(lock);
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert_eq!(error_info(&status).0, "OUTCOME_UNKNOWN");
+    assert_eq!(gateway.sends_of(8101), 1, "the gateway carried it out");
+
+    // The retry finds the claim without an outcome; once it may take it over it asks
+    // `status`, which knows the message: answered from there, never sent again.
+    let retry = app
+        .messaging()
+        .send_sms(with_deadline(8101, Duration::from_secs(30)))
+        .await
+        .expect("the retry is answered from the gateway's status");
+    assert!(replayed(&retry));
+    assert_eq!(
+        retry.get_ref().receipt.as_ref().unwrap().msg_id,
+        "500000001"
+    );
+    assert_eq!(gateway.sends_of(8101), 1);
+}

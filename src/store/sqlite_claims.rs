@@ -179,22 +179,42 @@ fn settle_all(
 }
 
 /// Runs `work` in one write transaction on `db`: committed when it succeeds, rolled back
-/// when it fails (the connection goes back to the pool with no transaction open).
+/// when it or the commit fails (a commit can fail, e.g. on a full disk, and leave the
+/// transaction open), so the connection goes back to the pool with no transaction open.
 fn in_transaction<T>(
     db: &rusqlite::Connection,
     work: impl FnOnce() -> rusqlite::Result<T>,
 ) -> rusqlite::Result<T> {
     db.execute_batch("BEGIN IMMEDIATE")?;
-    match work() {
-        Ok(done) => {
-            db.execute_batch("COMMIT")?;
-            Ok(done)
-        }
-        Err(e) => {
-            let _ = db.execute_batch("ROLLBACK");
-            Err(e)
-        }
+    let done = work().and_then(|done| db.execute_batch("COMMIT").map(|()| done));
+    if done.is_err() && !db.is_autocommit() {
+        let _ = db.execute_batch("ROLLBACK");
     }
+    done
 }
 
 super::claim_changes::change_by_change!(Sqlite);
+
+#[cfg(test)]
+mod tests {
+    use super::in_transaction;
+
+    /// A commit that fails (here a deferred foreign key; on a full disk, the write)
+    /// leaves SQLite's transaction open: it must be rolled back, or every later group
+    /// on the connection fails to begin.
+    #[test]
+    fn a_failed_commit_leaves_no_transaction_open() {
+        let db = rusqlite::Connection::open_in_memory().unwrap();
+        db.execute_batch(
+            "PRAGMA foreign_keys = ON;
+             CREATE TABLE parent (id INTEGER PRIMARY KEY);
+             CREATE TABLE child (parent INTEGER REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED);",
+        )
+        .unwrap();
+        let failed = in_transaction(&db, || db.execute("INSERT INTO child VALUES (1)", []));
+        assert!(failed.is_err(), "the commit fails");
+        assert!(db.is_autocommit(), "no transaction left open");
+        let next = in_transaction(&db, || db.execute("INSERT INTO parent VALUES (1)", []));
+        assert_eq!(next.unwrap(), 1, "the next group begins and commits");
+    }
+}

@@ -60,6 +60,20 @@ impl SqliteStore {
                 // A local file cannot drop a connection the way a network can: skip the
                 // ping before every use, a round trip to the connection's thread each time.
                 .test_before_acquire(false)
+                // A failed write can leave sqlx's count of open transactions wrong (SQLite
+                // rolls back by itself on a full disk or an I/O error, and the ROLLBACK
+                // that follows then fails): such a connection would refuse or misplace
+                // every later transaction, so it is closed and a new one opened.
+                .after_release(|conn, _| {
+                    use sqlx::Connection;
+                    Box::pin(async move {
+                        if conn.is_in_transaction() {
+                            // Runs the rollback a dropped transaction queued.
+                            conn.ping().await?;
+                        }
+                        Ok(!conn.is_in_transaction())
+                    })
+                })
                 .connect_with(options.clone())
         };
         let writer = pool_of(1).await.map_err(|e| {
@@ -279,5 +293,59 @@ super::shared::store_impl! {
             tracing::warn!(error = %e, "store: final WAL checkpoint failed");
         }
         self.writer.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::Utc;
+    use sqlx::Connection;
+
+    use super::*;
+    use crate::store::Fingerprint;
+
+    async fn store(dir: &tempfile::TempDir) -> SqliteStore {
+        let url = format!("sqlite://{}", dir.path().join("msgw.db").display());
+        SqliteStore::open(&url, Duration::from_secs(60))
+            .await
+            .unwrap()
+    }
+
+    fn claim(id: u64) -> ClaimChange {
+        ClaimChange::Claim {
+            id: ClientId::new(id).unwrap(),
+            fingerprint: Fingerprint([7; 32]),
+            caller: None,
+            at: Utc::now(),
+        }
+    }
+
+    /// SQLite ends a transaction by itself on some failures (a full disk); sqlx's
+    /// ROLLBACK then fails and it counts the transaction as still open, so it would
+    /// refuse every later `BEGIN IMMEDIATE` on that connection.
+    #[tokio::test]
+    async fn a_writer_that_miscounts_its_transactions_is_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir).await;
+        {
+            let mut conn = store.writer.acquire().await.unwrap();
+            let mut tx = conn.begin().await.unwrap();
+            sqlx::query("ROLLBACK").execute(&mut *tx).await.unwrap();
+        }
+        assert_eq!(store.append_batch(&[]).await.unwrap(), vec![]);
+    }
+
+    /// A transaction left open on the writer (sqlx not counting it) would refuse the
+    /// send path's next group: the group rolls it back first.
+    #[tokio::test]
+    async fn a_claims_group_rolls_back_a_transaction_left_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir).await;
+        {
+            let mut conn = store.writer.acquire().await.unwrap();
+            sqlx::query("BEGIN").execute(&mut *conn).await.unwrap();
+        }
+        let replies = store.apply_claims(&[claim(1), claim(2)]).await.unwrap();
+        assert_eq!(replies, vec![ClaimReply::Claimed { attempt: 1 }; 2]);
     }
 }

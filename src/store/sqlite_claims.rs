@@ -52,6 +52,12 @@ async fn on_locked<T>(
     // without owning it (`from_handle` never closes it) and is dropped, finalizing the
     // statements it prepared, before `locked` is.
     let db = unsafe { rusqlite::Connection::from_handle(locked.as_raw_handle().as_ptr()) }?;
+    // Nothing of the pool's is in a transaction here: one still open was left by a
+    // failed write (see `in_transaction`), and would refuse this group's.
+    if !db.is_autocommit() {
+        tracing::warn!("store: a failed write left a transaction open; rolling it back");
+        db.execute_batch("ROLLBACK")?;
+    }
     let done = work(&db);
     drop(db);
     drop(locked);

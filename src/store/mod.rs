@@ -15,6 +15,7 @@ mod rows;
 mod shared;
 mod sqlite;
 mod sqlite_claims;
+mod sqlite_writer;
 mod verification_sql;
 mod verifications;
 

@@ -199,6 +199,32 @@ pub(super) struct ClaimRow {
     settle_until_ms: Option<i64>,
 }
 
+impl ClaimRow {
+    /// The row of one id, with the columns [`ClaimRow::from_rusqlite`] reads.
+    pub(super) const SELECT_BY_ID: &str =
+        "SELECT client_id, fingerprint, attempt, state, claimed_at_ms,
+                msg_id, parts, payload, recovered, reason, caller, settle_until_ms
+           FROM claims WHERE client_id = ?1";
+
+    /// A row of [`ClaimRow::SELECT_BY_ID`], read by the send path's SQLite writer.
+    pub(super) fn from_rusqlite(row: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
+        Ok(Self {
+            client_id: row.get(0)?,
+            fingerprint: row.get(1)?,
+            attempt: row.get(2)?,
+            state: row.get(3)?,
+            claimed_at_ms: row.get(4)?,
+            msg_id: row.get(5)?,
+            parts: row.get(6)?,
+            payload: row.get(7)?,
+            recovered: row.get(8)?,
+            reason: row.get(9)?,
+            caller: row.get(10)?,
+            settle_until_ms: row.get(11)?,
+        })
+    }
+}
+
 /// A stored caller name.
 pub(super) fn caller_from_db(v: Option<String>) -> Result<Option<CallerName>, StoreError> {
     v.map(|name| caller_named(&name)).transpose()

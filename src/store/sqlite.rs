@@ -1,6 +1,6 @@
 //! The embedded store: one SQLite file in WAL mode, created and migrated on first start.
 
-use std::{str::FromStr, time::Duration};
+use std::{str::FromStr, sync::Arc, time::Duration};
 
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
@@ -8,6 +8,8 @@ use sqlx::sqlite::{
 use tokio::sync::watch;
 
 use super::rows::{cursor_from_db, id_to_db, ms, replies_to_json, report_id_to_db};
+use super::sqlite_claims::Work;
+use super::sqlite_writer::{SendPathWriter, wait_for_writer};
 use super::{ClaimChange, ClaimReply, Store, StoreError, sqlite_claims};
 use crate::domain::{CallerName, ClientId, Cursor, NewEvent, StatusEvent};
 
@@ -20,6 +22,9 @@ pub struct SqliteStore {
     /// queue here wait their turn without SQLite's busy handler, which sleeps in
     /// steps of milliseconds while another write transaction holds the lock.
     writer: SqlitePool,
+    /// The send path's claims and settlements, on a thread and connection of their own
+    /// (`None` for an in-memory database, which exists only on the pool's writer).
+    send_path: Option<Arc<SendPathWriter>>,
     first_poll_after: Duration,
     /// The newest cursor appended (one process owns the file: its own appends are all).
     appended: watch::Sender<Cursor>,
@@ -74,6 +79,22 @@ impl SqliteStore {
                         Ok(!conn.is_in_transaction())
                     })
                 })
+                // Writers take turns with the send path's writer in small steps.
+                .after_connect(|conn, _| {
+                    Box::pin(async move {
+                        let mut locked = conn.lock_handle().await?;
+                        // SAFETY: as in `sqlite_claims::on_locked`: the handle is locked
+                        // out from sqlx's worker while the wrapper, which does not own
+                        // it, lives.
+                        let db = unsafe {
+                            rusqlite::Connection::from_handle(locked.as_raw_handle().as_ptr())
+                        }
+                        .map_err(|e| sqlx::Error::Configuration(Box::new(e)))?;
+                        db.busy_handler(Some(wait_for_writer))
+                            .map_err(|e| sqlx::Error::Configuration(Box::new(e)))?;
+                        Ok(())
+                    })
+                })
                 .connect_with(options.clone())
         };
         let writer = pool_of(1).await.map_err(|e| {
@@ -90,12 +111,16 @@ impl SqliteStore {
         } else {
             pool_of(4).await?
         };
-        if !in_memory {
+        let send_path = if in_memory {
+            None
+        } else {
             tokio::spawn(checkpoint_wal(pool.clone()));
-        }
+            Some(Arc::new(SendPathWriter::open(options.get_filename())?))
+        };
         let store = Self {
             pool,
             writer,
+            send_path,
             first_poll_after,
             appended: watch::Sender::new(Cursor::START),
         };
@@ -247,6 +272,11 @@ super::shared::store_impl! {
     start_lock: None;
 
     async fn apply_claims(&self, changes: &[ClaimChange]) -> Result<Vec<ClaimReply>, StoreError> {
+        if let Some(send_path) = &self.send_path
+            && let Some(work) = Work::of(changes, self.first_poll_after)
+        {
+            return send_path.write(work).await;
+        }
         let mut conn = self.writer.acquire().await?;
         sqlite_claims::apply_all(&mut conn, changes, self.first_poll_after).await
     }
@@ -282,6 +312,9 @@ super::shared::store_impl! {
         // Leave a compact file behind: everything in the database, an empty WAL.
         // Readers first, so the checkpoint can empty the WAL (an in-memory database's
         // readers are its writer: nothing to checkpoint then).
+        if let Some(send_path) = &self.send_path {
+            send_path.close().await;
+        }
         self.pool.close().await;
         if self.writer.is_closed() {
             return;

@@ -10,7 +10,7 @@
 //!   msgw used; the same run with batch max 1 (no coalescing); latencies, and the p50
 //!   of a lone caller (≈ L when nothing waits);
 //! - d. msgw's CPU time per send in b, read from the kernel's per-thread counters of
-//!   msgw's own threads (its tokio workers and its SQLite worker), so the load
+//!   msgw's own threads (its tokio workers and its SQLite threads), so the load
 //!   generator and the fake gateway, which run on threads of their own, are not
 //!   counted (nor are PostgreSQL's processes); and per Health/Check in a, the floor
 //!   of any RPC;
@@ -94,8 +94,8 @@ enum Stores {
     Both,
 }
 
-/// Thread name prefix of msgw's runtime; the SQLite driver names its own thread.
-const MSGW_THREADS: [&str; 2] = ["msgw-worker", "sqlx-sqlite-wor"];
+/// Thread name prefixes of msgw: its runtime, sqlx's SQLite worker, the send path's writer.
+const MSGW_THREADS: [&str; 3] = ["msgw-worker", "sqlx-sqlite-wor", "msgw-sqlite"];
 
 /// A running msgw and what stops it.
 struct Msgw {

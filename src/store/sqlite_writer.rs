@@ -1,0 +1,207 @@
+//! The send path's SQLite writer: a thread of its own, with a connection of its own to
+//! the database file, writes the claims and settlements groups. It takes every group
+//! queued while it wrote and commits them in one transaction, so the two stages of the
+//! send path (claims before requests leave, settlements after) share commits, and its
+//! statements stay prepared for the life of the connection: one wake-up per turn, no
+//! statement parsed per group, no hop through sqlx's worker thread.
+//!
+//! A group is answered only after the transaction holding it commits. When the merged
+//! transaction fails, each group is written again in a transaction of its own, so one
+//! failing group never fails another. Writes are as durable as the pool's: WAL with
+//! `synchronous = NORMAL`, so a commit survives a crash of msgw, and only a power loss
+//! can take back the last transactions (then claims of sends that may have left are
+//! lost, and a retry could send them again).
+//!
+//! SQLite takes one writer at a time: this connection and the pool's writer take turns
+//! through the file's lock, waiting with [`wait_for_writer`] in steps of microseconds,
+//! not SQLite's default steps of milliseconds.
+
+use std::{
+    path::Path,
+    sync::{Mutex, mpsc},
+    time::Duration,
+};
+
+use tokio::sync::oneshot;
+
+use super::sqlite_claims::{Work, in_transaction};
+use super::{ClaimReply, StoreError};
+
+/// Groups one transaction takes at most.
+const GROUPS_PER_TRANSACTION: usize = 64;
+
+/// How long a writer waits for the other to end its transaction: as long as the pool's
+/// busy timeout.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The send path's writer thread, and the way to it.
+#[derive(Debug)]
+pub(super) struct SendPathWriter {
+    /// `None` once closed.
+    jobs: Mutex<Option<mpsc::Sender<Message>>>,
+}
+
+enum Message {
+    Write(Job),
+    /// Stop after the groups queued before it; answered once the connection is closed.
+    Close(oneshot::Sender<()>),
+}
+
+struct Job {
+    work: Work,
+    reply: oneshot::Sender<Result<Vec<ClaimReply>, StoreError>>,
+}
+
+impl SendPathWriter {
+    /// Opens a connection to the (migrated, WAL mode) database file `path` and starts
+    /// the writer thread.
+    pub(super) fn open(path: &Path) -> Result<Self, StoreError> {
+        let db = rusqlite::Connection::open_with_flags(
+            path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        // As the pool's connections: checkpoints run in the background, never inside
+        // a commit of the send path.
+        db.execute_batch(
+            "PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 0; PRAGMA foreign_keys = ON;",
+        )?;
+        db.busy_handler(Some(wait_for_writer))?;
+        let (jobs, queue) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("msgw-sqlite".into())
+            .spawn(move || run(db, queue))
+            .map_err(|e| StoreError::Config(format!("cannot start the SQLite writer: {e}")))?;
+        Ok(Self {
+            jobs: Mutex::new(Some(jobs)),
+        })
+    }
+
+    /// Writes `work` in the next transaction; its replies once it committed.
+    pub(super) async fn write(&self, work: Work) -> Result<Vec<ClaimReply>, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        let sent = self
+            .sender()
+            .is_some_and(|jobs| jobs.send(Message::Write(Job { work, reply })).is_ok());
+        if !sent {
+            return Err(closed());
+        }
+        answer.await.unwrap_or_else(|_| Err(closed()))
+    }
+
+    /// Stops the thread once the groups queued now are written, and closes its
+    /// connection; later writes fail.
+    pub(super) async fn close(&self) {
+        let Some(jobs) = self.jobs.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+            return;
+        };
+        let (done, closed) = oneshot::channel();
+        if jobs.send(Message::Close(done)).is_ok() {
+            let _ = closed.await;
+        }
+    }
+
+    fn sender(&self) -> Option<mpsc::Sender<Message>> {
+        self.jobs.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+impl Drop for SendPathWriter {
+    fn drop(&mut self) {
+        // Dropping the sender ends the thread once its queue is empty.
+        self.jobs.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+}
+
+fn closed() -> StoreError {
+    StoreError::Append("the store is closed".into())
+}
+
+/// The thread: takes what queued, writes it, answers, until closed.
+fn run(db: rusqlite::Connection, queue: mpsc::Receiver<Message>) {
+    let mut closing = None;
+    while closing.is_none() {
+        let Ok(first) = queue.recv() else { break };
+        let mut jobs = Vec::new();
+        let mut next = Some(first);
+        while let Some(message) = next.take() {
+            match message {
+                Message::Write(job) => jobs.push(job),
+                Message::Close(done) => {
+                    closing = Some(done);
+                    break;
+                }
+            }
+            if jobs.len() < GROUPS_PER_TRANSACTION {
+                next = queue.try_recv().ok();
+            }
+        }
+        write(&db, jobs);
+    }
+    // Groups queued after the close are answered "closed" (their replies drop).
+    drop(queue);
+    drop(db);
+    if let Some(done) = closing {
+        let _ = done.send(());
+    }
+}
+
+/// Writes the groups in one transaction and answers each; when that fails, each group
+/// again in a transaction of its own.
+fn write(db: &rusqlite::Connection, jobs: Vec<Job>) {
+    if jobs.is_empty() {
+        return;
+    }
+    let merged = in_transaction(db, || {
+        jobs.iter()
+            .map(|job| job.work.apply(db))
+            .collect::<Result<Vec<_>, StoreError>>()
+    });
+    match merged {
+        Ok(replies) => {
+            for (job, replies) in jobs.into_iter().zip(replies) {
+                let _ = job.reply.send(Ok(replies));
+            }
+        }
+        Err(e) if jobs.len() == 1 => {
+            if let Some(job) = jobs.into_iter().next() {
+                let _ = job.reply.send(Err(e));
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, groups = jobs.len(), "store: a merged write failed; writing its groups one by one");
+            for job in jobs {
+                let _ = job.reply.send(in_transaction(db, || job.work.apply(db)));
+            }
+        }
+    }
+}
+
+/// SQLite's busy handler for msgw's writers: while the other writer holds the file's
+/// write lock, wait in steps growing from 20 µs to 1 ms (a send-path transaction takes
+/// tens of microseconds; SQLite's default handler sleeps 1, 2, 5, 10 ms and longer),
+/// for up to [`BUSY_TIMEOUT`] in all. `attempts`: how often it was called for this wait.
+pub(super) fn wait_for_writer(attempts: i32) -> bool {
+    const FIRST: u64 = 20;
+    const LONGEST: Duration = Duration::from_millis(1);
+    let step = Duration::from_micros(FIRST << attempts.clamp(0, 6)).min(LONGEST);
+    // The growing steps take under 1.3 ms, then one step per millisecond.
+    let steps = u128::try_from(attempts).unwrap_or(0);
+    if steps > BUSY_TIMEOUT.as_millis() {
+        return false;
+    }
+    std::thread::sleep(step);
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::wait_for_writer;
+
+    #[test]
+    fn a_busy_writer_is_waited_for_about_five_seconds_in_small_steps() {
+        assert!(wait_for_writer(0));
+        assert!(wait_for_writer(5000));
+        assert!(!wait_for_writer(5001));
+        assert!(!wait_for_writer(i32::MAX));
+    }
+}

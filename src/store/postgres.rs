@@ -24,7 +24,7 @@ pub struct PgStore {
     /// Reads and writes but the send path's (and copying the store reads here).
     pub(super) pool: PgPool,
     /// The send path's own connections.
-    send_path: Arc<SendPath>,
+    pub(super) send_path: Arc<SendPath>,
     first_poll_after: Duration,
     /// The NOTIFY channel of this schema's event log.
     channel: String,
@@ -77,7 +77,14 @@ impl PgStore {
             .await?;
         let store = Self {
             pool,
-            send_path: Arc::new(SendPath::new(options, ACQUIRE_TIMEOUT)),
+            // A plan per execution, for the table as it is then: the send path's
+            // connections stay open for days, and a generic plan cached while `claims`
+            // was nearly empty (a new deployment, a new schema) kept scanning the whole
+            // table for every settlement group as it grew, until the next ANALYZE.
+            send_path: Arc::new(SendPath::new(
+                options.options([("plan_cache_mode", "force_custom_plan")]),
+                ACQUIRE_TIMEOUT,
+            )),
             first_poll_after,
             channel: channel_of(&schema),
             appended: watch::Sender::new(Cursor::START),

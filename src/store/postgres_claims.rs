@@ -350,6 +350,26 @@ mod tests {
     use super::*;
     use crate::store::Store;
 
+    /// The send path's connections plan every statement for the tables as they are: a
+    /// generic plan cached while `claims` was nearly empty scans the whole table for
+    /// every settlement group once it has grown (seen as PostgreSQL's CPU going to
+    /// sequential scans under load, and half the sends per second).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_send_paths_connections_plan_each_statement_anew() {
+        let schema = postgres::TestSchema::create().await;
+        let store = super::super::PgStore::open(&schema.url, None, Duration::from_secs(60))
+            .await
+            .unwrap();
+        let mut conn = store.send_path.connect().await.unwrap();
+        let (mode,): (String,) = sqlx::query_as("SHOW plan_cache_mode")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(mode, "force_custom_plan");
+        conn.close().await.unwrap();
+        store.close().await;
+    }
+
     /// The claims connection dropped after the insert committed, before its answer
     /// came: the retry must know its own claims, not wait on them as another call's.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,6 +1,12 @@
 //! msgw: a typed gRPC facade for a multi-channel messaging gateway whose only
 //! interface is one JSON-over-HTTP endpoint.
 
+/// mimalloc: msgw allocates on one thread and frees on another all the time (a
+/// request's buffers, the envelope's rows, the answers), where glibc's allocator
+/// falls back to its locked bins.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 pub mod admin;
 pub mod app;
 pub mod auth;

@@ -11,12 +11,17 @@ macro_rules! change_by_change {
             changes: &[ClaimChange],
             first_poll_after: Duration,
         ) -> Result<Vec<ClaimReply>, StoreError> {
-            let mut replies = Vec::with_capacity(changes.len());
-            for change in changes {
-                replies.push(apply(&mut tx, change, first_poll_after).await?);
+            // In id order (stable: one id's changes keep theirs), so that groups written
+            // at once lock their rows in one order and never wait on each other in a
+            // cycle (PostgreSQL found deadlocks between take-overs of hot ids).
+            let mut order: Vec<usize> = (0..changes.len()).collect();
+            order.sort_by_key(|&i| changes[i].id());
+            let mut replies: Vec<Option<ClaimReply>> = changes.iter().map(|_| None).collect();
+            for i in order {
+                replies[i] = Some(apply(&mut tx, &changes[i], first_poll_after).await?);
             }
             tx.commit().await?;
-            Ok(replies)
+            Ok(replies.into_iter().flatten().collect())
         }
 
         /// Applies one change inside the group's transaction.

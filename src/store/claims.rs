@@ -120,6 +120,15 @@ pub enum ClaimChange {
     },
 }
 
+impl ClaimChange {
+    /// The id it changes.
+    pub fn id(&self) -> ClientId {
+        match self {
+            Self::Claim { id, .. } | Self::TakeOver { id, .. } | Self::Settle { id, .. } => *id,
+        }
+    }
+}
+
 /// The store's answer to one [`ClaimChange`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum ClaimReply {

@@ -250,7 +250,11 @@ async fn settle_all(
         Vec::with_capacity(n),
         Vec::with_capacity(n),
     );
-    for (id, attempt, settlement, at) in settlements {
+    // In id order: groups written at once lock their claims in one order, never in a
+    // cycle (the replies below follow the group's own order).
+    let mut in_order: Vec<&Settle<'_>> = settlements.iter().collect();
+    in_order.sort_by_key(|s| s.0);
+    for (id, attempt, settlement, at) in in_order {
         let SettlementColumns {
             state,
             accepted,
@@ -325,10 +329,10 @@ async fn settle_all(
     .fetch_all(&mut *conn)
     .await?;
     let settled: HashSet<i64> = settled.into_iter().map(|(id,)| id).collect();
-    Ok(ids
+    Ok(settlements
         .iter()
-        .map(|id| {
-            if settled.contains(id) {
+        .map(|(id, ..)| {
+            if settled.contains(&id_to_db(*id)) {
                 ClaimReply::Settled
             } else {
                 ClaimReply::Superseded

@@ -82,6 +82,8 @@ on_both_stores!(
     claims::retention_never_drops_a_claim_whose_outcome_is_open,
     claims::an_accepted_outcome_reads_back_exactly,
     claims::a_group_of_settlements_fences_each_id_and_tracks_only_what_it_settled,
+    claims::a_group_out_of_id_order_is_answered_in_its_own_order,
+    claims::groups_taking_over_the_same_ids_in_opposite_orders_do_not_deadlock,
     claims::replicas_claiming_the_same_ids_at_once_own_each_exactly_once,
     claims::a_settle_window_survives_a_take_over_and_a_claim_is_open_for_reconcile_only_after_it,
     claims::a_claim_records_its_caller_and_its_messages_events_carry_it,

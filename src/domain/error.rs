@@ -57,8 +57,14 @@ pub enum Error {
         /// Developer-facing detail (never contains the API key).
         detail: String,
     },
-    /// The caller's deadline passed before the gateway answered.
-    #[error("the deadline passed before the gateway answered")]
+    /// The caller's deadline passed before its answer was ready: with nothing sent or
+    /// changed (the request had not left msgw, or only asked), or while the gateway or
+    /// msgw's store was still at work on a change (its outcome is unknown to this caller).
+    #[error("{}", if *outcome_unknown {
+        "the deadline passed before the outcome was known and recorded (the gateway or msgw's store was still at work on it): retry with the same id to learn it"
+    } else {
+        "the deadline passed before the answer came; nothing was sent or changed"
+    })]
     DeadlineExceeded {
         /// Whether the operation may have been carried out anyway.
         outcome_unknown: bool,

@@ -27,6 +27,10 @@ use tokio::sync::oneshot;
 use super::sqlite_claims::{Work, in_transaction};
 use super::{ClaimReply, StoreError};
 
+/// How long each write of the send path waits for the lock after one waited the whole
+/// busy timeout in vain, until a write gets it again.
+const STARVED_WAIT: Duration = Duration::from_millis(100);
+
 /// Groups one transaction takes at most.
 const GROUPS_PER_TRANSACTION: usize = 64;
 
@@ -119,6 +123,7 @@ fn closed() -> StoreError {
 /// The thread: takes what queued, writes it, answers, until closed.
 fn run(db: rusqlite::Connection, queue: mpsc::Receiver<Message>) {
     let mut closing = None;
+    let mut starved = false;
     while closing.is_none() {
         let Ok(first) = queue.recv() else { break };
         let mut jobs = Vec::new();
@@ -135,7 +140,22 @@ fn run(db: rusqlite::Connection, queue: mpsc::Receiver<Message>) {
                 next = queue.try_recv().ok();
             }
         }
-        write(&db, jobs);
+        let missed_lock = write(&db, jobs);
+        // After a wait for the lock as long as the busy timeout, the lock's holder
+        // (another process, a stalled disk) is likely to hold it on: the groups queued
+        // behind try briefly each, so that their callers hear at once instead of a
+        // busy timeout apiece, until a write gets the lock again.
+        if missed_lock != starved {
+            starved = missed_lock;
+            let wait = if starved {
+                wait_briefly
+            } else {
+                wait_for_writer
+            };
+            if let Err(e) = db.busy_handler(Some(wait)) {
+                tracing::warn!(error = %e, "store: cannot set the SQLite writer's busy handler");
+            }
+        }
     }
     // Groups queued after the close are answered "closed" (their replies drop).
     drop(queue);
@@ -146,10 +166,10 @@ fn run(db: rusqlite::Connection, queue: mpsc::Receiver<Message>) {
 }
 
 /// Writes the groups in one transaction and answers each; when that fails, each group
-/// again in a transaction of its own.
-fn write(db: &rusqlite::Connection, jobs: Vec<Job>) {
+/// again in a transaction of its own. True when the write lock was not had in time.
+fn write(db: &rusqlite::Connection, jobs: Vec<Job>) -> bool {
     if jobs.is_empty() {
-        return;
+        return false;
     }
     let merged = in_transaction(db, || {
         jobs.iter()
@@ -161,10 +181,12 @@ fn write(db: &rusqlite::Connection, jobs: Vec<Job>) {
             for (job, replies) in jobs.into_iter().zip(replies) {
                 let _ = job.reply.send(Ok(replies));
             }
+            false
         }
         // One group, or the lock not had within the busy timeout: writing the groups
         // again would only make their callers wait that long once more.
         Err(e) if jobs.len() == 1 || waited_for_lock(&e) => {
+            let missed_lock = waited_for_lock(&e);
             let text = e.to_string();
             let mut first = Some(e);
             for job in jobs {
@@ -173,12 +195,17 @@ fn write(db: &rusqlite::Connection, jobs: Vec<Job>) {
                     .unwrap_or_else(|| StoreError::Append(text.clone()));
                 let _ = job.reply.send(Err(e));
             }
+            missed_lock
         }
         Err(e) => {
             tracing::warn!(error = %e, groups = jobs.len(), "store: a merged write failed; writing its groups one by one");
+            let mut missed_lock = false;
             for job in jobs {
-                let _ = job.reply.send(in_transaction(db, || job.work.apply(db)));
+                let done = in_transaction(db, || job.work.apply(db));
+                missed_lock |= done.as_ref().is_err_and(waited_for_lock);
+                let _ = job.reply.send(done);
             }
+            missed_lock
         }
     }
 }
@@ -201,12 +228,23 @@ fn waited_for_lock(e: &StoreError) -> bool {
 /// tens of microseconds; SQLite's default handler sleeps 1, 2, 5, 10 ms and longer),
 /// for up to [`BUSY_TIMEOUT`] in all. `attempts`: how often it was called for this wait.
 pub(super) fn wait_for_writer(attempts: i32) -> bool {
+    wait_up_to(attempts, BUSY_TIMEOUT)
+}
+
+/// The send path's busy handler after a wait as long as the busy timeout failed: the
+/// same steps, for up to [`STARVED_WAIT`].
+fn wait_briefly(attempts: i32) -> bool {
+    wait_up_to(attempts, STARVED_WAIT)
+}
+
+/// Waits one step of a wait for the lock that may last `limit` in all.
+fn wait_up_to(attempts: i32, limit: Duration) -> bool {
     const FIRST: u64 = 20;
     const LONGEST: Duration = Duration::from_millis(1);
     let step = Duration::from_micros(FIRST << attempts.clamp(0, 6)).min(LONGEST);
     // The growing steps take under 1.3 ms, then one step per millisecond.
     let steps = u128::try_from(attempts).unwrap_or(0);
-    if steps > BUSY_TIMEOUT.as_millis() {
+    if steps > limit.as_millis() {
         return false;
     }
     std::thread::sleep(step);

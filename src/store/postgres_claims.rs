@@ -281,6 +281,15 @@ async fn settle_all(
         lifetimes.push(message.map(|m| seconds(m.lifetime)));
         next_polls.push(message.map(|m| ms(m.sent_at + after)));
     }
+    // The claims' rows are locked in id order first, in the same transaction: the
+    // UPDATE below locks rows in whatever order its plan visits them (a hash join
+    // visits the table's order), and against a group claiming or taking over the same
+    // ids in id order, that deadlocked (seen under storms of hot ids).
+    let mut tx = conn.begin().await?;
+    sqlx::query("SELECT 1 FROM claims WHERE client_id = ANY($1) ORDER BY client_id FOR UPDATE")
+        .bind(&ids)
+        .execute(&mut *tx)
+        .await?;
     let settled: Vec<(i64,)> = sqlx::query_as(
         "WITH v AS (
              SELECT * FROM UNNEST($1::BIGINT[], $2::BIGINT[], $3::TEXT[], $4::BIGINT[], $5::TEXT[],
@@ -326,8 +335,9 @@ async fn settle_all(
     .bind(&lifetimes)
     .bind(&next_polls)
     .bind(&settle_until)
-    .fetch_all(&mut *conn)
+    .fetch_all(&mut *tx)
     .await?;
+    tx.commit().await?;
     let settled: HashSet<i64> = settled.into_iter().map(|(id,)| id).collect();
     Ok(settlements
         .iter()

@@ -41,7 +41,8 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// The send path's writer thread, and the way to it.
 #[derive(Debug)]
 pub(super) struct SendPathWriter {
-    /// `None` once closed.
+    /// `None` once closed. Dropping the sender (closing, or dropping the store) ends
+    /// the thread once its queue is empty.
     jobs: Mutex<Option<mpsc::Sender<Message>>>,
 }
 
@@ -84,7 +85,10 @@ impl SendPathWriter {
     pub(super) async fn write(&self, work: Work) -> Result<Vec<ClaimReply>, StoreError> {
         let (reply, answer) = oneshot::channel();
         let sent = self
-            .sender()
+            .jobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
             .is_some_and(|jobs| jobs.send(Message::Write(Job { work, reply })).is_ok());
         if !sent {
             return Err(closed());
@@ -102,17 +106,6 @@ impl SendPathWriter {
         if jobs.send(Message::Close(done)).is_ok() {
             let _ = closed.await;
         }
-    }
-
-    fn sender(&self) -> Option<mpsc::Sender<Message>> {
-        self.jobs.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-}
-
-impl Drop for SendPathWriter {
-    fn drop(&mut self) {
-        // Dropping the sender ends the thread once its queue is empty.
-        self.jobs.lock().unwrap_or_else(|e| e.into_inner()).take();
     }
 }
 

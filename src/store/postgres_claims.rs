@@ -250,11 +250,7 @@ async fn settle_all(
         Vec::with_capacity(n),
         Vec::with_capacity(n),
     );
-    // In id order: groups written at once lock their claims in one order, never in a
-    // cycle (the replies below follow the group's own order).
-    let mut in_order: Vec<&Settle<'_>> = settlements.iter().collect();
-    in_order.sort_by_key(|s| s.0);
-    for (id, attempt, settlement, at) in in_order {
+    for (id, attempt, settlement, at) in settlements {
         let SettlementColumns {
             state,
             accepted,

@@ -18,9 +18,9 @@ use crate::domain::{CallerName, ClientId, Cursor, NewEvent, StatusEvent};
 pub struct SqliteStore {
     /// Readers: WAL lets them run beside the writer (copying the store reads here).
     pub(super) pool: SqlitePool,
-    /// The one writing connection. SQLite takes one writer at a time; writers that
-    /// queue here wait their turn without SQLite's busy handler, which sleeps in
-    /// steps of milliseconds while another write transaction holds the lock.
+    /// The writing connection for all but the send path's groups. Writers that queue
+    /// here wait their turn in the pool; this connection and the send path's take
+    /// turns through SQLite's lock ([`wait_for_writer`]).
     writer: SqlitePool,
     /// The send path's claims and settlements, on a thread and connection of their own
     /// (`None` for an in-memory database, which exists only on the pool's writer).
@@ -82,17 +82,11 @@ impl SqliteStore {
                 // Writers take turns with the send path's writer in small steps.
                 .after_connect(|conn, _| {
                     Box::pin(async move {
-                        let mut locked = conn.lock_handle().await?;
-                        // SAFETY: as in `sqlite_claims::on_locked`: the handle is locked
-                        // out from sqlx's worker while the wrapper, which does not own
-                        // it, lives.
-                        let db = unsafe {
-                            rusqlite::Connection::from_handle(locked.as_raw_handle().as_ptr())
-                        }
-                        .map_err(|e| sqlx::Error::Configuration(Box::new(e)))?;
-                        db.busy_handler(Some(wait_for_writer))
-                            .map_err(|e| sqlx::Error::Configuration(Box::new(e)))?;
-                        Ok(())
+                        sqlite_claims::on_locked(conn, |db| {
+                            Ok(db.busy_handler(Some(wait_for_writer))?)
+                        })
+                        .await
+                        .map_err(|e| sqlx::Error::Configuration(Box::new(e)))
                     })
                 })
                 .connect_with(options.clone())

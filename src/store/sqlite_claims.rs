@@ -146,9 +146,9 @@ pub(super) async fn apply_all(
     }
 }
 
-/// Runs `work` on the writer's SQLite connection, locked out from the sqlx worker
+/// Runs `work` on a pool connection's SQLite handle, locked out from the sqlx worker
 /// thread that otherwise drives it, on this thread and in one go.
-async fn on_locked<T>(
+pub(super) async fn on_locked<T>(
     conn: &mut SqliteConnection,
     work: impl FnOnce(&rusqlite::Connection) -> Result<T, StoreError>,
 ) -> Result<T, StoreError> {

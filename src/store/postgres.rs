@@ -116,7 +116,7 @@ const START_LOCK_SQL: &str =
 
 super::shared::store_impl! {
     PgStore, reads: pool, writes: pool, verification: postgres, due_for_poll: DUE_FOR_POLL_SQL,
-    start_lock: Some(START_LOCK_SQL);
+    start_lock: Some(START_LOCK_SQL), begin_write: "BEGIN";
 
     fn send_path_writers(&self) -> usize {
         postgres_claims::SEND_PATH_WRITERS

@@ -96,12 +96,14 @@ pub(super) const LAST_EVENT_SQL: &str =
 /// - `due_for_poll`: its statement that takes due messages (`$1` the lease's end,
 ///   `$2` now, `$3` the limit; returning client_id, sent_at_ms, lifetime_s, polls);
 /// - `start_lock`: a statement that makes starts of one number (`$1`) take turns
-///   across replicas, where the database needs one (SQLite's one writer already does).
+///   across replicas, where the database needs one (SQLite's one writer already does);
+/// - `begin_write`: the statement that begins a transaction that reads, then writes
+///   (SQLite's takes the write lock first: [`super::sqlite_claims::BEGIN_WRITE`]).
 ///
 /// One macro emits the whole impl because `async_trait` does not expand macro calls
 /// inside an impl.
 macro_rules! store_impl {
-    ($store:ty, reads: $read:ident, writes: $write:ident, verification: $vsql:ident, due_for_poll: $due:expr, start_lock: $start_lock:expr; $($own:tt)*) => {
+    ($store:ty, reads: $read:ident, writes: $write:ident, verification: $vsql:ident, due_for_poll: $due:expr, start_lock: $start_lock:expr, begin_write: $begin_write:expr; $($own:tt)*) => {
         #[tonic::async_trait]
         impl $crate::store::Store for $store {
             $($own)*
@@ -297,7 +299,7 @@ macro_rules! store_impl {
                 new: &$crate::store::NewVerification,
                 limit: $crate::store::PhoneLimit,
             ) -> Result<$crate::store::Created, $crate::store::StoreError> {
-                let mut tx = self.$write.begin().await?;
+                let mut tx = self.$write.begin_with($begin_write).await?;
                 let lock: Option<&str> = $start_lock;
                 if let Some(lock) = lock {
                     sqlx::query(lock)
@@ -347,7 +349,7 @@ macro_rules! store_impl {
                 &self,
                 change: &$crate::store::VerificationChange,
             ) -> Result<Option<$crate::store::VerificationRecord>, $crate::store::StoreError> {
-                let mut tx = self.$write.begin().await?;
+                let mut tx = self.$write.begin_with($begin_write).await?;
                 let changed = $crate::store::verification_sql::$vsql::change(&mut tx, change).await?;
                 if changed.is_some() || $crate::store::verifications::writes_without_row(change) {
                     tx.commit().await?;

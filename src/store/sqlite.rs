@@ -263,7 +263,7 @@ const DUE_FOR_POLL_SQL: &str = "UPDATE messages SET next_poll_ms = $1
 
 super::shared::store_impl! {
     SqliteStore, reads: pool, writes: writer, verification: sqlite, due_for_poll: DUE_FOR_POLL_SQL,
-    start_lock: None;
+    start_lock: None, begin_write: sqlite_claims::BEGIN_WRITE;
 
     async fn apply_claims(&self, changes: &[ClaimChange]) -> Result<Vec<ClaimReply>, StoreError> {
         if let Some(send_path) = &self.send_path
@@ -279,9 +279,8 @@ super::shared::store_impl! {
         &self,
         events: &[NewEvent],
     ) -> Result<Vec<Option<StatusEvent>>, StoreError> {
-        // IMMEDIATE: the write lock first, so the duplicate check and the insert see
-        // the same log even if another process appends to this file.
-        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
+        // The write lock first: the duplicate check and the insert see the same log.
+        let mut tx = self.writer.begin_with(sqlite_claims::BEGIN_WRITE).await?;
         let mut stored = Vec::with_capacity(events.len());
         for chunk in super::rows::row_chunks(events) {
             stored.extend(insert_events(&mut tx, chunk).await?);

@@ -19,6 +19,13 @@ use super::rows::{ClaimRow, SettlementColumns, attempt_from_db, ms, seconds, set
 use super::{ClaimChange, ClaimRecord, ClaimReply, Fingerprint, Settlement, StoreError};
 use crate::domain::{CallerName, ClientId};
 
+/// How every SQLite write transaction begins: with the write lock, before it reads.
+/// A deferred transaction that read first cannot wait for the lock (SQLite skips the
+/// busy handler then) nor write once the other writer, the send path's or the pool's,
+/// committed after its read (`SQLITE_BUSY_SNAPSHOT`): either way "database is locked"
+/// at once. `BEGIN IMMEDIATE` waits its turn through the busy handler instead.
+pub(super) const BEGIN_WRITE: &str = "BEGIN IMMEDIATE";
+
 fn id_to_db(id: ClientId) -> i64 {
     super::rows::id_to_db(id.get())
 }
@@ -141,7 +148,12 @@ pub(super) async fn apply_all(
         Some(work) => on_locked(conn, |db| in_transaction(db, || work.apply(db))).await,
         None => {
             use sqlx::Connection;
-            apply_in(conn.begin().await?, changes, first_poll_after).await
+            apply_in(
+                conn.begin_with(BEGIN_WRITE).await?,
+                changes,
+                first_poll_after,
+            )
+            .await
         }
     }
 }
@@ -268,7 +280,7 @@ pub(super) fn in_transaction<T, E: From<rusqlite::Error>>(
         tracing::warn!("store: a failed write left a transaction open; rolling it back");
         db.execute_batch("ROLLBACK")?;
     }
-    db.execute_batch("BEGIN IMMEDIATE")?;
+    db.execute_batch(BEGIN_WRITE)?;
     let done = work().and_then(|done| db.execute_batch("COMMIT").map(|()| done).map_err(E::from));
     if done.is_err() && !db.is_autocommit() {
         let _ = db.execute_batch("ROLLBACK");

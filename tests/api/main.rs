@@ -24,4 +24,5 @@ mod tools;
 mod translation;
 mod validation;
 mod verification;
+mod verification_load;
 mod waiting;

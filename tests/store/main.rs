@@ -8,6 +8,7 @@ mod claims;
 mod copy;
 mod events;
 mod shared;
+mod sqlite_locking;
 mod verifications;
 
 use std::{sync::Arc, time::Duration};

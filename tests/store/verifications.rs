@@ -18,7 +18,7 @@ fn id(n: u64) -> ClientId {
     ClientId::new(n).unwrap()
 }
 
-fn phone(n: u64) -> Phone {
+pub fn phone(n: u64) -> Phone {
     Phone::parse(&format!("3809712{n:05}")).unwrap()
 }
 
@@ -34,7 +34,7 @@ fn code(tag: u8) -> StoredCode {
     }
 }
 
-fn new(n: u64, who: Option<CallerName>, number: Phone, at: DateTime<Utc>) -> NewVerification {
+pub fn new(n: u64, who: Option<CallerName>, number: Phone, at: DateTime<Utc>) -> NewVerification {
     NewVerification {
         id: id(n),
         caller: who,
@@ -48,7 +48,7 @@ fn new(n: u64, who: Option<CallerName>, number: Phone, at: DateTime<Utc>) -> New
     }
 }
 
-fn limit(max: u32) -> PhoneLimit {
+pub fn limit(max: u32) -> PhoneLimit {
     PhoneLimit {
         max,
         since: Utc::now() - chrono::Duration::hours(1),

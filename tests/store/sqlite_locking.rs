@@ -1,0 +1,137 @@
+//! SQLite: every write of the store waits its turn behind another connection's write
+//! (the send path's writer has a connection of its own) instead of failing. A
+//! transaction that reads before it writes must take the write lock first: begun
+//! deferred, its write is refused at once ("database is locked", no busy handler)
+//! whenever another connection holds the lock or committed since its read.
+
+use std::{
+    future::Future,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use chrono::Utc;
+use msgw::domain::ClientId;
+use msgw::store::{ClaimChange, Fingerprint, Retention, StoreError, VerificationChange};
+
+use crate::{Fixture, events::event, shared::sent, verifications};
+
+/// How long the other connection holds the write lock.
+const HOLD: Duration = Duration::from_millis(200);
+
+/// Runs `write` while another connection holds the file's write lock, writes and
+/// commits `HOLD` later: `write` must wait its turn and succeed.
+async fn behind_another_writer<T>(
+    path: &Path,
+    what: &str,
+    write: impl Future<Output = Result<T, StoreError>>,
+) -> T {
+    let (locked, is_locked) = std::sync::mpsc::channel();
+    let path = path.to_path_buf();
+    let other = std::thread::spawn(move || {
+        let db = rusqlite::Connection::open(path).unwrap();
+        db.execute_batch(
+            "BEGIN IMMEDIATE;
+             INSERT INTO leases (name, holder, until_ms) VALUES ('beside', 'test', 0)
+               ON CONFLICT (name) DO UPDATE SET until_ms = leases.until_ms + 1;",
+        )
+        .unwrap();
+        locked.send(()).unwrap();
+        std::thread::sleep(HOLD);
+        db.execute_batch("COMMIT").unwrap();
+    });
+    is_locked.recv().unwrap();
+    let done = write.await;
+    other.join().unwrap();
+    done.unwrap_or_else(|e| panic!("{what} failed instead of waiting its turn: {e}"))
+}
+
+fn id(n: u64) -> ClientId {
+    ClientId::new(n).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_write_waits_its_turn_behind_another_connections_write() {
+    let fixture = Fixture::sqlite().await;
+    let path = PathBuf::from(fixture.url().strip_prefix("sqlite://").unwrap());
+    let store = fixture.open().await;
+    let at = Utc::now() - chrono::Duration::minutes(1);
+
+    let start = verifications::new(1, None, verifications::phone(1), at);
+    let limit = verifications::limit(100);
+    let created = behind_another_writer(
+        &path,
+        "a verification's start",
+        store.create_verification(&start, limit),
+    )
+    .await;
+    assert!(
+        matches!(created, msgw::store::Created::Started(_)),
+        "{created:?}"
+    );
+    let resend = VerificationChange::Resend {
+        id: id(1),
+        send: id(2),
+        channels: start.channels.clone(),
+        forget_code: false,
+        at: Utc::now(),
+        not_after: Utc::now(),
+    };
+    let resent = behind_another_writer(&path, "a resend", store.change_verification(&resend)).await;
+    assert_eq!(resent.map(|r| r.last_send), Some(id(2)));
+    behind_another_writer(
+        &path,
+        "expiring verifications",
+        store.expire_verifications(None, verifications::phone(1), Utc::now()),
+    )
+    .await;
+
+    // Claims and settlements go to the send path's writer; a take-over to the pool's.
+    let send_path = async {
+        sent(&*store, 10..=11).await;
+        Ok(())
+    };
+    behind_another_writer(&path, "claims and settlements", send_path).await;
+    let take_over = ClaimChange::TakeOver {
+        caller: None,
+        id: id(10),
+        fingerprint: Fingerprint([3; 32]),
+        attempt: 1,
+        at: Utc::now(),
+    };
+    behind_another_writer(&path, "a take-over", store.apply_claims(&[take_over])).await;
+
+    behind_another_writer(
+        &path,
+        "an event append",
+        store.append_batch(&[event(11, "DELIVERED")]),
+    )
+    .await;
+    behind_another_writer(
+        &path,
+        "taking due polls",
+        store.take_due_for_poll(Utc::now(), 10, Duration::from_secs(60)),
+    )
+    .await;
+    behind_another_writer(
+        &path,
+        "scheduling a poll",
+        store.schedule_poll(id(11), Some(Utc::now())),
+    )
+    .await;
+    let lease = store.try_lease("prune", "replica", Duration::from_secs(60), Utc::now());
+    assert!(behind_another_writer(&path, "a lease", lease).await);
+    let retention = Retention {
+        max_age: Duration::from_secs(3600),
+        max_events: 1000,
+        claims_max_age: Duration::from_secs(3600),
+    };
+    behind_another_writer(&path, "retention", store.prune(retention, Utc::now())).await;
+    behind_another_writer(
+        &path,
+        "saving the sandbox's state",
+        store.save_sandbox_state("sandbox", "{}"),
+    )
+    .await;
+    store.close().await;
+}

@@ -1,7 +1,8 @@
 //! Hostile clients against the gRPC port (`cargo bench --bench hostile`): for each
 //! kind of client below, a fresh release msgw (its sandbox, a SQLite file in a temp
 //! dir, a callers file with one caller) runs as a child process; the clients attack it
-//! for `--seconds` and then leave, while a well-behaved client calls
+//! for `--seconds` and then leave (msgw's memory budget as under the Helm chart's
+//! default limit, `--memory-budget`), while a well-behaved client calls
 //! `grpc.health.v1.Health/Check` every 100 ms on a connection of its own. Prints, per
 //! client: msgw's RSS before, at its peak and `--settle` seconds after they left; the
 //! slowest Health/Check answer and the checks that failed (1 s deadline); and msgw's
@@ -16,8 +17,8 @@
 //!   everything msgw sends (so only HTTP/2 flow control holds msgw's answers back);
 //! - `half-open-events`: with the caller's token, opens a `StreamStatusEvents` stream
 //!   from the oldest event (a few hundred retained) every 10 ms, never reading;
-//! - `big-metadata`: `Health/Check` calls with 16 KB of metadata every 10 ms, never
-//!   reading.
+//! - `big-metadata`: `Health/Check` calls with 14 KB of metadata (just under the
+//!   16 KiB of headers a request may carry) every 10 ms, never reading.
 //!
 //! It asserts nothing; it prints. Bounded in time; stops by itself.
 //!
@@ -58,10 +59,16 @@ struct Args {
     /// Seconds after the attackers left before RSS is read again.
     #[arg(long, default_value_t = 5)]
     settle: u64,
-    /// Run only the attacks whose name contains this.
+    /// Run only this attack: a client's name (`never-read`) or one run of it
+    /// (`never-read-50`).
     #[arg(long)]
     only: Option<String>,
-    /// Extra arguments for `msgw serve` (e.g. `--grpc-memory-budget=64MiB`).
+    /// msgw's `--grpc-memory-budget`: by default what msgw derives under the Helm
+    /// chart's default memory limit (256Mi); empty: msgw's own default (a quarter of
+    /// this machine's memory), or a msgw from before the budget.
+    #[arg(long, default_value = "64MiB")]
+    memory_budget: String,
+    /// Extra arguments for `msgw serve`.
     #[arg(long, allow_hyphen_values = true)]
     serve_arg: Vec<String>,
     /// Ignored (cargo bench passes it).
@@ -106,12 +113,29 @@ fn main() -> anyhow::Result<()> {
         (Kind::NeverRead, 200),
     ];
     println!(
-        "msgw gRPC port under hostile clients: {} s of attack, RSS read {} s after they left",
-        args.seconds, args.settle
+        "msgw gRPC port under hostile clients: {} s of attack, RSS read {} s after they left, memory budget {}",
+        args.seconds,
+        args.settle,
+        if args.memory_budget.is_empty() {
+            "msgw's default"
+        } else {
+            args.memory_budget.as_str()
+        }
     );
     println!(
-        "{:<18} {:>5} {:>10} {:>10} {:>10} {:>13} {:>11}  cut by msgw",
-        "client", "conns", "RSS before", "RSS peak", "RSS after", "slowest check", "failed"
+        "{:<18} {:>5} {:>10} {:>10} {:>10} {:>11} {:>9} {:>13} {:>11}  cut by msgw",
+        "client",
+        "conns",
+        "RSS before",
+        "RSS peak",
+        "RSS after",
+        "held peak",
+        "held end",
+        "slowest check",
+        "failed"
+    );
+    println!(
+        "(held: what msgw counts its gRPC streams as holding, msgw_grpc_held_bytes, read every 0.5 s)"
     );
     for (kind, conns) in attacks {
         let label = format!("{}-{conns}", kind.name());
@@ -170,6 +194,11 @@ fn start(args: &Args) -> anyhow::Result<Msgw> {
         .arg(format!("sqlite://{}", dir.path().join("msgw.db").display()))
         .arg("--callers-file")
         .arg(&callers)
+        .args(
+            Some(&args.memory_budget)
+                .filter(|b| !b.is_empty())
+                .map(|b| format!("--grpc-memory-budget={b}")),
+        )
         .args(&args.serve_arg)
         .env("RUST_LOG", "warn,msgw=info")
         .stdout(Stdio::null())
@@ -232,9 +261,15 @@ async fn attack(args: &Args, kind: Kind, conns: usize) -> anyhow::Result<()> {
         attackers.push(tokio::spawn(attacker(msgw.grpc, kind, stop.clone())));
     }
     let mut peak = before;
+    let mut held_peak: f64 = 0.0;
+    let mut held_read = Instant::now();
     let until = Instant::now() + Duration::from_secs(args.seconds);
     while Instant::now() < until {
         peak = peak.max(rss_mib(pid));
+        if held_read.elapsed() >= Duration::from_millis(500) {
+            held_peak = held_peak.max(held_mib(msgw.admin).await);
+            held_read = Instant::now();
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     stop_tx.send_replace(true);
@@ -247,15 +282,18 @@ async fn attack(args: &Args, kind: Kind, conns: usize) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let after = rss_mib(pid);
+    let held_after = held_mib(msgw.admin).await;
     let (slowest, failed, checks) = prober.stop().await;
     let cut = cut_counts(msgw.admin).await;
     println!(
-        "{:<18} {:>5} {:>7.1} MiB {:>6.1} MiB {:>6.1} MiB {:>10.1} ms {:>5} of {:<4} {}",
+        "{:<18} {:>5} {:>7.1} MiB {:>6.1} MiB {:>6.1} MiB {:>7.1} MiB {:>5.1} MiB {:>10.1} ms {:>5} of {:<4} {}",
         kind.name(),
         conns,
         before,
         peak,
         after,
+        held_peak,
+        held_after,
         slowest.as_secs_f64() * 1e3,
         failed,
         checks,
@@ -306,16 +344,31 @@ async fn seed_events(addr: SocketAddr) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// msgw's counters of connections and streams it cut, from `/metrics`.
-async fn cut_counts(admin: SocketAddr) -> String {
+/// msgw's `/metrics` text ("" when it does not answer within 5 s).
+async fn metrics_text(admin: SocketAddr) -> String {
     let Ok(mut tcp) = TcpStream::connect(admin).await else {
-        return "(no /metrics)".into();
+        return String::new();
     };
     let _ = tcp
         .write_all(b"GET /metrics HTTP/1.1\r\nhost: msgw\r\nconnection: close\r\n\r\n")
         .await;
     let mut body = String::new();
     let _ = tokio::time::timeout(Duration::from_secs(5), tcp.read_to_string(&mut body)).await;
+    body
+}
+
+/// What msgw counts its gRPC port's streams as holding, MiB.
+async fn held_mib(admin: SocketAddr) -> f64 {
+    let body = metrics_text(admin).await;
+    body.lines()
+        .find_map(|l| l.strip_prefix("msgw_grpc_held_bytes "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map_or(0.0, |b| b / (1024.0 * 1024.0))
+}
+
+/// msgw's counters of connections and streams it cut, from `/metrics`.
+async fn cut_counts(admin: SocketAddr) -> String {
+    let body = metrics_text(admin).await;
     let mut cut = Vec::new();
     for line in body.lines() {
         let interesting = line.starts_with("msgw_grpc_connections_closed_total")
@@ -446,7 +499,8 @@ async fn attacker(addr: SocketAddr, kind: Kind, mut stop: watch::Receiver<bool>)
 fn request(kind: Kind, stream: u32) -> Vec<u8> {
     let auth = format!("Bearer {TOKEN}");
     let pad = "x".repeat(2000);
-    let names: Vec<String> = (0..8).map(|i| format!("x-pad-{i}")).collect();
+    // Just under the 16 KiB of headers HTTP/2 servers accept by default.
+    let names: Vec<String> = (0..7).map(|i| format!("x-pad-{i}")).collect();
     match kind {
         // The reflection stream left open after one list_services.
         Kind::NeverRead | Kind::ZeroWindow => frames::grpc_request(
@@ -464,7 +518,7 @@ fn request(kind: Kind, stream: u32) -> Vec<u8> {
             &[0x10, 0x01],
             true,
         ),
-        // HealthCheckRequest {} under 8 × 2,000 bytes of metadata.
+        // HealthCheckRequest {} under 7 × 2,000 bytes of metadata.
         Kind::BigMetadata => {
             let metadata: Vec<(&str, &str)> =
                 names.iter().map(|n| (n.as_str(), pad.as_str())).collect();

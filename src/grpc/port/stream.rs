@@ -34,6 +34,9 @@ pub struct Shared {
     pub metrics: Arc<Metrics>,
 }
 
+/// The path of `grpc.health.v1.Health/Check`.
+const HEALTH_CHECK: &str = "/grpc.health.v1.Health/Check";
+
 /// A client's flow-control window shut this long marks its stream stalled (towards
 /// the connection counting as idle); the stream is reset at the send timeout.
 const STALL_MARK: Duration = Duration::from_secs(1);
@@ -46,8 +49,16 @@ pub async fn serve<S: GrpcRoutes>(
     mut routes: S,
     shared: Arc<Shared>,
 ) {
-    let guarded = !crate::auth::is_open_path(request.uri().path());
-    let stream = match shared.conn.stream_opened(guarded, header_bytes(&request)) {
+    let path = request.uri().path();
+    let guarded = !crate::auth::is_open_path(path);
+    // A health check is answered at once and holds nothing: at the memory budget it
+    // is still served (the heaviest connection goes all the same), so probes do not
+    // fail while msgw makes room.
+    let probe = path == HEALTH_CHECK;
+    let stream = match shared
+        .conn
+        .stream_opened(guarded, probe, header_bytes(&request))
+    {
         Ok(stream) => stream,
         Err(refused) => {
             refuse(&mut respond, refused, &shared.metrics);

@@ -31,12 +31,14 @@ use tokio::{sync::Notify, time::Instant};
 use crate::metrics::Metrics;
 
 /// What one open stream costs msgw beyond its headers and bodies (its task, HTTP/2
-/// state, tonic's buffers), measured with `cargo bench --bench hostile` (RSS per
-/// stream of connections holding many).
-pub const STREAM_COST: usize = 20 * 1024;
+/// state, tonic's buffers, an event stream's subscription), measured with
+/// `cargo bench --bench hostile`: 29 KiB of RSS per event stream left unread, 35 to
+/// 41 KiB per reflection stream on a connection that reads nothing.
+pub const STREAM_COST: usize = 32 * 1024;
 
-/// Streams on open paths (health, reflection: no token needed) one connection may
-/// have open at once; msgw's own services may have up to
+/// Streams on open paths (health watches, reflection: no token needed) one
+/// connection may have open at once; health checks, answered at once, are not held
+/// to it, and msgw's own services may have up to
 /// [`super::MAX_STREAMS_PER_CONNECTION`].
 pub const OPEN_PATH_STREAMS: usize = 8;
 
@@ -143,6 +145,8 @@ struct Entry {
     guarded: usize,
     /// Streams whose client has left the window shut.
     stalled: usize,
+    /// Health checks in progress (open-path streams answered at once).
+    probes: usize,
     /// Since when no stream has been open (the idle timeout counts from here).
     idle_since: Instant,
     /// Where the connection stands in `idle`, if it does.
@@ -151,6 +155,13 @@ struct Entry {
     unguarded_key: Option<Instant>,
     closing_since: Option<Instant>,
     conn: Arc<Conn>,
+}
+
+impl Entry {
+    /// Streams on open paths that stay open (health watches, reflection).
+    fn open_path(&self) -> usize {
+        self.streams - self.guarded - self.probes
+    }
 }
 
 /// One connection's handle: how its task learns that it must close.
@@ -173,6 +184,7 @@ pub struct StreamGuard(Arc<Stream>);
 struct Stream {
     conn: Arc<Conn>,
     guarded: bool,
+    probe: bool,
     held: AtomicUsize,
 }
 
@@ -267,6 +279,7 @@ impl Table {
                 streams: 0,
                 guarded: 0,
                 stalled: 0,
+                probes: 0,
                 idle_since: now,
                 idle_key: None,
                 unguarded_key: None,
@@ -405,25 +418,41 @@ impl Conn {
     /// is not idle while the guard lives, and not evictable while a `guarded` one (on
     /// msgw's own services) lives. Refused when the connection has its share of
     /// open-path streams, or when the port is at its memory budget (the connection
-    /// holding the most is then closed at once).
+    /// holding the most is then closed at once), unless it is a health `probe`.
     pub fn stream_opened(
         self: &Arc<Self>,
         guarded: bool,
+        probe: bool,
         header_bytes: usize,
     ) -> Result<StreamGuard, Refused> {
         let table = &self.table;
         let cost = STREAM_COST + header_bytes;
         let now = Instant::now();
         let mut inner = table.lock();
+        // A health check is answered at once: only streams that stay open (health
+        // watches, reflection) are held to the connection's share.
         if let Some(entry) = inner.conns.get(&self.id)
             && !guarded
-            && entry.streams - entry.guarded >= OPEN_PATH_STREAMS
+            && !probe
+            && entry.open_path() >= OPEN_PATH_STREAMS
         {
             return Err(Refused::OpenPathStreams);
         }
-        if table.held() + cost > table.budget {
-            let heaviest = inner.heaviest().and_then(|id| inner.mark_closing(id, now));
-            drop(inner);
+        let held = table.held();
+        if held + cost > table.budget {
+            // Connections already closing let go of theirs soon: close another only if
+            // that is not enough, so a burst at the budget does not close them all.
+            let leaving: usize = inner
+                .closing
+                .iter()
+                .filter_map(|(_, id)| inner.conns.get(id))
+                .map(|e| e.conn.held())
+                .sum();
+            let heaviest = if held.saturating_sub(leaving) + cost > table.budget {
+                inner.heaviest().and_then(|id| inner.mark_closing(id, now))
+            } else {
+                None
+            };
             if let Some(conn) = heaviest {
                 tracing::warn!(
                     held = conn.held(),
@@ -433,11 +462,15 @@ impl Conn {
                 conn.signal(Close::MemoryBudget);
                 conn.abort.notify_one();
             }
-            return Err(Refused::MemoryBudget);
+            // A health check is served all the same: it holds nothing for long.
+            if !probe {
+                return Err(Refused::MemoryBudget);
+            }
         }
         if let Some(entry) = inner.conns.get_mut(&self.id) {
             entry.streams += 1;
             entry.guarded += usize::from(guarded);
+            entry.probes += usize::from(probe);
             inner.refile(self.id, now);
         }
         drop(inner);
@@ -445,6 +478,7 @@ impl Conn {
         Ok(StreamGuard(Arc::new(Stream {
             conn: self.clone(),
             guarded,
+            probe,
             held: AtomicUsize::new(cost),
         })))
     }
@@ -559,6 +593,7 @@ impl Drop for Stream {
         };
         entry.streams -= 1;
         entry.guarded -= usize::from(self.guarded);
+        entry.probes -= usize::from(self.probe);
         if entry.streams == 0 {
             entry.idle_since = now;
         }
@@ -576,12 +611,12 @@ mod tests {
         let first = table.admit().unwrap();
         tokio::time::advance(Duration::from_secs(1)).await;
         let second = table.admit().unwrap();
-        let _busy = first.stream_opened(true, 0).unwrap();
+        let _busy = first.stream_opened(true, false, 0).unwrap();
         // `first` has a stream open: `second` is the one to go.
         let third = table.admit().unwrap();
         assert_eq!(second.closing().await, Close::Evicted);
         // Every connection not closing has a stream open: refused.
-        let _busy_third = third.stream_opened(true, 0).unwrap();
+        let _busy_third = third.stream_opened(true, false, 0).unwrap();
         assert!(table.admit().is_none());
         second.finished();
         assert!(
@@ -594,9 +629,9 @@ mod tests {
     async fn streams_needing_no_token_do_not_keep_a_connection_at_the_cap() {
         let table = Table::new(2, Duration::from_secs(60), usize::MAX, Metrics::new());
         let watcher = table.admit().unwrap();
-        let _watch = watcher.stream_opened(false, 0).unwrap();
+        let _watch = watcher.stream_opened(false, false, 0).unwrap();
         let caller = table.admit().unwrap();
-        let _call = caller.stream_opened(true, 0).unwrap();
+        let _call = caller.stream_opened(true, false, 0).unwrap();
         let newcomer = table.admit().expect("the health watcher makes room");
         assert_eq!(watcher.closing().await, Close::Evicted);
         drop(newcomer);
@@ -608,7 +643,7 @@ mod tests {
         let conn = table.admit().unwrap();
         let start = Instant::now();
         assert_eq!(conn.idle_deadline(), Some(start + Duration::from_secs(60)));
-        let stream = conn.stream_opened(true, 0).unwrap();
+        let stream = conn.stream_opened(true, false, 0).unwrap();
         assert_eq!(conn.idle_deadline(), None);
         tokio::time::advance(Duration::from_secs(10)).await;
         drop(stream);
@@ -639,10 +674,10 @@ mod tests {
     async fn a_connection_whose_streams_are_all_stalled_makes_room_at_the_cap() {
         let table = Table::new(2, Duration::from_secs(60), usize::MAX, Metrics::new());
         let reading = table.admit().unwrap();
-        let _call = reading.stream_opened(true, 0).unwrap();
+        let _call = reading.stream_opened(true, false, 0).unwrap();
         let stalled = table.admit().unwrap();
-        let stream = stalled.stream_opened(true, 0).unwrap();
-        let busy = stalled.stream_opened(true, 0).unwrap();
+        let stream = stalled.stream_opened(true, false, 0).unwrap();
+        let busy = stalled.stream_opened(true, false, 0).unwrap();
         let mark = stream.stalled();
         assert!(table.admit().is_none(), "one stream still reads");
         let _mark = busy.stalled();
@@ -652,21 +687,25 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_connection_has_few_open_path_streams_and_many_of_its_own() {
+    async fn a_connection_has_few_open_path_streams_but_any_number_of_checks_and_its_own() {
         let table = Table::new(8, Duration::from_secs(60), usize::MAX, Metrics::new());
         let conn = table.admit().unwrap();
         let open: Vec<_> = (0..OPEN_PATH_STREAMS)
-            .map(|_| conn.stream_opened(false, 0).unwrap())
+            .map(|_| conn.stream_opened(false, false, 0).unwrap())
             .collect();
         assert_eq!(
-            conn.stream_opened(false, 0).err(),
+            conn.stream_opened(false, false, 0).err(),
             Some(Refused::OpenPathStreams)
         );
         let own: Vec<_> = (0..100)
-            .map(|_| conn.stream_opened(true, 0).unwrap())
+            .map(|_| conn.stream_opened(true, false, 0).unwrap())
+            .collect();
+        let checks: Vec<_> = (0..OPEN_PATH_STREAMS * 2)
+            .map(|_| conn.stream_opened(false, true, 0).unwrap())
             .collect();
         drop(open);
-        assert!(conn.stream_opened(false, 0).is_ok());
+        assert!(conn.stream_opened(false, false, 0).is_ok());
+        drop(checks);
         drop(own);
     }
 
@@ -677,15 +716,28 @@ mod tests {
         let table = Table::new(8, Duration::from_secs(60), budget, metrics.clone());
         let light = table.admit().unwrap();
         let heavy = table.admit().unwrap();
-        let _light_stream = light.stream_opened(true, 100).unwrap();
-        let heavy_stream = heavy.stream_opened(true, 100).unwrap();
+        let _light_stream = light.stream_opened(true, false, 100).unwrap();
+        let heavy_stream = heavy.stream_opened(true, false, 100).unwrap();
         heavy_stream.hold(6 * STREAM_COST);
         assert_eq!(table.held(), 8 * STREAM_COST + 200);
         assert_eq!(heavy.held(), 7 * STREAM_COST + 100);
-        let _second = light.stream_opened(true, 0).unwrap();
+        let _second = light.stream_opened(true, false, 0).unwrap();
         assert_eq!(
-            light.stream_opened(true, 0).err(),
+            light.stream_opened(true, false, 0).err(),
             Some(Refused::MemoryBudget)
+        );
+        let _probe = light
+            .stream_opened(false, true, 0)
+            .expect("a health check is served at the budget");
+        assert_eq!(
+            light.stream_opened(true, false, 0).err(),
+            Some(Refused::MemoryBudget),
+            "refused while the heavy connection lets go"
+        );
+        assert_eq!(
+            light.closed_for(),
+            None,
+            "one connection goes, not every one"
         );
         heavy.aborted().await;
         assert_eq!(heavy.closed_for(), Some(Close::MemoryBudget));
@@ -693,8 +745,8 @@ mod tests {
         // Once the heavy connection's streams are gone, there is room again.
         drop(heavy_stream);
         heavy.finished();
-        assert_eq!(table.held(), 2 * STREAM_COST + 100);
-        assert!(light.stream_opened(true, 0).is_ok());
+        assert_eq!(table.held(), 3 * STREAM_COST + 100);
+        assert!(light.stream_opened(true, false, 0).is_ok());
         assert_eq!(
             metrics
                 .grpc_connections_closed

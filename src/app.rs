@@ -40,6 +40,7 @@ pub struct Application {
     /// Bounds of the gRPC port, and its connection cap (resolved from the file limit).
     grpc_limits: PortLimits,
     grpc_max_connections: usize,
+    grpc_memory_budget: usize,
     http: TcpListener,
     admin: TcpListener,
     dispatcher: Dispatcher,
@@ -182,8 +183,17 @@ impl Application {
             );
         }
         let tls = grpc_tls(config.tls)?;
+        let memory_limit = crate::memory::limit();
+        let grpc_memory_budget = config
+            .grpc_limits
+            .memory_budget
+            .or(memory_limit.map(|limit| limit / crate::memory::GRPC_SHARE))
+            .map_or(usize::MAX, |b| usize::try_from(b).unwrap_or(usize::MAX));
         tracing::info!(
             max_connections = shares.grpc,
+            memory_budget = grpc_memory_budget,
+            memory_limit,
+            send_timeout = ?config.grpc_limits.send_timeout,
             file_limit = files,
             handshake_timeout = ?config.grpc_limits.handshake_timeout,
             idle_timeout = ?config.grpc_limits.idle_timeout,
@@ -199,6 +209,7 @@ impl Application {
             auth,
             grpc_limits: config.grpc_limits,
             grpc_max_connections: shares.grpc,
+            grpc_memory_budget,
             http,
             admin,
             dispatcher,
@@ -349,6 +360,7 @@ impl Application {
             service,
             self.grpc_limits,
             self.grpc_max_connections,
+            self.grpc_memory_budget,
             metrics,
             draining,
         );

@@ -233,6 +233,17 @@ pub struct ServeArgs {
     /// what the store, the gateway and the other ports need.
     #[arg(long, env = "MSGW_GRPC_MAX_CONNECTIONS", value_parser = clap::value_parser!(u32).range(1..))]
     pub grpc_max_connections: Option<u32>,
+    /// gRPC port: a response the client does not read (its flow-control window stays
+    /// shut) for this long resets its stream; a connection whose socket takes no byte
+    /// for this long is closed.
+    #[arg(long, env = "MSGW_GRPC_SEND_TIMEOUT", default_value = "10s", value_parser = positive_duration)]
+    pub grpc_send_timeout: Duration,
+    /// gRPC port: what all its connections may make msgw hold (streams, metadata,
+    /// unsent answers), e.g. `64MiB`. At the budget new streams get RESOURCE_EXHAUSTED
+    /// and the connection holding the most is closed. Default: a quarter of the memory
+    /// limit (the cgroup's `memory.max`, else the machine's memory).
+    #[arg(long, env = "MSGW_GRPC_MEMORY_BUDGET", value_parser = crate::memory::parse_size)]
+    pub grpc_memory_budget: Option<u64>,
     /// Webhook listener: time a client has to send a request's headers; also the
     /// longest a keep-alive connection may sit idle between requests.
     #[arg(long, env = "MSGW_WEBHOOK_HEADER_TIMEOUT", default_value = "10s", value_parser = duration)]

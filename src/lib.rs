@@ -22,6 +22,7 @@ pub mod fd_limit;
 pub mod grpc;
 pub mod hooks;
 pub mod http_listener;
+pub mod memory;
 pub mod metrics;
 pub mod periodic;
 pub mod proto;

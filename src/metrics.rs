@@ -70,6 +70,16 @@ pub struct Metrics {
     pub grpc_connections_closed: IntCounterVec,
     /// Connections refused at the cap (every open one had a stream open).
     pub grpc_connections_refused: IntCounter,
+    /// What the gRPC port's streams hold now (counted against its memory budget).
+    pub grpc_held_bytes: IntGauge,
+    /// The gRPC port's memory budget.
+    pub grpc_memory_budget: IntGauge,
+    /// Streams whose client leaves its flow-control window shut, now.
+    pub grpc_streams_stalled: IntGauge,
+    /// Streams refused, by reason.
+    pub grpc_streams_refused: IntCounterVec,
+    /// Streams reset by msgw, by reason.
+    pub grpc_streams_reset: IntCounterVec,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -234,7 +244,7 @@ impl Metrics {
             grpc_connections_closed: counter(
                 &registry,
                 "msgw_grpc_connections_closed_total",
-                "Connections to the gRPC port closed, by reason: client (the client closed it or it failed), handshake_timeout (no TLS handshake and HTTP/2 preface in time), idle (no open stream for MSGW_GRPC_IDLE_TIMEOUT), evicted (the longest idle, closed to make room at the cap), shutdown.",
+                "Connections to the gRPC port closed, by reason: client (the client closed it or it failed), handshake_timeout (no TLS handshake and HTTP/2 preface in time), idle (no open stream for MSGW_GRPC_IDLE_TIMEOUT), evicted (the longest idle, closed to make room at the cap), memory_budget (it held the most when the port reached MSGW_GRPC_MEMORY_BUDGET), send_timeout (its socket took nothing for MSGW_GRPC_SEND_TIMEOUT), keepalive_timeout (no answer to a ping), shutdown.",
                 &["reason"],
             ),
             grpc_connections_refused: register(
@@ -244,6 +254,33 @@ impl Metrics {
                     "Connections to the gRPC port refused at the cap because every open one had a stream open.",
                 )
                 .unwrap_or_else(|e| unreachable!("metric: {e}")),
+            ),
+            grpc_held_bytes: gauge(
+                &registry,
+                "msgw_grpc_held_bytes",
+                "What the gRPC port's open streams hold now, bytes: a fixed cost per stream, request headers and bodies, answers not yet sent (counted against MSGW_GRPC_MEMORY_BUDGET).",
+            ),
+            grpc_memory_budget: gauge(
+                &registry,
+                "msgw_grpc_memory_budget_bytes",
+                "What the gRPC port's streams may hold in all (MSGW_GRPC_MEMORY_BUDGET).",
+            ),
+            grpc_streams_stalled: gauge(
+                &registry,
+                "msgw_grpc_streams_stalled",
+                "gRPC streams whose client has left its flow-control window shut for a second or more, now.",
+            ),
+            grpc_streams_refused: counter(
+                &registry,
+                "msgw_grpc_streams_refused_total",
+                "gRPC streams refused with RESOURCE_EXHAUSTED, by reason: memory_budget (the port held MSGW_GRPC_MEMORY_BUDGET), open_path_streams (the connection had its share of health and reflection streams open).",
+                &["reason"],
+            ),
+            grpc_streams_reset: counter(
+                &registry,
+                "msgw_grpc_streams_reset_total",
+                "gRPC streams reset by msgw, by reason: send_timeout (the client read nothing of the answer for MSGW_GRPC_SEND_TIMEOUT).",
+                &["reason"],
             ),
             open_streams: gauge(
                 &registry,

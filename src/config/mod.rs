@@ -396,6 +396,8 @@ impl ServeArgs {
                 handshake_timeout: self.grpc_handshake_timeout,
                 idle_timeout: self.grpc_idle_timeout,
                 max_connections: self.grpc_max_connections.map(|n| n as usize),
+                send_timeout: self.grpc_send_timeout,
+                memory_budget: self.grpc_memory_budget,
             },
             webhook_limits: ListenerLimits {
                 header_timeout: self.webhook_header_timeout,

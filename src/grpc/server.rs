@@ -27,6 +27,10 @@ const SERVICES: [&str; 5] = [
     "msgw.v1.VerificationService",
 ];
 
+/// Largest request of the services that need no token (health, reflection): a
+/// service name or a symbol.
+const OPEN_REQUEST_BYTES: usize = 16 * 1024;
+
 /// msgw's health: the gRPC health service, and the same as a flag.
 #[derive(Clone)]
 pub struct Health {
@@ -67,10 +71,20 @@ pub fn routes(
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
     };
-    let routes = Routes::new(health_service)
-        .add_service(reflection().build_v1()?)
+    // Health and reflection need no token: their requests are small, so a client
+    // without one cannot make msgw buffer a large message.
+    let routes = Routes::new(health_service.max_decoding_message_size(OPEN_REQUEST_BYTES))
+        .add_service(
+            reflection()
+                .build_v1()?
+                .max_decoding_message_size(OPEN_REQUEST_BYTES),
+        )
         // grpcurl 1.8 speaks only v1alpha.
-        .add_service(reflection().build_v1alpha()?)
+        .add_service(
+            reflection()
+                .build_v1alpha()?
+                .max_decoding_message_size(OPEN_REQUEST_BYTES),
+        )
         .add_service(
             MessagingServiceServer::new(Messaging::new(dispatcher.clone(), events.clone()))
                 .max_decoding_message_size(MAX_REQUEST_BYTES),

@@ -7,7 +7,10 @@ mod errors;
 mod events;
 mod examples;
 mod fixtures;
+#[path = "../common/h2frames.rs"]
+mod frames;
 mod helpers;
+mod hostile;
 mod idempotency;
 mod lifecycle;
 mod listener;

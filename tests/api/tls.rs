@@ -229,6 +229,7 @@ async fn a_layer_reads_the_verified_client_name_from_peer_info() {
         service,
         PortLimits::default(),
         16,
+        usize::MAX,
         msgw::metrics::Metrics::new(),
         stop,
     ));

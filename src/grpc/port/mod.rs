@@ -1,5 +1,6 @@
 //! The gRPC port: msgw's own accept loop and HTTP/2 connections, bounded so that no
-//! client, with or without a token, can fill it.
+//! client, with or without a token, can fill it or make msgw hold what it does not
+//! read.
 //!
 //! - A connection must finish its TLS handshake and send the HTTP/2 preface within
 //!   the handshake timeout, or it is closed.
@@ -8,18 +9,24 @@
 //! - HTTP/2 keepalive pings find peers that vanished without a word.
 //! - At the cap, a new connection makes room by closing the one idle longest (GOAWAY
 //!   first if it spoke HTTP/2); only when every connection has a stream open is the
-//!   new one refused.
+//!   new one refused. A connection whose streams all wait on a client that does not
+//!   read counts as idle.
+//! - An answer goes out as fast as its client reads it and no faster: a stream whose
+//!   client leaves its window shut for the send timeout is reset, a connection whose
+//!   socket takes nothing for the send timeout is closed.
+//! - A connection has few streams on the token-free services (health, reflection).
+//! - Everything the port's streams hold is counted against a memory budget: at the
+//!   budget new streams are refused with RESOURCE_EXHAUSTED and the connection that
+//!   holds the most is closed.
 
 mod connection;
-mod service;
+mod stream;
 mod table;
 
 use std::{convert::Infallible, sync::Arc, time::Duration};
 
 use hyper::body::{Body as HttpBody, Bytes};
 
-use hyper::server::conn::http2;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::{net::TcpListener, sync::watch, time::Instant};
 
 use crate::auth::incoming::is_connection_error;
@@ -27,7 +34,7 @@ use crate::auth::tls::TlsReloader;
 use crate::metrics::Metrics;
 use table::Table;
 
-pub use table::{CLOSING_SHARE, Close};
+pub use table::{CLOSING_SHARE, Close, OPEN_PATH_STREAMS, STREAM_COST};
 
 /// Streams one connection may have open at once.
 pub const MAX_STREAMS_PER_CONNECTION: u32 = 1024;
@@ -83,6 +90,12 @@ pub struct PortLimits {
     pub idle_timeout: Duration,
     /// Connections at most; `None`: derived from the file limit at start.
     pub max_connections: Option<usize>,
+    /// An answer whose client reads none of it this long resets its stream; a socket
+    /// that takes nothing this long closes its connection.
+    pub send_timeout: Duration,
+    /// What the port's streams may hold in all, bytes; `None`: derived from the
+    /// memory limit at start.
+    pub memory_budget: Option<u64>,
 }
 
 impl Default for PortLimits {
@@ -91,32 +104,35 @@ impl Default for PortLimits {
             handshake_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(300),
             max_connections: None,
+            send_timeout: Duration::from_secs(10),
+            memory_budget: None,
         }
     }
 }
 
 /// Serves `service` on `listener` until `shutdown` turns true: then stops accepting,
-/// sends GOAWAY on every connection and returns once all have closed.
+/// sends GOAWAY on every connection and returns once all have closed. `max_connections`
+/// and `memory_budget` are the resolved bounds.
+#[allow(clippy::too_many_arguments)]
 pub async fn serve<S>(
     listener: TcpListener,
     tls: Option<Arc<TlsReloader>>,
     service: S,
     limits: PortLimits,
     max_connections: usize,
+    memory_budget: usize,
     metrics: Arc<Metrics>,
     mut shutdown: watch::Receiver<bool>,
 ) where
     S: GrpcRoutes,
 {
-    let table = Table::new(max_connections, limits.idle_timeout, metrics);
-    let mut builder = http2::Builder::new(TokioExecutor::new());
-    builder
-        .timer(TokioTimer::new())
-        .keep_alive_interval(KEEPALIVE_INTERVAL)
-        .keep_alive_timeout(KEEPALIVE_TIMEOUT)
-        // Enough for one filtered event stream per message in flight; each costs
-        // memory, so one connection cannot open them without end.
-        .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION);
+    let table = Table::new(
+        max_connections,
+        limits.idle_timeout,
+        memory_budget,
+        metrics.clone(),
+    );
+    let builder = http2_settings();
     let mut warned: Option<Instant> = None;
     loop {
         let accepted = tokio::select! {
@@ -166,6 +182,7 @@ pub async fn serve<S>(
             service.clone(),
             builder.clone(),
             limits,
+            metrics.clone(),
             shutdown.clone(),
         ));
     }
@@ -173,3 +190,28 @@ pub async fn serve<S>(
     drop(listener);
     table.emptied().await;
 }
+
+/// The HTTP/2 settings of every connection: 1 MiB windows (as hyper's server), at
+/// most [`MAX_STREAMS_PER_CONNECTION`] streams, 16 KiB of headers per request.
+fn http2_settings() -> h2::server::Builder {
+    let mut builder = h2::server::Builder::new();
+    builder
+        .initial_window_size(WINDOW)
+        .initial_connection_window_size(WINDOW)
+        .max_frame_size(MAX_FRAME)
+        .max_header_list_size(MAX_HEADER_LIST)
+        // Enough for one filtered event stream per message in flight; each costs
+        // memory (counted against the budget), so one connection cannot open them
+        // without end.
+        .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
+        // Streams a client may reset in a row before msgw drops it (rapid reset).
+        .max_local_error_reset_streams(Some(1024));
+    builder
+}
+
+/// The flow-control windows msgw grants each stream and each connection.
+const WINDOW: u32 = 1024 * 1024;
+/// The largest HTTP/2 frame msgw accepts.
+const MAX_FRAME: u32 = 16 * 1024;
+/// Request headers (gRPC metadata) per request at most, as HTTP/2 counts them.
+const MAX_HEADER_LIST: u32 = 16 * 1024;

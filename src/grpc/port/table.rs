@@ -1,20 +1,27 @@
 //! The gRPC port's open connections: how many streams each has open, since when
-//! each has been idle, and which to close to make room at the cap.
+//! each has been idle, what each makes msgw hold, and which to close to make room.
 //!
 //! A connection is *idle* without any open stream (the idle timeout counts from
-//! then), and *unguarded* when its only streams are on open paths (health and
-//! reflection, which need no token). At the cap a new connection makes room by
-//! closing the connection idle longest, else the one unguarded longest: a client
-//! without a token cannot hold the port with `Health/Watch` streams. Connections told
-//! to close still hold their file until they are gone, so the table also keeps a
-//! ceiling on all connections, closing or not: at the ceiling the accept loop waits
-//! and the oldest closing connection is dropped at once.
+//! then); for eviction it is idle too when every stream it has is *stalled* (its
+//! client has left the flow-control window shut). It is *unguarded* when its only
+//! streams are on open paths (health and reflection, which need no token). At the
+//! cap a new connection makes room by closing the connection idle longest, else the
+//! one unguarded longest: a client without a token cannot hold the port with
+//! `Health/Watch` streams. Connections told to close still hold their file until
+//! they are gone, so the table also keeps a ceiling on all connections, closing or
+//! not: at the ceiling the accept loop waits and the oldest closing connection is
+//! dropped at once.
+//!
+//! Memory: each open stream counts a fixed cost, its request's headers and body,
+//! and the answer msgw holds for it; the whole port's count is held under the
+//! memory budget. A stream that would pass it is refused, and the connection that
+//! holds the most is closed at once.
 
 use std::{
     collections::{BTreeSet, HashMap},
     sync::{
         Arc, Mutex, MutexGuard, OnceLock,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicUsize, Ordering},
     },
     time::Duration,
 };
@@ -22,6 +29,18 @@ use std::{
 use tokio::{sync::Notify, time::Instant};
 
 use crate::metrics::Metrics;
+
+/// What one open stream costs msgw beyond its headers and bodies (its task, HTTP/2
+/// state, tonic's buffers, an event stream's subscription), measured with
+/// `cargo bench --bench hostile`: 29 KiB of RSS per event stream left unread, 35 to
+/// 41 KiB per reflection stream on a connection that reads nothing.
+pub const STREAM_COST: usize = 32 * 1024;
+
+/// Streams on open paths (health watches, reflection: no token needed) one
+/// connection may have open at once; health checks, answered at once, are not held
+/// to it, and msgw's own services may have up to
+/// [`super::MAX_STREAMS_PER_CONNECTION`].
+pub const OPEN_PATH_STREAMS: usize = 8;
 
 /// Why msgw closed a connection (a metric label); `Client` when the client did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,6 +53,12 @@ pub enum Close {
     Idle,
     /// Closed to make room for a new connection at the cap.
     Evicted,
+    /// It held the most when the port reached its memory budget.
+    MemoryBudget,
+    /// Its socket took no byte for the send timeout.
+    SendTimeout,
+    /// It did not answer a keepalive ping in time.
+    KeepaliveTimeout,
     /// msgw is shutting down.
     Shutdown,
 }
@@ -46,7 +71,41 @@ impl Close {
             Self::HandshakeTimeout => "handshake_timeout",
             Self::Idle => "idle",
             Self::Evicted => "evicted",
+            Self::MemoryBudget => "memory_budget",
+            Self::SendTimeout => "send_timeout",
+            Self::KeepaliveTimeout => "keepalive_timeout",
             Self::Shutdown => "shutdown",
+        }
+    }
+}
+
+/// Why msgw refused a new stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// The connection has [`OPEN_PATH_STREAMS`] health and reflection streams open.
+    OpenPathStreams,
+    /// The port holds its memory budget.
+    MemoryBudget,
+}
+
+impl Refused {
+    /// The `reason` label of `msgw_grpc_streams_refused_total`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::OpenPathStreams => "open_path_streams",
+            Self::MemoryBudget => "memory_budget",
+        }
+    }
+
+    /// The status message the client reads.
+    pub fn message(self) -> &'static str {
+        match self {
+            Self::OpenPathStreams => {
+                "too many health and reflection streams open on this connection: close some first"
+            }
+            Self::MemoryBudget => {
+                "msgw is at its memory budget (MSGW_GRPC_MEMORY_BUDGET): retry with backoff"
+            }
         }
     }
 }
@@ -61,6 +120,8 @@ pub struct Table {
     max: usize,
     ceiling: usize,
     idle_timeout: Duration,
+    /// What the port's streams may hold in all, bytes.
+    budget: usize,
     metrics: Arc<Metrics>,
     /// Signalled whenever a connection is gone.
     removed: Notify,
@@ -70,7 +131,7 @@ pub struct Table {
 struct Inner {
     next_id: u64,
     conns: HashMap<u64, Entry>,
-    /// Connections without an open stream, not closing, longest idle first.
+    /// Connections idle (no stream, or only stalled ones), not closing, longest first.
     idle: BTreeSet<(Instant, u64)>,
     /// Connections whose streams are all on open paths, not closing, longest first.
     unguarded: BTreeSet<(Instant, u64)>,
@@ -82,15 +143,24 @@ struct Entry {
     streams: usize,
     /// Streams on msgw's own services (not health or reflection).
     guarded: usize,
+    /// Streams whose client has left the window shut.
+    stalled: usize,
+    /// Health checks in progress (open-path streams answered at once).
+    probes: usize,
+    /// Since when no stream has been open (the idle timeout counts from here).
     idle_since: Instant,
-    unguarded_since: Instant,
+    /// Where the connection stands in `idle`, if it does.
+    idle_key: Option<Instant>,
+    /// Where the connection stands in `unguarded`, if it does.
+    unguarded_key: Option<Instant>,
     closing_since: Option<Instant>,
     conn: Arc<Conn>,
 }
 
 impl Entry {
-    fn key(&self, since: Instant) -> (Instant, u64) {
-        (since, self.conn.id)
+    /// Streams on open paths that stay open (health watches, reflection).
+    fn open_path(&self) -> usize {
+        self.streams - self.guarded - self.probes
     }
 }
 
@@ -98,32 +168,50 @@ impl Entry {
 pub struct Conn {
     id: u64,
     table: Arc<Table>,
-    spoke: AtomicBool,
+    /// What this connection's streams hold, bytes.
+    held: AtomicUsize,
     reason: OnceLock<Close>,
     close: Notify,
     /// Set when the connection must go at once, without waiting for its client.
     abort: Notify,
 }
 
-/// An open stream of a connection; the connection is idle again once every guard is
-/// dropped.
-pub struct StreamGuard {
+/// An open stream of a connection (its clones share it): counted open, with what it
+/// holds, until the last clone is dropped.
+#[derive(Clone)]
+pub struct StreamGuard(Arc<Stream>);
+
+struct Stream {
     conn: Arc<Conn>,
     guarded: bool,
+    probe: bool,
+    held: AtomicUsize,
 }
+
+/// A stream marked stalled until this is dropped.
+pub struct Stalled<'a>(&'a Stream);
 
 impl Table {
     /// An empty table admitting `max` connections (and holding a few more while
-    /// they close).
-    pub fn new(max: usize, idle_timeout: Duration, metrics: Arc<Metrics>) -> Arc<Self> {
+    /// they close), whose streams may hold `budget` bytes in all.
+    pub fn new(
+        max: usize,
+        idle_timeout: Duration,
+        budget: usize,
+        metrics: Arc<Metrics>,
+    ) -> Arc<Self> {
         metrics
             .grpc_connections_max
             .set(i64::try_from(max).unwrap_or(i64::MAX));
+        metrics
+            .grpc_memory_budget
+            .set(i64::try_from(budget).unwrap_or(i64::MAX));
         Arc::new(Self {
             inner: Mutex::new(Inner::default()),
             max,
             ceiling: max + max / CLOSING_SHARE + 1,
             idle_timeout,
+            budget,
             metrics,
             removed: Notify::new(),
         })
@@ -180,7 +268,7 @@ impl Table {
         let conn = Arc::new(Conn {
             id,
             table: self.clone(),
-            spoke: AtomicBool::new(false),
+            held: AtomicUsize::new(0),
             reason: OnceLock::new(),
             close: Notify::new(),
             abort: Notify::new(),
@@ -190,13 +278,16 @@ impl Table {
             Entry {
                 streams: 0,
                 guarded: 0,
+                stalled: 0,
+                probes: 0,
                 idle_since: now,
-                unguarded_since: now,
+                idle_key: None,
+                unguarded_key: None,
                 closing_since: None,
                 conn: conn.clone(),
             },
         );
-        inner.idle.insert((now, id));
+        inner.refile(id, now);
         self.metrics
             .grpc_connections_open
             .set(i64::try_from(inner.conns.len()).unwrap_or(i64::MAX));
@@ -214,10 +305,29 @@ impl Table {
         }
     }
 
+    /// What the port's streams hold now, bytes.
+    pub fn held(&self) -> usize {
+        usize::try_from(self.metrics.grpc_held_bytes.get()).unwrap_or(0)
+    }
+
+    fn add_held(&self, conn: &Conn, bytes: usize) {
+        conn.held.fetch_add(bytes, Ordering::Relaxed);
+        self.metrics
+            .grpc_held_bytes
+            .add(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
+    fn sub_held(&self, conn: &Conn, bytes: usize) {
+        conn.held.fetch_sub(bytes, Ordering::Relaxed);
+        self.metrics
+            .grpc_held_bytes
+            .sub(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
     fn remove(&self, id: u64, reason: Close) {
         let mut inner = self.lock();
         if let Some(entry) = inner.conns.remove(&id) {
-            inner.forget(&entry);
+            inner.forget(id, &entry);
         }
         let open = inner.conns.len();
         drop(inner);
@@ -234,67 +344,143 @@ impl Table {
 
 impl Inner {
     /// Takes `entry` out of every ordering.
-    fn forget(&mut self, entry: &Entry) {
-        self.idle.remove(&entry.key(entry.idle_since));
-        self.unguarded.remove(&entry.key(entry.unguarded_since));
+    fn forget(&mut self, id: u64, entry: &Entry) {
+        if let Some(since) = entry.idle_key {
+            self.idle.remove(&(since, id));
+        }
+        if let Some(since) = entry.unguarded_key {
+            self.unguarded.remove(&(since, id));
+        }
         if let Some(since) = entry.closing_since {
-            self.closing.remove(&entry.key(since));
+            self.closing.remove(&(since, id));
+        }
+    }
+
+    /// Puts connection `id` where its streams place it now: idle (no stream, or only
+    /// stalled ones), unguarded (only open-path streams), or neither; a connection
+    /// keeps its place (and its age there) while it stays.
+    fn refile(&mut self, id: u64, now: Instant) {
+        let Inner {
+            conns,
+            idle,
+            unguarded,
+            ..
+        } = self;
+        let Some(entry) = conns.get_mut(&id) else {
+            return;
+        };
+        let open = entry.closing_since.is_none();
+        let is_idle = open && entry.stalled == entry.streams;
+        let is_unguarded = open && !is_idle && entry.guarded == 0;
+        for (set, key, wanted) in [
+            (idle, &mut entry.idle_key, is_idle),
+            (unguarded, &mut entry.unguarded_key, is_unguarded),
+        ] {
+            match (*key, wanted) {
+                (Some(since), false) => {
+                    set.remove(&(since, id));
+                    *key = None;
+                }
+                (None, true) => {
+                    set.insert((now, id));
+                    *key = Some(now);
+                }
+                _ => {}
+            }
         }
     }
 
     /// Marks connection `id` as closing; its handle, unless it already was.
     fn mark_closing(&mut self, id: u64, now: Instant) -> Option<Arc<Conn>> {
-        let entry = self.conns.get(&id)?;
+        let entry = self.conns.get_mut(&id)?;
         if entry.closing_since.is_some() {
             return None;
         }
-        let (idle, unguarded, conn) = (
-            entry.key(entry.idle_since),
-            entry.key(entry.unguarded_since),
-            entry.conn.clone(),
-        );
-        self.idle.remove(&idle);
-        self.unguarded.remove(&unguarded);
+        entry.closing_since = Some(now);
+        let conn = entry.conn.clone();
         self.closing.insert((now, id));
-        if let Some(entry) = self.conns.get_mut(&id) {
-            entry.closing_since = Some(now);
-        }
+        self.refile(id, now);
         Some(conn)
+    }
+
+    /// The connection, not closing yet, whose streams hold the most.
+    fn heaviest(&self) -> Option<u64> {
+        self.conns
+            .iter()
+            .filter(|(_, e)| e.closing_since.is_none())
+            .max_by_key(|(_, e)| e.conn.held.load(Ordering::Relaxed))
+            .map(|(&id, _)| id)
     }
 }
 
 impl Conn {
-    /// Counts a new stream; the connection is not idle while the guard lives, and not
-    /// evictable while a `guarded` one (on msgw's own services) lives.
-    pub fn stream_opened(self: &Arc<Self>, guarded: bool) -> StreamGuard {
-        let mut inner = self.table.lock();
+    /// Counts a new stream whose request headers take `header_bytes`; the connection
+    /// is not idle while the guard lives, and not evictable while a `guarded` one (on
+    /// msgw's own services) lives. Refused when the connection has its share of
+    /// open-path streams, or when the port is at its memory budget (the connection
+    /// holding the most is then closed at once), unless it is a health `probe`.
+    pub fn stream_opened(
+        self: &Arc<Self>,
+        guarded: bool,
+        probe: bool,
+        header_bytes: usize,
+    ) -> Result<StreamGuard, Refused> {
+        let table = &self.table;
+        let cost = STREAM_COST + header_bytes;
+        let now = Instant::now();
+        let mut inner = table.lock();
+        // A health check is answered at once: only streams that stay open (health
+        // watches, reflection) are held to the connection's share.
+        if let Some(entry) = inner.conns.get(&self.id)
+            && !guarded
+            && !probe
+            && entry.open_path() >= OPEN_PATH_STREAMS
+        {
+            return Err(Refused::OpenPathStreams);
+        }
+        let held = table.held();
+        if held + cost > table.budget {
+            // Connections already closing let go of theirs soon: close another only if
+            // that is not enough, so a burst at the budget does not close them all.
+            let leaving: usize = inner
+                .closing
+                .iter()
+                .filter_map(|(_, id)| inner.conns.get(id))
+                .map(|e| e.conn.held())
+                .sum();
+            let heaviest = if held.saturating_sub(leaving) + cost > table.budget {
+                inner.heaviest().and_then(|id| inner.mark_closing(id, now))
+            } else {
+                None
+            };
+            if let Some(conn) = heaviest {
+                tracing::warn!(
+                    held = conn.held(),
+                    budget = table.budget,
+                    "gRPC port: at the memory budget (MSGW_GRPC_MEMORY_BUDGET): closing the connection that holds the most"
+                );
+                conn.signal(Close::MemoryBudget);
+                conn.abort.notify_one();
+            }
+            // A health check is served all the same: it holds nothing for long.
+            if !probe {
+                return Err(Refused::MemoryBudget);
+            }
+        }
         if let Some(entry) = inner.conns.get_mut(&self.id) {
             entry.streams += 1;
-            if guarded {
-                entry.guarded += 1;
-            }
-            let (streams, guarded_now, closing) =
-                (entry.streams, entry.guarded, entry.closing_since.is_some());
-            let (idle, unguarded) = (
-                entry.key(entry.idle_since),
-                entry.key(entry.unguarded_since),
-            );
-            if !closing {
-                if streams == 1 {
-                    inner.idle.remove(&idle);
-                    if guarded_now == 0 {
-                        inner.unguarded.insert(unguarded);
-                    }
-                }
-                if guarded && guarded_now == 1 {
-                    inner.unguarded.remove(&unguarded);
-                }
-            }
+            entry.guarded += usize::from(guarded);
+            entry.probes += usize::from(probe);
+            inner.refile(self.id, now);
         }
-        StreamGuard {
+        drop(inner);
+        table.add_held(self, cost);
+        Ok(StreamGuard(Arc::new(Stream {
             conn: self.clone(),
             guarded,
-        }
+            probe,
+            held: AtomicUsize::new(cost),
+        })))
     }
 
     /// When the connection becomes idle for too long: `None` while a stream is open.
@@ -323,7 +509,8 @@ impl Conn {
         self.reason.get().copied().unwrap_or(Close::Shutdown)
     }
 
-    /// Resolves when the connection must go at once (msgw is at its ceiling).
+    /// Resolves when the connection must go at once (msgw is at its ceiling, or at
+    /// its memory budget and this connection holds the most).
     pub async fn aborted(&self) {
         self.abort.notified().await;
     }
@@ -333,14 +520,9 @@ impl Conn {
         self.reason.get().copied()
     }
 
-    /// The client has sent the HTTP/2 preface.
-    pub fn mark_spoke(&self) {
-        self.spoke.store(true, Ordering::Relaxed);
-    }
-
-    /// Whether the client has sent the HTTP/2 preface.
-    pub fn spoke(&self) -> bool {
-        self.spoke.load(Ordering::Relaxed)
+    /// What this connection's streams hold now, bytes.
+    pub fn held(&self) -> usize {
+        self.held.load(Ordering::Relaxed)
     }
 
     /// Takes the connection out of the table, counted under the reason msgw closed it
@@ -351,37 +533,71 @@ impl Conn {
     }
 }
 
-impl Drop for StreamGuard {
+impl StreamGuard {
+    /// Counts `bytes` more held by the stream until [`release`](Self::release)d.
+    pub fn hold(&self, bytes: usize) {
+        self.0.held.fetch_add(bytes, Ordering::Relaxed);
+        self.0.conn.table.add_held(&self.0.conn, bytes);
+    }
+
+    /// Counts `bytes` the stream no longer holds.
+    pub fn release(&self, bytes: usize) {
+        self.0.held.fetch_sub(bytes, Ordering::Relaxed);
+        self.0.conn.table.sub_held(&self.0.conn, bytes);
+    }
+
+    /// Marks the stream stalled (its client leaves the window shut) until the mark
+    /// is dropped: a connection whose streams are all stalled counts as idle.
+    pub fn stalled(&self) -> Stalled<'_> {
+        self.0.set_stalled(true);
+        Stalled(&self.0)
+    }
+}
+
+impl Stream {
+    fn set_stalled(&self, stalled: bool) {
+        let table = &self.conn.table;
+        let metrics = &table.metrics;
+        if stalled {
+            metrics.grpc_streams_stalled.inc();
+        } else {
+            metrics.grpc_streams_stalled.dec();
+        }
+        let mut inner = table.lock();
+        if let Some(entry) = inner.conns.get_mut(&self.conn.id) {
+            if stalled {
+                entry.stalled += 1;
+            } else {
+                entry.stalled -= 1;
+            }
+            inner.refile(self.conn.id, Instant::now());
+        }
+    }
+}
+
+impl Drop for Stalled<'_> {
+    fn drop(&mut self) {
+        self.0.set_stalled(false);
+    }
+}
+
+impl Drop for Stream {
     fn drop(&mut self) {
         let now = Instant::now();
+        let table = &self.conn.table;
+        table.sub_held(&self.conn, self.held.load(Ordering::Relaxed));
         let id = self.conn.id;
-        let mut inner = self.conn.table.lock();
+        let mut inner = table.lock();
         let Some(entry) = inner.conns.get_mut(&id) else {
             return;
         };
         entry.streams -= 1;
-        if self.guarded {
-            entry.guarded -= 1;
-        }
-        let closing = entry.closing_since.is_some();
-        let (streams, guarded) = (entry.streams, entry.guarded);
-        let old_unguarded = entry.key(entry.unguarded_since);
-        if self.guarded && guarded == 0 {
-            entry.unguarded_since = now;
-        }
-        if streams == 0 {
+        entry.guarded -= usize::from(self.guarded);
+        entry.probes -= usize::from(self.probe);
+        if entry.streams == 0 {
             entry.idle_since = now;
         }
-        if closing {
-            return;
-        }
-        inner.unguarded.remove(&old_unguarded);
-        if streams == 0 {
-            inner.idle.insert((now, id));
-        } else if guarded == 0 {
-            let since = inner.conns.get(&id).map_or(now, |e| e.unguarded_since);
-            inner.unguarded.insert((since, id));
-        }
+        inner.refile(id, now);
     }
 }
 
@@ -391,16 +607,16 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn at_the_cap_the_longest_idle_connection_makes_room() {
-        let table = Table::new(2, Duration::from_secs(60), Metrics::new());
+        let table = Table::new(2, Duration::from_secs(60), usize::MAX, Metrics::new());
         let first = table.admit().unwrap();
         tokio::time::advance(Duration::from_secs(1)).await;
         let second = table.admit().unwrap();
-        let _busy = first.stream_opened(true);
+        let _busy = first.stream_opened(true, false, 0).unwrap();
         // `first` has a stream open: `second` is the one to go.
         let third = table.admit().unwrap();
         assert_eq!(second.closing().await, Close::Evicted);
         // Every connection not closing has a stream open: refused.
-        let _busy_third = third.stream_opened(true);
+        let _busy_third = third.stream_opened(true, false, 0).unwrap();
         assert!(table.admit().is_none());
         second.finished();
         assert!(
@@ -411,11 +627,11 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn streams_needing_no_token_do_not_keep_a_connection_at_the_cap() {
-        let table = Table::new(2, Duration::from_secs(60), Metrics::new());
+        let table = Table::new(2, Duration::from_secs(60), usize::MAX, Metrics::new());
         let watcher = table.admit().unwrap();
-        let _watch = watcher.stream_opened(false);
+        let _watch = watcher.stream_opened(false, false, 0).unwrap();
         let caller = table.admit().unwrap();
-        let _call = caller.stream_opened(true);
+        let _call = caller.stream_opened(true, false, 0).unwrap();
         let newcomer = table.admit().expect("the health watcher makes room");
         assert_eq!(watcher.closing().await, Close::Evicted);
         drop(newcomer);
@@ -423,11 +639,11 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_connection_is_idle_from_its_last_stream_on() {
-        let table = Table::new(8, Duration::from_secs(60), Metrics::new());
+        let table = Table::new(8, Duration::from_secs(60), usize::MAX, Metrics::new());
         let conn = table.admit().unwrap();
         let start = Instant::now();
         assert_eq!(conn.idle_deadline(), Some(start + Duration::from_secs(60)));
-        let stream = conn.stream_opened(true);
+        let stream = conn.stream_opened(true, false, 0).unwrap();
         assert_eq!(conn.idle_deadline(), None);
         tokio::time::advance(Duration::from_secs(10)).await;
         drop(stream);
@@ -439,7 +655,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn at_the_ceiling_the_oldest_closing_connection_is_dropped_at_once() {
         // Cap 8: the ceiling is 10 connections, closing ones included.
-        let table = Table::new(8, Duration::from_secs(60), Metrics::new());
+        let table = Table::new(8, Duration::from_secs(60), usize::MAX, Metrics::new());
         let mut conns: Vec<_> = (0..8).map(|_| table.admit().unwrap()).collect();
         conns.push(table.admit().unwrap()); // evicts conns[0]
         conns.push(table.admit().unwrap()); // evicts conns[1]
@@ -452,5 +668,91 @@ mod tests {
         conns[0].aborted().await;
         conns[0].finished();
         waiting.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_whose_streams_are_all_stalled_makes_room_at_the_cap() {
+        let table = Table::new(2, Duration::from_secs(60), usize::MAX, Metrics::new());
+        let reading = table.admit().unwrap();
+        let _call = reading.stream_opened(true, false, 0).unwrap();
+        let stalled = table.admit().unwrap();
+        let stream = stalled.stream_opened(true, false, 0).unwrap();
+        let busy = stalled.stream_opened(true, false, 0).unwrap();
+        let mark = stream.stalled();
+        assert!(table.admit().is_none(), "one stream still reads");
+        let _mark = busy.stalled();
+        let newcomer = table.admit().expect("every stream of `stalled` is stalled");
+        assert_eq!(stalled.closing().await, Close::Evicted);
+        drop((mark, newcomer));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_has_few_open_path_streams_but_any_number_of_checks_and_its_own() {
+        let table = Table::new(8, Duration::from_secs(60), usize::MAX, Metrics::new());
+        let conn = table.admit().unwrap();
+        let open: Vec<_> = (0..OPEN_PATH_STREAMS)
+            .map(|_| conn.stream_opened(false, false, 0).unwrap())
+            .collect();
+        assert_eq!(
+            conn.stream_opened(false, false, 0).err(),
+            Some(Refused::OpenPathStreams)
+        );
+        let own: Vec<_> = (0..100)
+            .map(|_| conn.stream_opened(true, false, 0).unwrap())
+            .collect();
+        let checks: Vec<_> = (0..OPEN_PATH_STREAMS * 2)
+            .map(|_| conn.stream_opened(false, true, 0).unwrap())
+            .collect();
+        drop(open);
+        assert!(conn.stream_opened(false, false, 0).is_ok());
+        drop(checks);
+        drop(own);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn at_the_memory_budget_streams_are_refused_and_the_heaviest_connection_goes() {
+        let metrics = Metrics::new();
+        let budget = 10 * STREAM_COST;
+        let table = Table::new(8, Duration::from_secs(60), budget, metrics.clone());
+        let light = table.admit().unwrap();
+        let heavy = table.admit().unwrap();
+        let _light_stream = light.stream_opened(true, false, 100).unwrap();
+        let heavy_stream = heavy.stream_opened(true, false, 100).unwrap();
+        heavy_stream.hold(6 * STREAM_COST);
+        assert_eq!(table.held(), 8 * STREAM_COST + 200);
+        assert_eq!(heavy.held(), 7 * STREAM_COST + 100);
+        let _second = light.stream_opened(true, false, 0).unwrap();
+        assert_eq!(
+            light.stream_opened(true, false, 0).err(),
+            Some(Refused::MemoryBudget)
+        );
+        let _probe = light
+            .stream_opened(false, true, 0)
+            .expect("a health check is served at the budget");
+        assert_eq!(
+            light.stream_opened(true, false, 0).err(),
+            Some(Refused::MemoryBudget),
+            "refused while the heavy connection lets go"
+        );
+        assert_eq!(
+            light.closed_for(),
+            None,
+            "one connection goes, not every one"
+        );
+        heavy.aborted().await;
+        assert_eq!(heavy.closed_for(), Some(Close::MemoryBudget));
+        assert_eq!(light.closed_for(), None);
+        // Once the heavy connection's streams are gone, there is room again.
+        drop(heavy_stream);
+        heavy.finished();
+        assert_eq!(table.held(), 3 * STREAM_COST + 100);
+        assert!(light.stream_opened(true, false, 0).is_ok());
+        assert_eq!(
+            metrics
+                .grpc_connections_closed
+                .with_label_values(&["memory_budget"])
+                .get(),
+            1
+        );
     }
 }

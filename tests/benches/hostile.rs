@@ -1,0 +1,528 @@
+//! Hostile clients against the gRPC port (`cargo bench --bench hostile`): for each
+//! kind of client below, a fresh release msgw (its sandbox, a SQLite file in a temp
+//! dir, a callers file with one caller) runs as a child process; the clients attack it
+//! for `--seconds` and then leave (msgw's memory budget as under the Helm chart's
+//! default limit, `--memory-budget`), while a well-behaved client calls
+//! `grpc.health.v1.Health/Check` every 100 ms on a connection of its own. Prints, per
+//! client: msgw's RSS before, at its peak and `--settle` seconds after they left; the
+//! slowest Health/Check answer and the checks that failed (1 s deadline); and msgw's
+//! own count of what it cut.
+//!
+//! The clients speak HTTP/2 by hand (raw frames over TCP), as an attacker would; a
+//! client whose connection msgw closes connects again at once.
+//!
+//! - `never-read`: opens a `ServerReflectionInfo` stream (list_services) every 10 ms
+//!   and never reads a byte back;
+//! - `zero-window`: the same, announcing `SETTINGS_INITIAL_WINDOW_SIZE=0`, reading
+//!   everything msgw sends (so only HTTP/2 flow control holds msgw's answers back);
+//! - `half-open-events`: with the caller's token, opens a `StreamStatusEvents` stream
+//!   from the oldest event (a few hundred retained) every 10 ms, never reading;
+//! - `big-metadata`: `Health/Check` calls with 14 KB of metadata (just under the
+//!   16 KiB of headers a request may carry) every 10 ms, never reading.
+//!
+//! It asserts nothing; it prints. Bounded in time; stops by itself.
+//!
+//! `cargo bench --bench hostile` (options: `-- --help`)
+
+use std::{
+    io::{BufRead, BufReader},
+    net::SocketAddr,
+    process::{Child, Command, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+#[path = "../common/h2frames.rs"]
+mod frames;
+
+use clap::Parser;
+use sha2::{Digest, Sha256};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpStream,
+    sync::watch,
+};
+use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+
+#[derive(Parser, Debug, Clone)]
+#[command(about = "msgw gRPC port under hostile clients")]
+struct Args {
+    /// The msgw binary to attack (default: the one this benchmark was built with).
+    #[arg(long)]
+    msgw: Option<String>,
+    /// Seconds each attack lasts.
+    #[arg(long, default_value_t = 16)]
+    seconds: u64,
+    /// Seconds after the attackers left before RSS is read again.
+    #[arg(long, default_value_t = 5)]
+    settle: u64,
+    /// Run only this attack: a client's name (`never-read`) or one run of it
+    /// (`never-read-50`).
+    #[arg(long)]
+    only: Option<String>,
+    /// msgw's `--grpc-memory-budget`: by default what msgw derives under the Helm
+    /// chart's default memory limit (256Mi); empty: msgw's own default (a quarter of
+    /// this machine's memory), or a msgw from before the budget.
+    #[arg(long, default_value = "64MiB")]
+    memory_budget: String,
+    /// Extra arguments for `msgw serve`.
+    #[arg(long, allow_hyphen_values = true)]
+    serve_arg: Vec<String>,
+    /// Ignored (cargo bench passes it).
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+/// What one hostile connection does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    NeverRead,
+    ZeroWindow,
+    HalfOpenEvents,
+    BigMetadata,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::NeverRead => "never-read",
+            Kind::ZeroWindow => "zero-window",
+            Kind::HalfOpenEvents => "half-open-events",
+            Kind::BigMetadata => "big-metadata",
+        }
+    }
+}
+
+const TOKEN: &str = "hostile-bench-token";
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let attacks = [
+        (Kind::NeverRead, 20),
+        (Kind::ZeroWindow, 20),
+        (Kind::HalfOpenEvents, 20),
+        (Kind::BigMetadata, 20),
+        (Kind::NeverRead, 50),
+        (Kind::NeverRead, 200),
+    ];
+    println!(
+        "msgw gRPC port under hostile clients: {} s of attack, RSS read {} s after they left, memory budget {}",
+        args.seconds,
+        args.settle,
+        if args.memory_budget.is_empty() {
+            "msgw's default"
+        } else {
+            args.memory_budget.as_str()
+        }
+    );
+    println!(
+        "{:<18} {:>5} {:>10} {:>10} {:>10} {:>11} {:>9} {:>13} {:>11}  cut by msgw",
+        "client",
+        "conns",
+        "RSS before",
+        "RSS peak",
+        "RSS after",
+        "held peak",
+        "held end",
+        "slowest check",
+        "failed"
+    );
+    println!(
+        "(held: what msgw counts its gRPC streams as holding, msgw_grpc_held_bytes, read every 0.5 s)"
+    );
+    for (kind, conns) in attacks {
+        let label = format!("{}-{conns}", kind.name());
+        if args
+            .only
+            .as_ref()
+            .is_some_and(|o| !label.contains(o.as_str()))
+        {
+            continue;
+        }
+        runtime.block_on(attack(&args, kind, conns))?;
+    }
+    Ok(())
+}
+
+/// A running msgw child process.
+struct Msgw {
+    child: Child,
+    grpc: SocketAddr,
+    admin: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Msgw {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(args: &Args) -> anyhow::Result<Msgw> {
+    let dir = tempfile::tempdir()?;
+    let hash = hex(&Sha256::digest(TOKEN.as_bytes()));
+    let callers = dir.path().join("callers.toml");
+    std::fs::write(
+        &callers,
+        format!("[[caller]]\nname = \"bench\"\ntoken_sha256 = \"{hash}\"\nevents = \"all\"\n"),
+    )?;
+    let binary = args
+        .msgw
+        .clone()
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_msgw").to_owned());
+    let mut child = Command::new(binary)
+        .args([
+            "serve",
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--http-addr",
+            "127.0.0.1:0",
+            "--admin-addr",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+        ])
+        .arg("--store-url")
+        .arg(format!("sqlite://{}", dir.path().join("msgw.db").display()))
+        .arg("--callers-file")
+        .arg(&callers)
+        .args(
+            Some(&args.memory_budget)
+                .filter(|b| !b.is_empty())
+                .map(|b| format!("--grpc-memory-budget={b}")),
+        )
+        .args(&args.serve_arg)
+        .env("RUST_LOG", "warn,msgw=info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let stderr = child
+        .stderr
+        .take()
+        .ok_or_else(|| anyhow::anyhow!("no stderr"))?;
+    let mut lines = BufReader::new(stderr).lines();
+    let (grpc, admin) = loop {
+        let line = lines
+            .next()
+            .ok_or_else(|| anyhow::anyhow!("msgw stopped before serving"))??;
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+        if v["fields"]["message"] == "msgw serving" {
+            let addr = |k: &str| -> anyhow::Result<SocketAddr> {
+                Ok(v["fields"][k].as_str().unwrap_or_default().parse()?)
+            };
+            break (addr("grpc_addr")?, addr("admin_addr")?);
+        }
+    };
+    // Keep reading its log so that msgw never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines.map_while(Result::ok) {});
+    Ok(Msgw {
+        child,
+        grpc,
+        admin,
+        _dir: dir,
+    })
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Resident memory of `pid`, MiB.
+fn rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+async fn attack(args: &Args, kind: Kind, conns: usize) -> anyhow::Result<()> {
+    let msgw = start(args)?;
+    let pid = msgw.child.id();
+    if kind == Kind::HalfOpenEvents {
+        seed_events(msgw.grpc).await?;
+    }
+    // Warm up: the prober's connection and a first answer of each kind.
+    let prober = Prober::start(msgw.grpc).await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = rss_mib(pid);
+    let (stop_tx, stop) = watch::channel(false);
+    let mut attackers = Vec::new();
+    for _ in 0..conns {
+        attackers.push(tokio::spawn(attacker(msgw.grpc, kind, stop.clone())));
+    }
+    let mut peak = before;
+    let mut held_peak: f64 = 0.0;
+    let mut held_read = Instant::now();
+    let until = Instant::now() + Duration::from_secs(args.seconds);
+    while Instant::now() < until {
+        peak = peak.max(rss_mib(pid));
+        if held_read.elapsed() >= Duration::from_millis(500) {
+            held_peak = held_peak.max(held_mib(msgw.admin).await);
+            held_read = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop_tx.send_replace(true);
+    for a in attackers {
+        let _ = a.await;
+    }
+    let until = Instant::now() + Duration::from_secs(args.settle);
+    while Instant::now() < until {
+        peak = peak.max(rss_mib(pid));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let after = rss_mib(pid);
+    let held_after = held_mib(msgw.admin).await;
+    let (slowest, failed, checks) = prober.stop().await;
+    let cut = cut_counts(msgw.admin).await;
+    println!(
+        "{:<18} {:>5} {:>7.1} MiB {:>6.1} MiB {:>6.1} MiB {:>7.1} MiB {:>5.1} MiB {:>10.1} ms {:>5} of {:<4} {}",
+        kind.name(),
+        conns,
+        before,
+        peak,
+        after,
+        held_peak,
+        held_after,
+        slowest.as_secs_f64() * 1e3,
+        failed,
+        checks,
+        cut
+    );
+    Ok(())
+}
+
+/// Sends a few hundred SMS through the sandbox and waits until their delivery events are
+/// in the log, so that an event stream from the oldest has something to send.
+async fn seed_events(addr: SocketAddr) -> anyhow::Result<()> {
+    use msgw::proto::{SendSmsRequest, messaging_service_client::MessagingServiceClient};
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?
+        .connect()
+        .await?;
+    let mut client = MessagingServiceClient::new(channel.clone());
+    for id in 1..=300u64 {
+        let mut request = tonic::Request::new(SendSmsRequest {
+            id,
+            phone: format!("380501{id:06}"),
+            message: "hostile benchmark: an event to replay".into(),
+            signature: "msgw".into(),
+            ..Default::default()
+        });
+        request
+            .metadata_mut()
+            .insert("authorization", format!("Bearer {TOKEN}").parse()?);
+        client.send_sms(request).await?;
+    }
+    // The sandbox reports each SMS within seconds: wait for the first events.
+    let mut events = msgw::proto::event_service_client::EventServiceClient::new(channel);
+    let mut request = tonic::Request::new(msgw::proto::StreamStatusEventsRequest {
+        from_oldest: true,
+        ..Default::default()
+    });
+    request
+        .metadata_mut()
+        .insert("authorization", format!("Bearer {TOKEN}").parse()?);
+    let mut stream = events.stream_status_events(request).await?.into_inner();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut seen = 0;
+    while seen < 300 && Instant::now() < deadline {
+        match tokio::time::timeout(Duration::from_secs(5), stream.message()).await {
+            Ok(Ok(Some(_))) => seen += 1,
+            _ => break,
+        }
+    }
+    Ok(())
+}
+
+/// msgw's `/metrics` text ("" when it does not answer within 5 s).
+async fn metrics_text(admin: SocketAddr) -> String {
+    let Ok(mut tcp) = TcpStream::connect(admin).await else {
+        return String::new();
+    };
+    let _ = tcp
+        .write_all(b"GET /metrics HTTP/1.1\r\nhost: msgw\r\nconnection: close\r\n\r\n")
+        .await;
+    let mut body = String::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), tcp.read_to_string(&mut body)).await;
+    body
+}
+
+/// What msgw counts its gRPC port's streams as holding, MiB.
+async fn held_mib(admin: SocketAddr) -> f64 {
+    let body = metrics_text(admin).await;
+    body.lines()
+        .find_map(|l| l.strip_prefix("msgw_grpc_held_bytes "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map_or(0.0, |b| b / (1024.0 * 1024.0))
+}
+
+/// msgw's counters of connections and streams it cut, from `/metrics`.
+async fn cut_counts(admin: SocketAddr) -> String {
+    let body = metrics_text(admin).await;
+    let mut cut = Vec::new();
+    for line in body.lines() {
+        let interesting = line.starts_with("msgw_grpc_connections_closed_total")
+            || line.starts_with("msgw_grpc_streams_reset_total")
+            || line.starts_with("msgw_grpc_streams_refused_total");
+        if interesting && !line.contains("reason=\"client\"") {
+            let (name, value) = line.rsplit_once(' ').unwrap_or((line, ""));
+            if value != "0" {
+                let short = name
+                    .trim_start_matches("msgw_grpc_")
+                    .replace("_total", "")
+                    .replace("reason=", "");
+                cut.push(format!("{short}={value}"));
+            }
+        }
+    }
+    if cut.is_empty() {
+        "none".into()
+    } else {
+        cut.join(" ")
+    }
+}
+
+/// The well-behaved client: a Health/Check every 100 ms, each with a 1 s deadline.
+struct Prober {
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+    slowest_us: Arc<AtomicU64>,
+    failed: Arc<AtomicU64>,
+    checks: Arc<AtomicU64>,
+}
+
+impl Prober {
+    async fn start(addr: SocketAddr) -> anyhow::Result<Self> {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?
+            .connect_timeout(Duration::from_secs(1))
+            .timeout(Duration::from_secs(1))
+            .connect()
+            .await?;
+        let mut client = HealthClient::new(channel);
+        client.check(HealthCheckRequest::default()).await?;
+        let (stop, mut stopped) = watch::channel(false);
+        let slowest_us = Arc::new(AtomicU64::new(0));
+        let failed = Arc::new(AtomicU64::new(0));
+        let checks = Arc::new(AtomicU64::new(0));
+        let task = tokio::spawn({
+            let (slowest_us, failed, checks) = (slowest_us.clone(), failed.clone(), checks.clone());
+            async move {
+                let mut tick = tokio::time::interval(Duration::from_millis(100));
+                loop {
+                    tokio::select! {
+                        _ = stopped.changed() => return,
+                        _ = tick.tick() => {}
+                    }
+                    let started = Instant::now();
+                    let answered = client.check(HealthCheckRequest::default()).await;
+                    let took = started.elapsed();
+                    checks.fetch_add(1, Ordering::Relaxed);
+                    slowest_us.fetch_max(took.as_micros() as u64, Ordering::Relaxed);
+                    if answered.is_err() {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        });
+        Ok(Self {
+            stop,
+            task,
+            slowest_us,
+            failed,
+            checks,
+        })
+    }
+
+    async fn stop(self) -> (Duration, u64, u64) {
+        self.stop.send_replace(true);
+        let _ = self.task.await;
+        (
+            Duration::from_micros(self.slowest_us.load(Ordering::Relaxed)),
+            self.failed.load(Ordering::Relaxed),
+            self.checks.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// One hostile connection, connecting again whenever msgw closes it, until `stop`.
+async fn attacker(addr: SocketAddr, kind: Kind, mut stop: watch::Receiver<bool>) {
+    while !*stop.borrow() {
+        let Ok(tcp) = TcpStream::connect(addr).await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        let (mut read, mut write) = tcp.into_split();
+        let reader = (kind == Kind::ZeroWindow).then(|| {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                while matches!(read.read(&mut buf).await, Ok(n) if n > 0) {}
+            })
+        });
+        let window = (kind == Kind::ZeroWindow).then_some(0);
+        let mut opening = frames::PREFACE.to_vec();
+        opening.extend(frames::settings(window));
+        let mut stream_id = 1u32;
+        let mut tick = tokio::time::interval(Duration::from_millis(10));
+        let mut bytes = opening;
+        loop {
+            let wrote = tokio::select! {
+                _ = stop.changed() => break,
+                wrote = write.write_all(&bytes) => wrote,
+            };
+            if wrote.is_err() || stream_id > 1 << 30 {
+                break;
+            }
+            tokio::select! {
+                _ = stop.changed() => break,
+                _ = tick.tick() => {}
+            }
+            bytes = request(kind, stream_id);
+            stream_id += 2;
+        }
+        if let Some(reader) = reader {
+            reader.abort();
+        }
+    }
+}
+
+/// The frames of one hostile request on `stream`.
+fn request(kind: Kind, stream: u32) -> Vec<u8> {
+    let auth = format!("Bearer {TOKEN}");
+    let pad = "x".repeat(2000);
+    // Just under the 16 KiB of headers HTTP/2 servers accept by default.
+    let names: Vec<String> = (0..7).map(|i| format!("x-pad-{i}")).collect();
+    match kind {
+        // The reflection stream left open after one list_services.
+        Kind::NeverRead | Kind::ZeroWindow => frames::grpc_request(
+            stream,
+            frames::REFLECTION_V1ALPHA,
+            &[],
+            frames::LIST_SERVICES,
+            false,
+        ),
+        // StreamStatusEventsRequest { from_oldest: true }.
+        Kind::HalfOpenEvents => frames::grpc_request(
+            stream,
+            "/msgw.v1.EventService/StreamStatusEvents",
+            &[("authorization", auth.as_str())],
+            &[0x10, 0x01],
+            true,
+        ),
+        // HealthCheckRequest {} under 7 × 2,000 bytes of metadata.
+        Kind::BigMetadata => {
+            let metadata: Vec<(&str, &str)> =
+                names.iter().map(|n| (n.as_str(), pad.as_str())).collect();
+            frames::grpc_request(stream, "/grpc.health.v1.Health/Check", &metadata, &[], true)
+        }
+    }
+}

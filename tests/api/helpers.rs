@@ -666,3 +666,30 @@ pub fn serve_args(dir: &std::path::Path) -> Vec<String> {
     .chain([format!("sqlite://{}", dir.join("msgw.db").display())])
     .collect()
 }
+
+/// Starts the real msgw binary as `command` says (logging JSON) and waits until it
+/// serves; returns it with its gRPC address. Its log is drained from then on, so msgw
+/// never blocks on a full pipe. Blocks: call it off the runtime's threads.
+pub fn serving_binary(
+    mut command: std::process::Command,
+) -> (std::process::Child, std::net::SocketAddr) {
+    use std::io::{BufRead, BufReader};
+    let mut child = command
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("msgw starts");
+    let mut lines = BufReader::new(child.stderr.take().expect("piped")).lines();
+    let mut log = Vec::new();
+    let addr = loop {
+        let Some(Ok(line)) = lines.next() else {
+            panic!("msgw stopped before it served:\n{}", log.join("\n"));
+        };
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+        if v["fields"]["message"] == "msgw serving" {
+            break v["fields"]["grpc_addr"].as_str().unwrap().parse().unwrap();
+        }
+        log.push(line);
+    };
+    std::thread::spawn(move || for _ in lines {});
+    (child, addr)
+}

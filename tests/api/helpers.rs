@@ -477,7 +477,7 @@ pub fn config(options: Options, gateway: &FakeGateway) -> (Config, Arc<tempfile:
         verify.secret = Some(VERIFY_SECRET.to_owned().into());
     }
     let config = Config {
-        webhook_secret: WEBHOOK_SECRET.to_owned().into(),
+        webhook_secret: Some(WEBHOOK_SECRET.to_owned().into()),
         webhook_secret_previous: options.webhook_secret_previous.clone().map(Into::into),
         account_token: ACCOUNT_TOKEN.to_owned().into(),
         retention: options.retention,

@@ -1,7 +1,8 @@
 //! The real binary on its sandbox, as `msgw serve` runs with no gateway configured,
 //! killed with SIGKILL and started again on the same store (a SQLite file, or a
-//! PostgreSQL schema): what it acknowledged is still there, and nothing it handed out
-//! is handed out again.
+//! PostgreSQL schema): what it acknowledged is still there, nothing it handed out is
+//! handed out again, and without a configured secret the hooks it gave the sandbox
+//! before still verify.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -12,6 +13,7 @@ use std::{
 };
 
 use msgw::proto::*;
+use tokio_stream::StreamExt;
 use tonic::{Code, transport::Channel};
 
 use crate::builders::sms_to;
@@ -261,5 +263,53 @@ async fn sends_through_sigkills(mut msgw: Sandboxed) {
         before - after,
         i64::try_from(total).unwrap() * 10_000,
         "one SMS part (1.00) billed per acknowledged send, no more, no less"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hooks_given_before_a_restart_verify_after_it_without_a_configured_secret() {
+    let until = Instant::now() + BOUND;
+    let dir = tempfile::tempdir().unwrap();
+    // Slow enough that the status is final only after the restart.
+    let mut msgw = Sandboxed::on_sqlite(dir.path(), Duration::from_secs(1));
+    msgw.start().await;
+    let channel = msgw.channel();
+    let msg_id = send_until_acknowledged(channel.clone(), 7, until).await;
+    msgw.kill();
+    msgw.start().await;
+
+    // The sandbox resumes the delivery and posts its final status to the hook URL
+    // msgw signed before the kill; only a webhook msgw accepted becomes this event.
+    let mut events = msgw::proto::event_service_client::EventServiceClient::new(channel)
+        .stream_status_events(StreamStatusEventsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    // The status is final two steps after the send, and the sandbox retries a refused
+    // webhook within a second: 15 s is long enough.
+    let arrival = Instant::now() + Duration::from_secs(15);
+    let event = loop {
+        let next = tokio::time::timeout_at(arrival.into(), events.next())
+            .await
+            .expect("the webhook signed before the restart arrives")
+            .expect("the stream stays open")
+            .unwrap()
+            .event
+            .unwrap();
+        if next.id == 7 && next.r#final {
+            break next;
+        }
+    };
+    assert_eq!(
+        (event.source(), event.status(), event.msg_id.as_str()),
+        (
+            EventSource::Webhook,
+            MessageStatus::Delivered,
+            msg_id.as_str()
+        )
+    );
+    assert!(
+        dir.path().join("msgw.db.webhook-secret").is_file(),
+        "the generated secret is kept next to the database"
     );
 }

@@ -18,6 +18,7 @@ use crate::grpc::port::PortLimits;
 use crate::grpc::{StampLayer, TooLargeLayer};
 use crate::hooks::{HookSigner, HookUrls};
 use crate::http_listener::{self, ListenerLimits};
+use crate::kept_secret;
 use crate::metrics::Metrics;
 use crate::periodic::Leased;
 use crate::reconcile::{ReconcileConfig, Reconciler};
@@ -94,9 +95,6 @@ impl Application {
             Some(url) => url,
             None => own_url(http.local_addr()?)?,
         };
-        let signer = HookSigner::new(&config.webhook_secret)
-            .with_previous(config.webhook_secret_previous.as_ref());
-        let hooks = HookUrls::new(&public_url, signer.clone());
         let store = crate::store::open(
             &config.store_url,
             config.store_password.as_ref(),
@@ -104,6 +102,15 @@ impl Application {
         )
         .await
         .with_context(|| format!("cannot open the store {}", redact(&config.store_url)))?;
+        // Not configured (SQLite only, see config): kept next to the database, so the
+        // hooks of messages sent before a restart still verify after it.
+        let (webhook_secret, webhook_note) = match config.webhook_secret {
+            Some(secret) => (secret, None),
+            None => kept_secret::WEBHOOK.of_store(&config.store_url)?,
+        };
+        let signer =
+            HookSigner::new(&webhook_secret).with_previous(config.webhook_secret_previous.as_ref());
+        let hooks = HookUrls::new(&public_url, signer.clone());
         let (base_url, api_key, sandbox) = match config.upstream {
             Upstream::Gateway { url, api_key } => (url, api_key, None),
             Upstream::Sandbox(sandbox_config) => {
@@ -134,6 +141,9 @@ impl Application {
         for secret in &config.generated_secrets {
             tracing::info!("no {secret} configured: generated a random one for this run");
         }
+        if let Some(note) = webhook_note {
+            tracing::info!("{note}");
+        }
 
         let events = EventLog::new(store.clone(), config.event_fan_out, metrics.clone());
         let dispatcher = Dispatcher::new(gateway, config.upstream_limits, metrics.clone())
@@ -145,15 +155,13 @@ impl Application {
         let verify_secret = match config.verify.secret {
             Some(secret) => secret,
             // Not configured (SQLite only, see config): kept next to the database.
-            None => match verify::secret::path_for(&config.store_url) {
-                Some(path) => verify::secret::kept(&path).with_context(|| {
-                    format!(
-                        "cannot keep the verification secret in {}: set MSGW_VERIFY_SECRET or make the database's directory writable",
-                        path.display()
-                    )
-                })?,
-                None => SecretString::from(crate::config::random_token()),
-            },
+            None => {
+                let (secret, note) = kept_secret::VERIFY.of_store(&config.store_url)?;
+                if let Some(note) = note {
+                    tracing::info!("{note}");
+                }
+                secret
+            }
         };
         let verifier = Verifier::new(
             dispatcher.clone(),

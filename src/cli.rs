@@ -258,7 +258,9 @@ pub struct ServeArgs {
     /// Default: the listener's own address (loopback when bound to all interfaces).
     #[arg(long, env = "MSGW_PUBLIC_URL")]
     pub public_url: Option<url::Url>,
-    /// HMAC key of the per-message hook tokens (at least 16 characters). Default: random per start.
+    /// HMAC key of the per-message hook tokens (at least 16 characters). Default: on SQLite,
+    /// generated once into `<database file>.webhook-secret` (random per start for an
+    /// in-memory database); a PostgreSQL store needs it set.
     #[arg(
         long,
         env = "MSGW_WEBHOOK_SECRET",

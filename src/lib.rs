@@ -22,6 +22,7 @@ pub mod fd_limit;
 pub mod grpc;
 pub mod hooks;
 pub mod http_listener;
+pub mod kept_secret;
 pub mod memory;
 pub mod metrics;
 pub mod periodic;

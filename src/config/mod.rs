@@ -47,8 +47,9 @@ pub struct Config {
     pub admin_addr: SocketAddr,
     /// Base URL of the HTTP listener as the gateway sees it; `None`: the listener's own address.
     pub public_url: Option<url::Url>,
-    /// HMAC key of hook tokens.
-    pub webhook_secret: SecretString,
+    /// HMAC key of hook tokens; `None`: generated and kept next to the SQLite file
+    /// (random per start for an in-memory database).
+    pub webhook_secret: Option<SecretString>,
     /// The HMAC key before a rotation, still accepted when verifying.
     pub webhook_secret_previous: Option<SecretString>,
     /// Token of the account-level webhook.
@@ -133,7 +134,7 @@ impl Config {
             grpc_addr: loopback,
             http_addr: loopback,
             admin_addr: loopback,
-            webhook_secret: "test-webhook-secret-0123456789".to_owned().into(),
+            webhook_secret: Some("test-webhook-secret-0123456789".to_owned().into()),
             account_token: "test-account-token-0123456789".to_owned().into(),
             generated_secrets: Vec::new(),
             store_url,
@@ -250,7 +251,7 @@ impl ServeArgs {
             )),
             None => None,
         };
-        let (webhook_secret, webhook_secret_generated) = secret_or_random(
+        let webhook_secret = secret_if_set(
             "webhook secret (MSGW_WEBHOOK_SECRET)",
             self.webhook_secret,
             self.webhook_secret_file.as_deref(),
@@ -303,7 +304,7 @@ impl ServeArgs {
                     "the previous webhook secret (MSGW_WEBHOOK_SECRET_PREVIOUS) must be at least 16 characters"
                 );
             }
-            if webhook_secret_generated {
+            if webhook_secret.is_none() {
                 bail!(
                     "MSGW_WEBHOOK_SECRET_PREVIOUS is set but MSGW_WEBHOOK_SECRET is not: a rotation needs the new secret"
                 );
@@ -326,7 +327,7 @@ impl ServeArgs {
             for (name, generated) in [
                 (
                     "MSGW_WEBHOOK_SECRET (or MSGW_WEBHOOK_SECRET_FILE)",
-                    webhook_secret_generated,
+                    webhook_secret.is_none(),
                 ),
                 (
                     "MSGW_ACCOUNT_TOKEN (or MSGW_ACCOUNT_TOKEN_FILE)",
@@ -355,19 +356,10 @@ impl ServeArgs {
             webhook_secret,
             webhook_secret_previous: webhook_secret_previous.map(SecretString::from),
             account_token,
-            generated_secrets: [
-                (
-                    "webhook secret (MSGW_WEBHOOK_SECRET)",
-                    webhook_secret_generated,
-                ),
-                (
-                    "account webhook token (MSGW_ACCOUNT_TOKEN)",
-                    account_token_generated,
-                ),
-            ]
-            .into_iter()
-            .filter_map(|(name, generated)| generated.then_some(name))
-            .collect(),
+            generated_secrets: account_token_generated
+                .then_some("account webhook token (MSGW_ACCOUNT_TOKEN)")
+                .into_iter()
+                .collect(),
             store_url: self.store_url,
             store_password,
             retention: Retention {
@@ -416,6 +408,26 @@ impl ServeArgs {
     }
 }
 
+/// A secret from its flag or file, checked; `None` when neither is set.
+fn secret_if_set(
+    what: &str,
+    value: Option<String>,
+    file: Option<&std::path::Path>,
+    valid: impl Fn(&str) -> bool,
+    rule: &str,
+) -> anyhow::Result<Option<SecretString>> {
+    let given = match (value, file) {
+        (Some(v), _) => Some(v.trim().to_owned()),
+        (None, Some(path)) => Some(read_secret(path).with_context(|| what.to_owned())?),
+        (None, None) => None,
+    };
+    match given {
+        Some(v) if valid(&v) => Ok(Some(SecretString::from(v))),
+        Some(_) => bail!("the {what} must be {rule}"),
+        None => Ok(None),
+    }
+}
+
 /// A secret from its flag or file, checked; a random one when neither is set
 /// (the flag says so, for the startup log).
 fn secret_or_random(
@@ -425,16 +437,10 @@ fn secret_or_random(
     valid: impl Fn(&str) -> bool,
     rule: &str,
 ) -> anyhow::Result<(SecretString, bool)> {
-    let given = match (value, file) {
-        (Some(v), _) => Some(v.trim().to_owned()),
-        (None, Some(path)) => Some(read_secret(path).with_context(|| what.to_owned())?),
-        (None, None) => None,
-    };
-    match given {
-        Some(v) if valid(&v) => Ok((SecretString::from(v), false)),
-        Some(_) => bail!("the {what} must be {rule}"),
-        None => Ok((SecretString::from(random_token()), true)),
-    }
+    Ok(match secret_if_set(what, value, file, valid, rule)? {
+        Some(secret) => (secret, false),
+        None => (SecretString::from(random_token()), true),
+    })
 }
 
 /// 32 random bytes, base64url: URL-safe and strong enough for an HMAC key.

@@ -195,6 +195,11 @@ async fn deliver(inner: &Inner, delivery: &Delivery, done: usize) {
     if let Some(replies) = record.replies {
         body["replies"] = replies;
     }
+    // The webhook tells the final status: it goes once that status is saved, so a
+    // restart never takes back what it told.
+    while inner.durable().await.is_err() {
+        tokio::time::sleep(inner.config.webhook_backoff).await;
+    }
     webhook::post(inner, &url, &body).await;
 }
 

@@ -34,6 +34,14 @@ async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Body)
         Ok(items) => {
             tracing::debug!(operations = items.len(), "sandbox request");
             let results: Vec<Value> = items.iter().map(|item| ops::run(&inner, item)).collect();
+            // What the answer shows (a msg_id, a balance, a status) is saved before it goes
+            // out, so a crash right after it takes nothing back. If it cannot be saved, the
+            // outcome is unknown, as when a gateway's answer is lost: a retry asks again.
+            if let Err(e) = inner.durable().await {
+                tracing::warn!(error = %e, "sandbox: cannot save its state: HTTP 503");
+                return (StatusCode::SERVICE_UNAVAILABLE, "503 Service Unavailable")
+                    .into_response();
+            }
             if items.iter().any(answer_lost) {
                 tracing::info!(
                     "sandbox: answer lost on purpose (magic number 380000000010): HTTP 502"

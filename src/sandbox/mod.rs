@@ -18,6 +18,7 @@ mod magic;
 mod ops;
 mod persist;
 mod pipeline;
+mod saved;
 mod sends;
 mod state;
 mod status;
@@ -47,7 +48,8 @@ pub struct Sandbox {
 /// Shared by the HTTP handler and the background delivery tasks.
 struct Inner {
     config: SandboxConfig,
-    state: Mutex<State>,
+    /// Shared with the writer of its saves.
+    state: Arc<Mutex<State>>,
     /// `None` only if the TLS backend failed to initialise; webhooks are then skipped.
     http: Option<reqwest::Client>,
     /// Flips to `true` when `serve` shuts down, stopping every delivery task.
@@ -56,13 +58,27 @@ struct Inner {
     persistence: Option<persist::Persistence>,
 }
 
+/// Locks the account state; a panic elsewhere while holding the lock must not take
+/// the emulator down with it, so a poisoned lock is recovered.
+fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
+    state
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 impl Inner {
-    /// The account state; a panic elsewhere while holding the lock must not
-    /// take the emulator down with it, so a poisoned lock is recovered.
+    /// The account state.
     fn state(&self) -> MutexGuard<'_, State> {
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock(&self.state)
+    }
+
+    /// Waits until the state as it is now is saved; at once for an account kept in
+    /// memory only.
+    async fn durable(&self) -> Result<(), crate::store::StoreError> {
+        match &self.persistence {
+            Some(persistence) => persistence.durable().await,
+            None => Ok(()),
+        }
     }
 
     /// Whether `name` is a registered sender name (case-sensitive, like an alpha-name).
@@ -78,20 +94,21 @@ impl Sandbox {
             billing::to_units(config.balance),
             config.account_webhook_url.clone(),
         );
-        Self::with(config, state, None)
+        Self::with(config, Arc::new(Mutex::new(state)), None)
     }
 
     /// The sandbox account kept in `store`: as it was saved there, if it was, with
-    /// its deliveries under way resumed; saved again while it changes (see `serve`).
+    /// its deliveries under way resumed; every answer waits for the save of what it
+    /// shows (see `persist.rs`).
     pub async fn kept_in(
         config: SandboxConfig,
         store: Arc<dyn crate::store::Store>,
     ) -> Result<Self, crate::store::StoreError> {
-        let mut state = State::new(
+        let state = State::new(
             billing::to_units(config.balance),
             config.account_webhook_url.clone(),
         );
-        let (persistence, underway) = persist::Persistence::load(store, &mut state).await?;
+        let (state, persistence, underway) = persist::Persistence::load(store, state).await?;
         let sandbox = Self::with(config, state, Some(persistence));
         persist::resume(&sandbox.inner, underway);
         Ok(sandbox)
@@ -99,7 +116,7 @@ impl Sandbox {
 
     fn with(
         config: SandboxConfig,
-        state: State,
+        state: Arc<Mutex<State>>,
         persistence: Option<persist::Persistence>,
     ) -> Self {
         let http = reqwest::Client::builder()
@@ -111,7 +128,7 @@ impl Sandbox {
         Self {
             inner: Arc::new(Inner {
                 config,
-                state: Mutex::new(state),
+                state,
                 http,
                 stopped,
                 persistence,

@@ -1,6 +1,6 @@
 //! In-memory account state: balance, message records and templates.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 use serde_json::{Value, json};
@@ -53,14 +53,31 @@ pub struct ViberTemplate {
 pub struct State {
     pub(super) balance: Units,
     pub(super) messages: HashMap<u64, MessageRecord>,
-    pub sms_templates: Vec<SmsTemplate>,
-    pub viber_templates: Vec<ViberTemplate>,
+    pub(super) sms_templates: Vec<SmsTemplate>,
+    pub(super) viber_templates: Vec<ViberTemplate>,
     pub(super) next_msg_id: u64,
     pub(super) next_template_id: u64,
     pub account_webhook_url: Option<String>,
     /// Deliveries under way by client id, with the steps each has made: what a
     /// restart resumes.
     pub(super) deliveries: HashMap<u64, (Delivery, usize)>,
+    /// What changed since the last save.
+    pub(super) changes: Changes,
+}
+
+/// The changes a save has not covered yet. Every change goes through a method of
+/// [`State`], which counts it here, so an answer can wait for the save of what it shows.
+#[derive(Debug, Default)]
+pub struct Changes {
+    /// Counts every change; a save covers the version it saw.
+    pub version: u64,
+    /// Client ids whose message or delivery changed (kept only for a saved account).
+    pub messages: HashSet<u64>,
+    /// The balance, an id counter or a template changed.
+    pub account: bool,
+    /// Whether the account is saved: an account kept in memory only never drains
+    /// `messages`, so it does not fill it.
+    pub tracked: bool,
 }
 
 impl State {
@@ -75,11 +92,27 @@ impl State {
             next_template_id: FIRST_TEMPLATE_ID,
             account_webhook_url,
             deliveries: HashMap::new(),
+            changes: Changes::default(),
+        }
+    }
+
+    /// Counts a change of the balance, the id counters or the templates.
+    fn account_changed(&mut self) {
+        self.changes.version += 1;
+        self.changes.account = true;
+    }
+
+    /// Counts a change of the message or delivery of client id `id`.
+    fn message_changed(&mut self, id: u64) {
+        self.changes.version += 1;
+        if self.changes.tracked {
+            self.changes.messages.insert(id);
         }
     }
 
     /// Records a delivery that starts now.
     pub fn begin_delivery(&mut self, delivery: Delivery) {
+        self.message_changed(delivery.id);
         self.deliveries.insert(delivery.id, (delivery, 0));
     }
 
@@ -89,6 +122,7 @@ impl State {
             && delivery.msg_id == msg_id
         {
             *done += 1;
+            self.message_changed(id);
         }
     }
 
@@ -100,6 +134,7 @@ impl State {
             .is_some_and(|(delivery, _)| delivery.msg_id == msg_id)
         {
             self.deliveries.remove(&id);
+            self.message_changed(id);
         }
     }
 
@@ -113,7 +148,10 @@ impl State {
         if price > self.balance {
             return Err(OpError::InsufficientBalance);
         }
-        self.balance -= price;
+        if price != 0 {
+            self.balance -= price;
+            self.account_changed();
+        }
         Ok(())
     }
 
@@ -121,6 +159,8 @@ impl State {
     pub fn start_message(&mut self, id: u64, channel: Channel) -> u64 {
         let msg_id = self.next_msg_id;
         self.next_msg_id += 1;
+        self.account_changed();
+        self.message_changed(id);
         self.messages.insert(
             id,
             MessageRecord {
@@ -144,7 +184,11 @@ impl State {
         status: &'static str,
         replies: Option<Value>,
     ) -> Option<MessageRecord> {
-        let record = self.messages.get_mut(&id).filter(|r| r.msg_id == msg_id)?;
+        if self.messages.get(&id).is_none_or(|r| r.msg_id != msg_id) {
+            return None;
+        }
+        self.message_changed(id);
+        let record = self.messages.get_mut(&id)?;
         record.channel = channel;
         record.status = status;
         record.updated = status::now_rfc3339();
@@ -163,7 +207,42 @@ impl State {
     pub fn next_template_id(&mut self) -> u64 {
         let id = self.next_template_id;
         self.next_template_id += 1;
+        self.account_changed();
         id
+    }
+
+    /// Adds an SMS template.
+    pub fn add_sms_template(&mut self, template: SmsTemplate) {
+        self.sms_templates.push(template);
+        self.account_changed();
+    }
+
+    /// Adds a Viber template.
+    pub fn add_viber_template(&mut self, template: ViberTemplate) {
+        self.viber_templates.push(template);
+        self.account_changed();
+    }
+
+    /// Deletes the SMS templates `doomed` selects; returns how many.
+    pub fn delete_sms_templates(&mut self, doomed: impl Fn(&SmsTemplate) -> bool) -> usize {
+        let before = self.sms_templates.len();
+        self.sms_templates.retain(|t| !doomed(t));
+        let deleted = before - self.sms_templates.len();
+        if deleted > 0 {
+            self.account_changed();
+        }
+        deleted
+    }
+
+    /// Deletes the Viber templates `doomed` selects; returns how many.
+    pub fn delete_viber_templates(&mut self, doomed: impl Fn(&ViberTemplate) -> bool) -> usize {
+        let before = self.viber_templates.len();
+        self.viber_templates.retain(|t| !doomed(t));
+        let deleted = before - self.viber_templates.len();
+        if deleted > 0 {
+            self.account_changed();
+        }
+        deleted
     }
 }
 

@@ -33,7 +33,7 @@ pub fn create_sms(inner: &Inner, f: &Fields) -> Result<Value, OpError> {
         "chars": template.chars,
         "parts": template.parts,
     });
-    state.sms_templates.push(template);
+    state.add_sms_template(template);
     Ok(out)
 }
 
@@ -60,12 +60,11 @@ pub fn delete_sms(inner: &Inner, f: &Fields) -> Result<Value, OpError> {
     if id.is_none() && text.is_none() {
         return Err(OpError::MissingIdOrTemplate);
     }
-    let mut state = inner.state();
-    let before = state.sms_templates.len();
-    state
-        .sms_templates
-        .retain(|t| !matches(t.id, &t.template, id.map(|id| id.parse().ok()), text));
-    Ok(json!({"deleted": before - state.sms_templates.len()}))
+    let wanted_id = id.map(|id| id.parse().ok());
+    let deleted = inner
+        .state()
+        .delete_sms_templates(|t| matches(t.id, &t.template, wanted_id, text));
+    Ok(json!({"deleted": deleted}))
 }
 
 /// `template/viber/create`: `{"id","status":"moderation"}`.
@@ -77,7 +76,7 @@ pub fn create_viber(inner: &Inner, f: &Fields) -> Result<Value, OpError> {
     }
     let mut state = inner.state();
     let id = state.next_template_id();
-    state.viber_templates.push(ViberTemplate {
+    state.add_viber_template(ViberTemplate {
         id,
         template: text.to_owned(),
         signature: signature.to_owned(),
@@ -108,12 +107,10 @@ pub fn delete_viber(inner: &Inner, f: &Fields) -> Result<Value, OpError> {
     if id.is_none() && text.is_none() {
         return Err(OpError::MissingIdOrTemplate);
     }
-    let mut state = inner.state();
-    let before = state.viber_templates.len();
-    state
-        .viber_templates
-        .retain(|t| !matches(t.id, &t.template, id.map(Some), text));
-    Ok(json!({"deleted": before - state.viber_templates.len()}))
+    let deleted = inner
+        .state()
+        .delete_viber_templates(|t| matches(t.id, &t.template, id.map(Some), text));
+    Ok(json!({"deleted": deleted}))
 }
 
 /// Whether a template is selected by id or by exact text. `wanted_id` is

@@ -12,6 +12,7 @@ mod postgres_claims;
 mod postgres_events;
 mod postgres_reach;
 mod rows;
+mod sandbox_sql;
 mod shared;
 mod sqlite;
 mod sqlite_claims;
@@ -71,6 +72,16 @@ impl StoreError {
             detail: detail.to_owned(),
         }
     }
+}
+
+/// One save of the built-in sandbox's account: what changed since the last one.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SandboxSave {
+    /// The account's document (balance, id counters, templates), when it changed.
+    pub account: Option<String>,
+    /// The records (JSON) of the client ids whose message or delivery changed; each id
+    /// at most once.
+    pub messages: Vec<(u64, String)>,
 }
 
 /// A message msgw sent and tracks until its status is final.
@@ -205,11 +216,15 @@ pub trait Store: std::fmt::Debug + Send + Sync + 'static {
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError>;
 
-    /// The built-in sandbox's saved state of `account` (a JSON document), if any.
+    /// The built-in sandbox's saved document of `account` (balance, id counters,
+    /// templates: JSON), if any.
     async fn sandbox_state(&self, account: &str) -> Result<Option<String>, StoreError>;
 
-    /// Saves the built-in sandbox's state of `account`.
-    async fn save_sandbox_state(&self, account: &str, state: &str) -> Result<(), StoreError>;
+    /// The built-in sandbox's saved messages of `account`: each client id's record (JSON).
+    async fn sandbox_messages(&self, account: &str) -> Result<Vec<(u64, String)>, StoreError>;
+
+    /// Saves what changed in the built-in sandbox's `account`, in one transaction.
+    async fn save_sandbox(&self, account: &str, save: &SandboxSave) -> Result<(), StoreError>;
 
     /// Starts a verification with its first send, unless the number had `limit`
     /// verifications already, its send id is taken, or the caller has one pending for

@@ -228,6 +228,14 @@ super::shared::store_impl! {
         Ok(appended)
     }
 
+    async fn save_sandbox(
+        &self,
+        account: &str,
+        save: &super::SandboxSave,
+    ) -> Result<(), StoreError> {
+        super::sandbox_sql::save_postgres(&self.pool, account, save).await
+    }
+
     async fn latest_cursor(&self) -> Result<Cursor, StoreError> {
         head(&self.pool).await
     }

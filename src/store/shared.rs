@@ -77,13 +77,6 @@ pub(super) const UNSETTLED_SQL: &str = "SELECT * FROM claims
             OR (state = 'in_flight' AND claimed_at_ms <= $2))
      ORDER BY claimed_at_ms LIMIT $3";
 
-/// Reads the sandbox's state (`$1`: account) and saves it (`$1`, `$2`: state, `$3`:
-/// now); both databases speak this SQL.
-pub(super) const SANDBOX_STATE_SQL: &str = "SELECT state FROM sandbox_state WHERE account = $1";
-pub(super) const SAVE_SANDBOX_STATE_SQL: &str = "INSERT INTO sandbox_state (account, state, saved_at_ms)
-     VALUES ($1, $2, $3)
-     ON CONFLICT (account) DO UPDATE SET state = excluded.state, saved_at_ms = excluded.saved_at_ms";
-
 /// The final event of a message if it has one, else its newest (`$1`: the client id).
 pub(super) const LAST_EVENT_SQL: &str =
     "SELECT * FROM events WHERE client_id = $1 ORDER BY is_final DESC, cursor DESC LIMIT 1";
@@ -273,25 +266,26 @@ macro_rules! store_impl {
                 account: &str,
             ) -> Result<Option<String>, $crate::store::StoreError> {
                 let row: Option<(String,)> =
-                    sqlx::query_as($crate::store::shared::SANDBOX_STATE_SQL)
+                    sqlx::query_as($crate::store::sandbox_sql::STATE_SQL)
                         .bind(account)
                         .fetch_optional(&self.$read)
                         .await?;
                 Ok(row.map(|(state,)| state))
             }
 
-            async fn save_sandbox_state(
+            async fn sandbox_messages(
                 &self,
                 account: &str,
-                state: &str,
-            ) -> Result<(), $crate::store::StoreError> {
-                sqlx::query($crate::store::shared::SAVE_SANDBOX_STATE_SQL)
-                    .bind(account)
-                    .bind(state)
-                    .bind($crate::store::rows::ms(chrono::Utc::now()))
-                    .execute(&self.$write)
-                    .await?;
-                Ok(())
+            ) -> Result<Vec<(u64, String)>, $crate::store::StoreError> {
+                let rows: Vec<(i64, String)> =
+                    sqlx::query_as($crate::store::sandbox_sql::MESSAGES_SQL)
+                        .bind(account)
+                        .fetch_all(&self.$read)
+                        .await?;
+                Ok(rows
+                    .into_iter()
+                    .map(|(id, record)| ($crate::store::rows::id_from_db(id), record))
+                    .collect())
             }
 
             async fn create_verification(

@@ -292,6 +292,14 @@ super::shared::store_impl! {
         Ok(stored)
     }
 
+    async fn save_sandbox(
+        &self,
+        account: &str,
+        save: &super::SandboxSave,
+    ) -> Result<(), StoreError> {
+        super::sandbox_sql::save_sqlite(&self.writer, account, save).await
+    }
+
     async fn latest_cursor(&self) -> Result<Cursor, StoreError> {
         // sqlite_sequence remembers the highest cursor even after its event was pruned.
         let seq: Option<(i64,)> =

@@ -7,7 +7,6 @@
 
 pub mod code;
 mod request;
-pub mod secret;
 
 use std::{sync::Arc, time::Duration};
 

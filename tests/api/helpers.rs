@@ -477,7 +477,7 @@ pub fn config(options: Options, gateway: &FakeGateway) -> (Config, Arc<tempfile:
         verify.secret = Some(VERIFY_SECRET.to_owned().into());
     }
     let config = Config {
-        webhook_secret: WEBHOOK_SECRET.to_owned().into(),
+        webhook_secret: Some(WEBHOOK_SECRET.to_owned().into()),
         webhook_secret_previous: options.webhook_secret_previous.clone().map(Into::into),
         account_token: ACCOUNT_TOKEN.to_owned().into(),
         retention: options.retention,
@@ -665,4 +665,31 @@ pub fn serve_args(dir: &std::path::Path) -> Vec<String> {
     .into_iter()
     .chain([format!("sqlite://{}", dir.join("msgw.db").display())])
     .collect()
+}
+
+/// Starts the real msgw binary as `command` says (logging JSON) and waits until it
+/// serves; returns it with its gRPC address. Its log is drained from then on, so msgw
+/// never blocks on a full pipe. Blocks: call it off the runtime's threads.
+pub fn serving_binary(
+    mut command: std::process::Command,
+) -> (std::process::Child, std::net::SocketAddr) {
+    use std::io::{BufRead, BufReader};
+    let mut child = command
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("msgw starts");
+    let mut lines = BufReader::new(child.stderr.take().expect("piped")).lines();
+    let mut log = Vec::new();
+    let addr = loop {
+        let Some(Ok(line)) = lines.next() else {
+            panic!("msgw stopped before it served:\n{}", log.join("\n"));
+        };
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+        if v["fields"]["message"] == "msgw serving" {
+            break v["fields"]["grpc_addr"].as_str().unwrap().parse().unwrap();
+        }
+        log.push(line);
+    };
+    std::thread::spawn(move || for _ in lines {});
+    (child, addr)
 }

@@ -19,6 +19,7 @@ mod operations;
 mod postgres;
 mod remembering;
 mod replicas;
+mod sandbox_crashes;
 mod sandboxed;
 mod security;
 mod settling;

@@ -1,10 +1,6 @@
 //! Operations: Prometheus metrics, and the real binary's SIGTERM handling.
 
-use std::{
-    io::{BufRead, BufReader},
-    process::{Command, Stdio},
-    time::Duration,
-};
+use std::{process::Command, time::Duration};
 
 use msgw::proto::*;
 use tokio_stream::StreamExt;
@@ -230,7 +226,8 @@ fn start_binary(
     gateway_url: &str,
     store: &std::path::Path,
 ) -> (std::process::Child, std::net::SocketAddr) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_msgw"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_msgw"));
+    command
         .args(crate::helpers::serve_args(store))
         .args([
             "--upstream-url",
@@ -239,21 +236,8 @@ fn start_binary(
             crate::helpers::API_KEY,
             "--allow-unauthenticated",
         ])
-        .args(["--shutdown-grace", "10s", "--balance-refresh", "0"])
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("msgw starts");
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let addr = loop {
-        let line = lines.next().expect("msgw logs until it serves").unwrap();
-        let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
-        if v["fields"]["message"] == "msgw serving" {
-            break v["fields"]["grpc_addr"].as_str().unwrap().parse().unwrap();
-        }
-    };
-    // Keep draining the log so msgw never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    (child, addr)
+        .args(["--shutdown-grace", "10s", "--balance-refresh", "0"]);
+    crate::helpers::serving_binary(command)
 }
 
 #[tokio::test]

@@ -94,7 +94,7 @@ async fn main() -> anyhow::Result<()> {
             .unwrap_or_else(|| format!("sqlite://{}", dir.path().join("bench.db").display())),
     };
     let config = Config {
-        webhook_secret: SECRET.to_owned().into(),
+        webhook_secret: Some(SECRET.to_owned().into()),
         retention: Retention {
             max_age: Duration::from_secs(3600),
             max_events: 10_000_000,

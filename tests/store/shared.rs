@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use chrono::Utc;
 use msgw::domain::{Channel, ClientId};
-use msgw::store::{AcceptedOutcome, ClaimChange, Fingerprint, SentMessage, Settlement, Store};
+use msgw::store::{
+    AcceptedOutcome, ClaimChange, Fingerprint, SandboxSave, SentMessage, Settlement, Store,
+};
 
 use crate::{Fixture, events::event};
 
@@ -125,15 +127,49 @@ pub async fn the_sandboxs_state_reads_back_as_saved_from_any_replica(fixture: Fi
         None,
         "nothing saved yet"
     );
-    a.save_sandbox_state("sandbox", r#"{"balance":1}"#)
-        .await
-        .unwrap();
-    a.save_sandbox_state("sandbox", r#"{"balance":2}"#)
+    assert_eq!(a.sandbox_messages("sandbox").await.unwrap(), vec![]);
+    let save = |account: Option<&str>, messages: &[(u64, &str)]| SandboxSave {
+        account: account.map(str::to_owned),
+        messages: messages
+            .iter()
+            .map(|(id, record)| (*id, (*record).to_owned()))
+            .collect(),
+    };
+    a.save_sandbox(
+        "sandbox",
+        &save(Some(r#"{"balance":1}"#), &[(1, "one"), (2, "two")]),
+    )
+    .await
+    .unwrap();
+    // Only what changed: a record replaced, one added (an id above i64::MAX too), the
+    // document left as it was.
+    a.save_sandbox(
+        "sandbox",
+        &save(None, &[(2, "two again"), (u64::MAX, "last")]),
+    )
+    .await
+    .unwrap();
+    a.save_sandbox("sandbox", &save(Some(r#"{"balance":2}"#), &[]))
         .await
         .unwrap();
     assert_eq!(
         b.sandbox_state("sandbox").await.unwrap().as_deref(),
         Some(r#"{"balance":2}"#),
         "the last save, seen by another handle"
+    );
+    let mut messages = b.sandbox_messages("sandbox").await.unwrap();
+    messages.sort();
+    assert_eq!(
+        messages,
+        vec![
+            (1, "one".to_owned()),
+            (2, "two again".to_owned()),
+            (u64::MAX, "last".to_owned())
+        ]
+    );
+    assert_eq!(
+        b.sandbox_messages("another").await.unwrap(),
+        vec![],
+        "per account"
     );
 }

@@ -7,7 +7,7 @@ use std::{sync::Arc, time::Duration};
 
 use prometheus::{
     Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
-    IntGauge, Opts, Registry, TextEncoder,
+    IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 /// Latency buckets from 1 ms to 30 s, seconds.
@@ -70,6 +70,12 @@ pub struct Metrics {
     pub grpc_connections_closed: IntCounterVec,
     /// Connections refused at the cap (every open one had a stream open).
     pub grpc_connections_refused: IntCounter,
+    /// Connections to the HTTP listeners (`webhook`, `admin`), open now.
+    pub http_connections_open: IntGaugeVec,
+    /// Connections each HTTP listener holds at most.
+    pub http_connections_max: IntGaugeVec,
+    /// Connections to the HTTP listeners closed, by listener and reason.
+    pub http_connections_closed: IntCounterVec,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -88,6 +94,12 @@ fn histogram(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> Hi
     let opts = HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec());
     let metric =
         HistogramVec::new(opts, labels).unwrap_or_else(|e| unreachable!("metric {name}: {e}"));
+    register(registry, metric)
+}
+
+fn gauges(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    let metric = IntGaugeVec::new(Opts::new(name, help), labels)
+        .unwrap_or_else(|e| unreachable!("metric {name}: {e}"));
     register(registry, metric)
 }
 
@@ -244,6 +256,24 @@ impl Metrics {
                     "Connections to the gRPC port refused at the cap because every open one had a stream open.",
                 )
                 .unwrap_or_else(|e| unreachable!("metric: {e}")),
+            ),
+            http_connections_open: gauges(
+                &registry,
+                "msgw_http_connections_open",
+                "Connections to the HTTP listeners open now, by listener (webhook, admin).",
+                &["listener"],
+            ),
+            http_connections_max: gauges(
+                &registry,
+                "msgw_http_connections_max",
+                "Connections each HTTP listener holds at most (webhook: MSGW_WEBHOOK_MAX_CONNECTIONS, or less under a low file limit; admin: 64).",
+                &["listener"],
+            ),
+            http_connections_closed: counter(
+                &registry,
+                "msgw_http_connections_closed_total",
+                "Connections to the HTTP listeners closed, by listener (webhook, admin) and reason: client (the client closed it or it failed), header_timeout (no complete request headers within the header timeout, on a new connection or between requests), evicted (waiting for a request longest, closed to make room at the cap), shutdown.",
+                &["listener", "reason"],
             ),
             open_streams: gauge(
                 &registry,

@@ -1,5 +1,6 @@
 //! msgw end to end over real gRPC and HTTP on loopback.
 
+mod admin;
 mod builders;
 mod coalescing;
 mod connections;

@@ -20,10 +20,10 @@ use tokio::{
 };
 
 use super::service::ConnService;
-use super::table::{Close, Conn};
 use super::{CLOSE_GRACE, GrpcRoutes, PortLimits};
 use crate::auth::incoming::{GrpcConn, is_connection_error};
 use crate::auth::tls::TlsReloader;
+use crate::conn_table::{Close, Conn};
 
 /// The HTTP/2 client preface (`PRI * HTTP/2.0...`) is this long.
 const PREFACE_BYTES: usize = 24;

@@ -12,7 +12,6 @@
 
 mod connection;
 mod service;
-mod table;
 
 use std::{convert::Infallible, sync::Arc, time::Duration};
 
@@ -24,10 +23,10 @@ use tokio::{net::TcpListener, sync::watch, time::Instant};
 
 use crate::auth::incoming::is_connection_error;
 use crate::auth::tls::TlsReloader;
+use crate::conn_table::{ConnMetrics, Table};
 use crate::metrics::Metrics;
-use table::Table;
 
-pub use table::{CLOSING_SHARE, Close};
+pub use crate::conn_table::{CLOSING_SHARE, Close};
 
 /// Streams one connection may have open at once.
 pub const MAX_STREAMS_PER_CONNECTION: u32 = 1024;
@@ -108,7 +107,11 @@ pub async fn serve<S>(
 ) where
     S: GrpcRoutes,
 {
-    let table = Table::new(max_connections, limits.idle_timeout, metrics);
+    let table = Table::new(
+        max_connections,
+        limits.idle_timeout,
+        ConnMetrics::grpc(&metrics),
+    );
     let mut builder = http2::Builder::new(TokioExecutor::new());
     builder
         .timer(TokioTimer::new())

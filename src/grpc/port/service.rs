@@ -14,8 +14,8 @@ use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
 use tonic::body::Body;
 
 use super::GrpcRoutes;
-use super::table::{Conn, StreamGuard};
 use crate::auth::incoming::PeerInfo;
+use crate::conn_table::{Conn, StreamGuard};
 use crate::grpc::deadline::parse_grpc_timeout;
 
 /// The service of one connection: msgw's layered routes, per request.

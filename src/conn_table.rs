@@ -1,8 +1,9 @@
-//! The gRPC port's open connections: how many streams each has open, since when
-//! each has been idle, and which to close to make room at the cap.
+//! The open connections of a port (the gRPC port, the webhook and admin listeners):
+//! how many streams (HTTP/1: requests) each has open, since when each has been idle,
+//! and which to close to make room at the cap.
 //!
 //! A connection is *idle* without any open stream (the idle timeout counts from
-//! then), and *unguarded* when its only streams are on open paths (health and
+//! then), and *unguarded* when its only streams are on open paths (gRPC health and
 //! reflection, which need no token). At the cap a new connection makes room by
 //! closing the connection idle longest, else the one unguarded longest: a client
 //! without a token cannot hold the port with `Health/Watch` streams. Connections told
@@ -19,6 +20,7 @@ use std::{
     time::Duration,
 };
 
+use prometheus::{IntCounter, IntCounterVec, IntGauge};
 use tokio::{sync::Notify, time::Instant};
 
 use crate::metrics::Metrics;
@@ -30,6 +32,9 @@ pub enum Close {
     Client,
     /// No TLS handshake and HTTP/2 preface within the handshake timeout.
     HandshakeTimeout,
+    /// HTTP/1: no complete request headers within the header timeout, on a new
+    /// connection or between two requests.
+    HeaderTimeout,
     /// No open stream for the idle timeout.
     Idle,
     /// Closed to make room for a new connection at the cap.
@@ -39,11 +44,13 @@ pub enum Close {
 }
 
 impl Close {
-    /// The `reason` label of `msgw_grpc_connections_closed_total`.
+    /// The `reason` label of `msgw_grpc_connections_closed_total` and
+    /// `msgw_http_connections_closed_total`.
     pub fn label(self) -> &'static str {
         match self {
             Self::Client => "client",
             Self::HandshakeTimeout => "handshake_timeout",
+            Self::HeaderTimeout => "header_timeout",
             Self::Idle => "idle",
             Self::Evicted => "evicted",
             Self::Shutdown => "shutdown",
@@ -55,15 +62,64 @@ impl Close {
 /// ceiling is `max + max / CLOSING_SHARE + 1`.
 pub const CLOSING_SHARE: usize = 8;
 
-/// Every open connection of the gRPC port.
+/// Where a port's table counts its connections.
+#[derive(Clone)]
+pub struct ConnMetrics {
+    open: IntGauge,
+    max: IntGauge,
+    closed: IntCounterVec,
+    /// The `listener` label of an HTTP listener's series (the gRPC port's have none).
+    listener: Option<&'static str>,
+    /// Connections refused at the cap; `None`: the port waits instead.
+    refused: Option<IntCounter>,
+}
+
+impl ConnMetrics {
+    /// The gRPC port's series.
+    pub fn grpc(metrics: &Metrics) -> Self {
+        Self {
+            open: metrics.grpc_connections_open.clone(),
+            max: metrics.grpc_connections_max.clone(),
+            closed: metrics.grpc_connections_closed.clone(),
+            listener: None,
+            refused: Some(metrics.grpc_connections_refused.clone()),
+        }
+    }
+
+    /// The series of the HTTP listener named `listener` (`webhook`, `admin`).
+    pub fn http(metrics: &Metrics, listener: &'static str) -> Self {
+        Self {
+            open: metrics.http_connections_open.with_label_values(&[listener]),
+            max: metrics.http_connections_max.with_label_values(&[listener]),
+            closed: metrics.http_connections_closed.clone(),
+            listener: Some(listener),
+            refused: None,
+        }
+    }
+
+    fn closed(&self, reason: Close) {
+        match self.listener {
+            Some(listener) => self.closed.with_label_values(&[listener, reason.label()]),
+            None => self.closed.with_label_values(&[reason.label()]),
+        }
+        .inc();
+    }
+}
+
+/// Every open connection of a port.
 pub struct Table {
     inner: Mutex<Inner>,
     max: usize,
     ceiling: usize,
     idle_timeout: Duration,
-    metrics: Arc<Metrics>,
+    /// A connection idle for less than this is not closed to make room.
+    least_idle: Duration,
+    metrics: ConnMetrics,
     /// Signalled whenever a connection is gone.
     removed: Notify,
+    /// Signalled, once a new connection found no room ([`Table::admit`] said `None`),
+    /// when one becomes evictable or is gone.
+    freed: Notify,
 }
 
 #[derive(Default)]
@@ -76,6 +132,8 @@ struct Inner {
     unguarded: BTreeSet<(Instant, u64)>,
     /// Connections told to close that are still open, oldest first.
     closing: BTreeSet<(Instant, u64)>,
+    /// A new connection waits for room: signal `freed` on the next change that makes some.
+    wanted: bool,
 }
 
 struct Entry {
@@ -115,17 +173,29 @@ pub struct StreamGuard {
 impl Table {
     /// An empty table admitting `max` connections (and holding a few more while
     /// they close).
-    pub fn new(max: usize, idle_timeout: Duration, metrics: Arc<Metrics>) -> Arc<Self> {
-        metrics
-            .grpc_connections_max
-            .set(i64::try_from(max).unwrap_or(i64::MAX));
+    pub fn new(max: usize, idle_timeout: Duration, metrics: ConnMetrics) -> Arc<Self> {
+        Self::with_least_idle(max, idle_timeout, Duration::ZERO, metrics)
+    }
+
+    /// [`Table::new`], where a connection makes room only once it has been idle for
+    /// `least_idle`: one just accepted may have sent its request without msgw having
+    /// read it yet, and a flood of reconnecting clients must not close it before then.
+    pub fn with_least_idle(
+        max: usize,
+        idle_timeout: Duration,
+        least_idle: Duration,
+        metrics: ConnMetrics,
+    ) -> Arc<Self> {
+        metrics.max.set(i64::try_from(max).unwrap_or(i64::MAX));
         Arc::new(Self {
             inner: Mutex::new(Inner::default()),
             max,
             ceiling: max + max / CLOSING_SHARE + 1,
             idle_timeout,
+            least_idle,
             metrics,
             removed: Notify::new(),
+            freed: Notify::new(),
         })
     }
 
@@ -158,19 +228,30 @@ impl Table {
     /// with only open-path streams for longest) is told to close to make room;
     /// `None` when every open connection has a stream on msgw's services.
     pub fn admit(self: &Arc<Self>) -> Option<Arc<Conn>> {
+        self.try_admit().ok()
+    }
+
+    /// [`Table::admit`], saying why not: `Err(Some(at))` when the connection to make
+    /// room has been idle for less than the table's least idle time (it may at `at`),
+    /// `Err(None)` when every open connection has a stream on msgw's services. Either
+    /// way [`Table::freed`] resolves once a connection is gone or has become idle.
+    pub fn try_admit(self: &Arc<Self>) -> Result<Arc<Conn>, Option<Instant>> {
         let now = Instant::now();
         let mut inner = self.lock();
         if inner.conns.len() - inner.closing.len() >= self.max {
-            let victim = inner
-                .idle
-                .first()
-                .or_else(|| inner.unguarded.first())
-                .map(|&(_, id)| id);
-            let Some(victim) = victim else {
+            let victim = inner.idle.first().or_else(|| inner.unguarded.first());
+            let Some(&(since, victim)) = victim else {
+                inner.wanted = true;
                 drop(inner);
-                self.metrics.grpc_connections_refused.inc();
-                return None;
+                if let Some(refused) = &self.metrics.refused {
+                    refused.inc();
+                }
+                return Err(None);
             };
+            if since + self.least_idle > now {
+                inner.wanted = true;
+                return Err(Some(since + self.least_idle));
+            }
             if let Some(conn) = inner.mark_closing(victim, now) {
                 conn.signal(Close::Evicted);
             }
@@ -198,9 +279,15 @@ impl Table {
         );
         inner.idle.insert((now, id));
         self.metrics
-            .grpc_connections_open
+            .open
             .set(i64::try_from(inner.conns.len()).unwrap_or(i64::MAX));
-        Some(conn)
+        Ok(conn)
+    }
+
+    /// Resolves once a connection may have become idle or gone since
+    /// [`Table::try_admit`] last found no room (at once if it already has).
+    pub async fn freed(&self) {
+        self.freed.notified().await;
     }
 
     /// Resolves once no connection is open.
@@ -220,15 +307,16 @@ impl Table {
             inner.forget(&entry);
         }
         let open = inner.conns.len();
+        let wanted = std::mem::take(&mut inner.wanted);
         drop(inner);
         self.metrics
-            .grpc_connections_open
+            .open
             .set(i64::try_from(open).unwrap_or(i64::MAX));
-        self.metrics
-            .grpc_connections_closed
-            .with_label_values(&[reason.label()])
-            .inc();
+        self.metrics.closed(reason);
         self.removed.notify_waiters();
+        if wanted {
+            self.freed.notify_one();
+        }
     }
 }
 
@@ -382,75 +470,12 @@ impl Drop for StreamGuard {
             let since = inner.conns.get(&id).map_or(now, |e| e.unguarded_since);
             inner.unguarded.insert((since, id));
         }
+        if guarded == 0 && std::mem::take(&mut inner.wanted) {
+            drop(inner);
+            self.conn.table.freed.notify_one();
+        }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test(start_paused = true)]
-    async fn at_the_cap_the_longest_idle_connection_makes_room() {
-        let table = Table::new(2, Duration::from_secs(60), Metrics::new());
-        let first = table.admit().unwrap();
-        tokio::time::advance(Duration::from_secs(1)).await;
-        let second = table.admit().unwrap();
-        let _busy = first.stream_opened(true);
-        // `first` has a stream open: `second` is the one to go.
-        let third = table.admit().unwrap();
-        assert_eq!(second.closing().await, Close::Evicted);
-        // Every connection not closing has a stream open: refused.
-        let _busy_third = third.stream_opened(true);
-        assert!(table.admit().is_none());
-        second.finished();
-        assert!(
-            table.admit().is_none(),
-            "still full: first and third are busy"
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn streams_needing_no_token_do_not_keep_a_connection_at_the_cap() {
-        let table = Table::new(2, Duration::from_secs(60), Metrics::new());
-        let watcher = table.admit().unwrap();
-        let _watch = watcher.stream_opened(false);
-        let caller = table.admit().unwrap();
-        let _call = caller.stream_opened(true);
-        let newcomer = table.admit().expect("the health watcher makes room");
-        assert_eq!(watcher.closing().await, Close::Evicted);
-        drop(newcomer);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_connection_is_idle_from_its_last_stream_on() {
-        let table = Table::new(8, Duration::from_secs(60), Metrics::new());
-        let conn = table.admit().unwrap();
-        let start = Instant::now();
-        assert_eq!(conn.idle_deadline(), Some(start + Duration::from_secs(60)));
-        let stream = conn.stream_opened(true);
-        assert_eq!(conn.idle_deadline(), None);
-        tokio::time::advance(Duration::from_secs(10)).await;
-        drop(stream);
-        assert_eq!(conn.idle_deadline(), Some(start + Duration::from_secs(70)));
-        conn.finished();
-        table.emptied().await;
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn at_the_ceiling_the_oldest_closing_connection_is_dropped_at_once() {
-        // Cap 8: the ceiling is 10 connections, closing ones included.
-        let table = Table::new(8, Duration::from_secs(60), Metrics::new());
-        let mut conns: Vec<_> = (0..8).map(|_| table.admit().unwrap()).collect();
-        conns.push(table.admit().unwrap()); // evicts conns[0]
-        conns.push(table.admit().unwrap()); // evicts conns[1]
-        let waiting = {
-            let table = table.clone();
-            tokio::spawn(async move { table.room().await })
-        };
-        tokio::task::yield_now().await;
-        assert!(!waiting.is_finished(), "at the ceiling");
-        conns[0].aborted().await;
-        conns[0].finished();
-        waiting.await.unwrap();
-    }
-}
+mod tests;

@@ -12,6 +12,7 @@ mod helpers;
 mod idempotency;
 mod lifecycle;
 mod listener;
+mod lookups;
 mod operations;
 #[path = "../common/postgres.rs"]
 mod postgres;

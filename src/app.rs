@@ -85,11 +85,9 @@ impl Application {
             config.tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
         )
         .map_err(anyhow::Error::msg)?;
-        let http = TcpListener::bind(config.http_addr)
-            .await
+        let http = http_listener::bind(config.http_addr)
             .with_context(|| format!("cannot bind the HTTP address {}", config.http_addr))?;
-        let admin = TcpListener::bind(config.admin_addr)
-            .await
+        let admin = http_listener::bind(config.admin_addr)
             .with_context(|| format!("cannot bind the admin address {}", config.admin_addr))?;
         let public_url = match config.public_url {
             Some(url) => url,
@@ -294,24 +292,22 @@ impl Application {
         let http_addr = self.http_addr()?;
         let admin_addr = self.admin_addr()?;
 
-        let admin_task = tokio::spawn({
-            let router = crate::admin::router(self.webhooks.metrics.clone(), health.ready());
-            let mut stop = stop.clone();
-            let limits = ListenerLimits {
-                max_connections: crate::fd_limit::ADMIN_CONNECTIONS,
-                ..self.webhook_limits
-            };
-            http_listener::serve(self.admin, router, limits, async move {
-                let _ = stop.wait_for(|s| *s).await;
-            })
-        });
-        let http_task = tokio::spawn({
-            let router = webhook::router(self.webhooks);
-            let mut stop = stop.clone();
-            http_listener::serve(self.http, router, self.webhook_limits, async move {
-                let _ = stop.wait_for(|s| *s).await;
-            })
-        });
+        let admin_task = tokio::spawn(http_listener::serve(
+            self.admin,
+            crate::admin::router(self.webhooks.metrics.clone(), health.ready()),
+            crate::admin::limits(),
+            "admin",
+            metrics.clone(),
+            stop.clone(),
+        ));
+        let http_task = tokio::spawn(http_listener::serve(
+            self.http,
+            webhook::router(self.webhooks),
+            self.webhook_limits,
+            "webhook",
+            metrics.clone(),
+            stop.clone(),
+        ));
         let reconcile_task = tokio::spawn(
             Reconciler::new(
                 self.store.clone(),

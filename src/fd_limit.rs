@@ -37,10 +37,18 @@ pub fn raise() -> Option<u64> {
     getrlimit(Resource::Nofile).current
 }
 
-/// The most gRPC connections open at once under a cap of `grpc`, those still closing
-/// included (see `grpc::port`).
-pub fn ceiling(grpc: usize) -> usize {
-    grpc + grpc / crate::grpc::port::CLOSING_SHARE + 1
+/// The most connections a port (the gRPC port, an HTTP listener) holds at once under a
+/// cap of `cap`, those still closing included (see [`crate::conn_table`]).
+pub fn ceiling(cap: usize) -> usize {
+    cap + cap / crate::conn_table::CLOSING_SHARE + 1
+}
+
+/// The largest cap whose [`ceiling`] fits in `files` (0: none does).
+fn fitting(files: usize) -> usize {
+    (1..=files)
+        .rev()
+        .find(|&c| ceiling(c) <= files)
+        .unwrap_or(0)
 }
 
 /// How the file limit is shared between the two ports that face many clients.
@@ -55,8 +63,8 @@ pub struct Shares {
 
 /// Shares out `limit` (the soft file limit; `None`: unlimited): [`RESERVED`] and one
 /// per gateway connection first, then the webhook listener (at most a quarter of the
-/// rest when the gRPC cap is derived) and the gRPC port, whose connections still
-/// closing may exceed its cap by an eighth ([`ceiling`]).
+/// rest when the gRPC cap is derived) and the gRPC port; the connections still closing
+/// of either may exceed its cap by an eighth ([`ceiling`]).
 ///
 /// `grpc`: the configured cap (`MSGW_GRPC_MAX_CONNECTIONS`), if any.
 pub fn share(
@@ -81,21 +89,16 @@ pub fn share(
     }
     match grpc {
         None => {
-            let webhook = webhook.min(available / 4).max(1);
-            // The largest cap whose ceiling fits what is left.
-            let left = available - webhook;
-            let grpc = (1..=left).rev().find(|&g| ceiling(g) <= left).unwrap_or(1);
+            let webhook = webhook.min(fitting(available / 4)).max(1);
+            let grpc = fitting(available - ceiling(webhook)).max(1);
             Ok(Shares { grpc, webhook })
         }
-        Some(grpc) if ceiling(grpc) < available => Ok(Shares {
+        Some(grpc) if ceiling(grpc) + ceiling(1) <= available => Ok(Shares {
             grpc,
-            webhook: webhook.min(available - ceiling(grpc)),
+            webhook: webhook.min(fitting(available - ceiling(grpc))),
         }),
         Some(grpc) => {
-            let most = (1..available)
-                .rev()
-                .find(|&g| ceiling(g) < available)
-                .unwrap_or(1);
+            let most = fitting(available - ceiling(1)).max(1);
             Err(format!(
                 "MSGW_GRPC_MAX_CONNECTIONS={grpc} does not fit the file limit ({limit}): at most {most} once msgw's own {reserved} files, connections still closing and the webhook listener are counted; raise the limit (ulimit -n) or lower MSGW_GRPC_MAX_CONNECTIONS"
             ))
@@ -111,22 +114,22 @@ mod tests {
     fn a_derived_cap_leaves_room_for_everything_else() {
         let shares = share(Some(20_000), 8, None, 1024).unwrap();
         assert_eq!(shares.webhook, 1024);
-        assert!(ceiling(shares.grpc) <= 20_000 - 256 - 8 - 1024);
-        assert!(ceiling(shares.grpc + 1) > 20_000 - 256 - 8 - 1024);
-        // A low limit: the webhook listener gets a quarter of what is left.
+        let left = 20_000 - 256 - 8 - ceiling(1024);
+        assert!(ceiling(shares.grpc) <= left);
+        assert!(ceiling(shares.grpc + 1) > left);
+        // A low limit: the webhook listener gets a quarter of what is left, closing
+        // connections included.
         let shares = share(Some(1024), 8, None, 1024).unwrap();
-        assert_eq!(shares.webhook, (1024 - 264) / 4);
-        assert!(ceiling(shares.grpc) + shares.webhook <= 1024 - 264);
+        assert_eq!(ceiling(shares.webhook), (1024 - 264) / 4);
+        assert!(ceiling(shares.grpc) + ceiling(shares.webhook) <= 1024 - 264);
         assert_eq!(share(None, 8, None, 1024).unwrap().grpc, UNLIMITED_GRPC);
     }
 
     #[test]
     fn a_configured_cap_must_fit_the_limit() {
         let shares = share(Some(1024), 8, Some(600), 1024).unwrap();
-        assert_eq!(
-            (shares.grpc, shares.webhook),
-            (600, 1024 - 264 - ceiling(600))
-        );
+        assert_eq!(shares.grpc, 600);
+        assert_eq!(ceiling(shares.webhook), 1024 - 264 - ceiling(600));
         let error = share(Some(1024), 8, Some(5000), 1024).unwrap_err();
         assert!(error.contains("MSGW_GRPC_MAX_CONNECTIONS=5000"), "{error}");
         assert!(error.contains("ulimit -n"), "{error}");

@@ -14,6 +14,7 @@ pub mod balance;
 pub mod check;
 pub mod cli;
 pub mod config;
+pub mod conn_table;
 pub mod cpus;
 pub mod dispatch;
 pub mod domain;

@@ -7,7 +7,7 @@ use std::{sync::Arc, time::Duration};
 
 use prometheus::{
     Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
-    IntGauge, Opts, Registry, TextEncoder,
+    IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 /// Latency buckets from 1 ms to 30 s, seconds.
@@ -80,6 +80,12 @@ pub struct Metrics {
     pub grpc_streams_refused: IntCounterVec,
     /// Streams reset by msgw, by reason.
     pub grpc_streams_reset: IntCounterVec,
+    /// Connections to the HTTP listeners (`webhook`, `admin`), open now.
+    pub http_connections_open: IntGaugeVec,
+    /// Connections each HTTP listener holds at most.
+    pub http_connections_max: IntGaugeVec,
+    /// Connections to the HTTP listeners closed, by listener and reason.
+    pub http_connections_closed: IntCounterVec,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -98,6 +104,12 @@ fn histogram(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> Hi
     let opts = HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec());
     let metric =
         HistogramVec::new(opts, labels).unwrap_or_else(|e| unreachable!("metric {name}: {e}"));
+    register(registry, metric)
+}
+
+fn gauges(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    let metric = IntGaugeVec::new(Opts::new(name, help), labels)
+        .unwrap_or_else(|e| unreachable!("metric {name}: {e}"));
     register(registry, metric)
 }
 
@@ -281,6 +293,24 @@ impl Metrics {
                 "msgw_grpc_streams_reset_total",
                 "gRPC streams reset by msgw, by reason: send_timeout (the client read nothing of the answer for MSGW_GRPC_SEND_TIMEOUT).",
                 &["reason"],
+            ),
+            http_connections_open: gauges(
+                &registry,
+                "msgw_http_connections_open",
+                "Connections to the HTTP listeners open now, by listener (webhook, admin).",
+                &["listener"],
+            ),
+            http_connections_max: gauges(
+                &registry,
+                "msgw_http_connections_max",
+                "Connections each HTTP listener holds at most (webhook: MSGW_WEBHOOK_MAX_CONNECTIONS, or less under a low file limit; admin: 64).",
+                &["listener"],
+            ),
+            http_connections_closed: counter(
+                &registry,
+                "msgw_http_connections_closed_total",
+                "Connections to the HTTP listeners closed, by listener (webhook, admin) and reason: client (the client closed it or it failed), header_timeout (no complete request headers within the header timeout, on a new connection or between requests), evicted (waiting for a request longest, closed to make room at the cap), shutdown.",
+                &["listener", "reason"],
             ),
             open_streams: gauge(
                 &registry,

@@ -7,6 +7,7 @@ use tokio::time::Instant;
 
 use super::claims::{Claims, Decision, Owned};
 use super::coalescer::{Call, Runner};
+use super::lookups::Resolving;
 use super::{Confidential, Executed};
 use crate::domain::{CallerName, ClientId, Error, Operation};
 use crate::store::{ClaimChange, ClaimReply, Fingerprint, Settlement};
@@ -19,7 +20,7 @@ pub(super) enum Slot {
     Send(Option<Owned>),
     /// Its earlier outcome is unknown: a `status` query decides; before the end of the
     /// settle window, "not found" means "not yet".
-    Resolve(Owned, DateTime<Utc>),
+    Resolve(Owned, Resolving),
     /// Another call owns its claim.
     Wait(DateTime<Utc>),
     /// Answered.
@@ -56,7 +57,7 @@ pub(super) async fn acquire(claims: &Claims, entries: &mut [Entry]) {
             at,
         })
         .collect();
-    let mut taking: Vec<(usize, Option<DateTime<Utc>>)> = Vec::new();
+    let mut taking: Vec<(usize, Option<Resolving>)> = Vec::new();
     let mut take_overs = Vec::new();
     for (i, reply) in apply(claims, &changes, entries, &keyed).await {
         let Some((id, fingerprint)) = entries[i].key else {
@@ -120,11 +121,11 @@ async fn apply(
 }
 
 /// The slot of a keyed operation after a claim or take-over (`resolve`: the earlier
-/// outcome is unknown, with the end of its settle window).
-fn claimed(id: ClientId, reply: ClaimReply, resolve: Option<DateTime<Utc>>) -> Slot {
+/// outcome is unknown, and what its lookup starts from).
+fn claimed(id: ClientId, reply: ClaimReply, resolve: Option<Resolving>) -> Slot {
     match reply {
         ClaimReply::Claimed { attempt } => match resolve {
-            Some(until) => Slot::Resolve(Owned { id, attempt }, until),
+            Some(resolving) => Slot::Resolve(Owned { id, attempt }, resolving),
             None => Slot::Send(Some(Owned { id, attempt })),
         },
         // Another call got there between the look and the take-over: look again.
@@ -179,9 +180,12 @@ impl Slot {
     pub(super) fn given_back(&self) -> Option<(Owned, Settlement)> {
         match *self {
             Slot::Send(Some(owned)) => Some((owned, unsent())),
-            Slot::Resolve(owned, settle_until) => {
-                Some((owned, Settlement::Unknown { settle_until }))
-            }
+            Slot::Resolve(owned, resolving) => Some((
+                owned,
+                Settlement::Unknown {
+                    settle_until: resolving.settle_until,
+                },
+            )),
             _ => None,
         }
     }

@@ -9,16 +9,13 @@
 //! | released (refused, or never left msgw) | take it over, send | take it over, send |
 //! | in flight | wait for its outcome, up to the caller's deadline | `ALREADY_EXISTS` |
 //! | unknown, or in flight past the upstream timeout | take it over, ask `status` first | `ALREADY_EXISTS` |
+//! | unknown, inside the backoff of its last `status` lookup ([`super::lookups`]) | `OUTCOME_UNKNOWN` with `RetryInfo`, nothing asked | `ALREADY_EXISTS` |
 //!
 //! A request cut while the gateway may hold it (the upstream timeout, a connection lost
 //! after the body left) opens a settle window (`MSGW_UPSTREAM_SETTLE`), stored with the
 //! claim: inside it the gateway's "not found" means "not yet", so nothing is sent and
 //! the caller is told to retry; only after it does "not found" mean "never sent". A
 //! claim left in flight by a stopped owner gets the window from when it turned stale.
-//!
-//! A claim another caller made is "a different request" whatever its body, and its
-//! conflict never names that caller's `msg_id`; only a released claim (nothing was
-//! sent) is free for anyone.
 
 use std::{sync::Arc, time::Duration};
 
@@ -27,6 +24,7 @@ use sha2::{Digest, Sha256};
 use tokio::{sync::watch, time::Instant};
 
 use super::Executed;
+use super::lookups::{Resolving, lookup_later};
 use crate::domain::{
     CallerName, ClientId, Error, Operation, Output, SendReceipt, UnavailableCause,
 };
@@ -69,12 +67,27 @@ pub enum Decision {
     TakeOver {
         /// The generation seen.
         attempt: u32,
-        /// The earlier outcome is unknown: the end of its settle window (before it, "not
-        /// found" means "not yet").
-        resolve: Option<DateTime<Utc>>,
+        /// The earlier outcome is unknown: what the lookup starts from.
+        resolve: Option<Resolving>,
     },
     /// Another call owns it: wait for its outcome, at most until it turns stale.
     Wait(DateTime<Utc>),
+}
+
+/// Settlements bound for one write, with the claims they settle.
+#[derive(Default)]
+struct Parted {
+    owners: Vec<Owned>,
+    changes: Vec<ClaimChange>,
+}
+
+impl Parted {
+    fn with_capacity(n: usize) -> Self {
+        Self {
+            owners: Vec::with_capacity(n),
+            changes: Vec::with_capacity(n),
+        }
+    }
 }
 
 /// Envelopes whose settlements one store write takes at most.
@@ -186,7 +199,7 @@ impl Claims {
                 msg_id: msg_id.cloned(),
             }))
         };
-        let take_over = |resolve: Option<DateTime<Utc>>| Decision::TakeOver {
+        let take_over = |resolve: Option<Resolving>| Decision::TakeOver {
             attempt: record.attempt,
             resolve,
         };
@@ -200,13 +213,26 @@ impl Claims {
             ClaimState::Accepted(_) => conflict(None),
             ClaimState::Released { .. } => take_over(None),
             _ if !same => conflict(None),
-            ClaimState::Unknown { settle_until } => {
-                take_over(Some(settle_until.unwrap_or(DateTime::<Utc>::MIN_UTC)))
+            ClaimState::Unknown {
+                lookups: Some(lookups),
+                ..
+            } if Utc::now() < lookups.next_at => {
+                Decision::Answer(Err(lookup_later(id, *lookups, None)))
             }
+            ClaimState::Unknown {
+                settle_until,
+                lookups,
+            } => take_over(Some(Resolving {
+                settle_until: settle_until.unwrap_or(DateTime::<Utc>::MIN_UTC),
+                unresolved: lookups.map_or(0, |l| l.unresolved),
+            })),
             ClaimState::InFlight { since } => {
                 let stale_at = *since + duration(self.stale_after);
                 if Utc::now() >= stale_at {
-                    take_over(Some(stale_at + duration(self.settle)))
+                    take_over(Some(Resolving {
+                        settle_until: stale_at + duration(self.settle),
+                        unresolved: 0,
+                    }))
                 } else {
                     Decision::Wait(stale_at)
                 }
@@ -254,45 +280,74 @@ impl Claims {
             return Ok(());
         }
         let at = Utc::now();
-        let owners: Vec<Owned> = outcomes.iter().map(|(owned, _)| *owned).collect();
-        let changes: Vec<ClaimChange> = outcomes
-            .into_iter()
-            .map(|(owned, settlement)| ClaimChange::Settle {
+        // The outcomes of lookups go in a write of their own: they carry the backoff,
+        // which the send path's group statements do not write.
+        let (mut lookups, mut sends) = (Parted::default(), Parted::with_capacity(outcomes.len()));
+        for (owned, settlement) in outcomes {
+            let part = if matches!(settlement, Settlement::Unresolved { .. }) {
+                &mut lookups
+            } else {
+                &mut sends
+            };
+            part.owners.push(owned);
+            part.changes.push(ClaimChange::Settle {
                 id: owned.id,
                 attempt: owned.attempt,
                 settlement,
                 at,
-            })
-            .collect();
-        let recorded = match self.settler.submit(changes).await {
-            Ok(replies) => {
-                for (owned, reply) in owners.iter().zip(replies) {
-                    match reply {
-                        ClaimReply::Settled => {}
-                        ClaimReply::Superseded => tracing::warn!(
-                            client_id = owned.id.get(),
-                            "claim taken over by another call before its outcome was recorded"
-                        ),
-                        other => tracing::error!(
-                            client_id = owned.id.get(),
-                            ?other,
-                            "unexpected claim reply"
-                        ),
+            });
+        }
+        let (looked, sent) = tokio::join!(
+            async {
+                if lookups.changes.is_empty() {
+                    return Ok(Vec::new());
+                }
+                settle_retrying(&*self.store, &lookups.changes, &self.rows).await
+            },
+            async {
+                if sends.changes.is_empty() {
+                    return Ok(Vec::new());
+                }
+                self.settler
+                    .submit(std::mem::take(&mut sends.changes))
+                    .await
+            }
+        );
+        let mut unrecorded = Vec::new();
+        for (owners, written) in [(lookups.owners, looked), (sends.owners, sent)] {
+            match written {
+                Ok(replies) => {
+                    for (owned, reply) in owners.into_iter().zip(replies) {
+                        match reply {
+                            ClaimReply::Settled => {}
+                            ClaimReply::Superseded => tracing::warn!(
+                                client_id = owned.id.get(),
+                                "claim taken over by another call before its outcome was recorded"
+                            ),
+                            other => tracing::error!(
+                                client_id = owned.id.get(),
+                                ?other,
+                                "unexpected claim reply"
+                            ),
+                        }
                     }
                 }
-                Ok(())
+                Err(e) => {
+                    tracing::error!(
+                        claims = owners.len(),
+                        error = %e,
+                        "cannot record the outcome of sends; a retry will ask the gateway's status"
+                    );
+                    unrecorded.extend(owners);
+                }
             }
-            Err(e) => {
-                tracing::error!(
-                    claims = owners.len(),
-                    error = %e,
-                    "cannot record the outcome of sends; a retry will ask the gateway's status"
-                );
-                Err(owners)
-            }
-        };
+        }
         self.settled.send_modify(|generation| *generation += 1);
-        recorded
+        if unrecorded.is_empty() {
+            Ok(())
+        } else {
+            Err(unrecorded)
+        }
     }
 
     /// [`Claims::settle`] without waiting: for claims nobody waits on (their caller left).
@@ -405,7 +460,7 @@ pub fn settling(id: ClientId, until: DateTime<Utc>) -> Error {
 }
 
 /// A std duration as chrono's (saturating).
-fn duration(d: Duration) -> chrono::Duration {
+pub(super) fn duration(d: Duration) -> chrono::Duration {
     chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
 }
 

@@ -10,6 +10,7 @@ mod claims;
 mod coalescer;
 mod confidential;
 mod envelope;
+mod lookups;
 mod resolve;
 
 use std::sync::Arc;
@@ -27,6 +28,7 @@ use coalescer::Coalescer;
 pub use coalescer::Limits;
 pub use confidential::Confidential;
 use envelope::{Answer, Engine};
+pub use lookups::{LOOKUP_BACKOFF_FIRST, LOOKUP_BACKOFF_MAX};
 
 /// Delivery tracking: hook URLs injected into sends, and sent messages recorded
 /// for reconcile.

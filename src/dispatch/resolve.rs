@@ -2,15 +2,17 @@
 //! request was cut off, one `status` query for all such ids decides. Known → the send
 //! happened (answered as a replay); not known inside the settle window → not yet
 //! (nothing sent, retry later); not known after it → never arrived (sent now);
-//! no answer → still unknown.
+//! no answer → still unknown. A lookup that leaves the outcome unknown records when the
+//! next may run (its backoff): until then retries are answered without asking.
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 
 use super::acquire::{Entry, Slot};
 use super::claims::{self, Owned};
 use super::envelope::{Caller, Engine, latest};
+use super::lookups::{self, Resolving};
 use super::upstream_error;
-use crate::domain::{Error, Operation, Output, UnavailableCause};
+use crate::domain::{Error, Operation, Output};
 use crate::store::{AcceptedOutcome, Settlement};
 use crate::upstream::{ItemOutcome, UpstreamError};
 
@@ -24,11 +26,11 @@ impl Engine {
         callers: &[Caller],
         settlements: &mut Vec<(Owned, Settlement)>,
     ) {
-        let resolving: Vec<(usize, Owned, DateTime<Utc>)> = entries
+        let resolving: Vec<(usize, Owned, Resolving)> = entries
             .iter()
             .enumerate()
             .filter_map(|(i, e)| match e.slot {
-                Slot::Resolve(owned, until) => Some((i, owned, until)),
+                Slot::Resolve(owned, resolving) => Some((i, owned, resolving)),
                 _ => None,
             })
             .collect();
@@ -49,8 +51,22 @@ impl Engine {
                 deadline,
             )
             .await;
-        for (n, (i, owned, settle_until)) in resolving.into_iter().enumerate() {
+        for (n, (i, owned, resolving)) in resolving.into_iter().enumerate() {
             let op = &entries[i].op;
+            let settle_until = resolving.settle_until;
+            // The lookup told nothing: the outcome stays unknown, and the next lookup
+            // waits for the backoff (`not_yet`: the gateway does not know the message).
+            let mut unresolved = |not_yet: bool| {
+                let lookups = lookups::looked_up(resolving, not_yet);
+                settlements.push((
+                    owned,
+                    Settlement::Unresolved {
+                        settle_until,
+                        lookups,
+                    },
+                ));
+                lookups
+            };
             entries[i].slot = match &answers {
                 Ok(items) => match items.get(n) {
                     Some(ItemOutcome::Done(Output::Status(report))) => {
@@ -77,7 +93,7 @@ impl Engine {
                     Some(ItemOutcome::Rejected(text))
                         if crate::upstream::says_not_found(text) && Utc::now() < settle_until =>
                     {
-                        settlements.push((owned, Settlement::Unknown { settle_until }));
+                        unresolved(true);
                         tracing::info!(
                             client_id = owned.id.get(),
                             %settle_until,
@@ -104,45 +120,35 @@ impl Engine {
                         }
                     }
                     // Refused for another reason (an outage, a limit): that proves
-                    // nothing about the earlier request; ask again on the next retry.
+                    // nothing about the earlier request; ask again after the backoff.
                     Some(ItemOutcome::Rejected(text)) => {
-                        settlements.push((owned, Settlement::Unknown { settle_until }));
-                        Slot::Done(Err(Error::Unavailable {
-                            cause: UnavailableCause::BadResponse,
-                            outcome_unknown: true,
-                            detail: format!(
-                                "the outcome of an earlier send with this id is unknown, and the gateway refused to tell: {text}"
-                            ),
-                        }))
+                        let lookups = unresolved(false);
+                        let failed = format!("it refused: {text}");
+                        Slot::Done(Err(lookups::lookup_later(owned.id, lookups, Some(&failed))))
                     }
                     _ => {
-                        settlements.push((owned, Settlement::Unknown { settle_until }));
-                        Slot::Done(Err(Error::Unavailable {
-                            cause: UnavailableCause::BadResponse,
-                            outcome_unknown: true,
-                            detail: "the outcome of an earlier send with this id is unknown, and the gateway's status answer is unreadable".into(),
-                        }))
+                        let lookups = unresolved(false);
+                        let failed = "its answer is unreadable";
+                        Slot::Done(Err(lookups::lookup_later(owned.id, lookups, Some(failed))))
                     }
                 },
                 Err(e) => {
-                    settlements.push((owned, Settlement::Unknown { settle_until }));
-                    Slot::Done(Err(still_unknown(e)))
+                    let lookups = unresolved(false);
+                    Slot::Done(Err(still_unknown(owned, lookups, e)))
                 }
             };
         }
     }
 }
 
-/// The error of a call whose earlier outcome is unknown and whose `status` query failed.
-fn still_unknown(e: &UpstreamError) -> Error {
+/// The error of a call whose earlier outcome is unknown and whose `status` query failed
+/// (the lookups of its claim now at `lookups`).
+fn still_unknown(owned: Owned, lookups: crate::store::Lookups, e: &UpstreamError) -> Error {
     match upstream_error(e, true) {
-        Error::Unavailable { cause, detail, .. } => Error::Unavailable {
-            cause,
-            outcome_unknown: true,
-            detail: format!(
-                "the outcome of an earlier send with this id is unknown, and the gateway's status could not be asked: {detail}"
-            ),
-        },
+        Error::Unavailable { detail, .. } => {
+            let failed = format!("it could not be asked: {detail}");
+            lookups::lookup_later(owned.id, lookups, Some(&failed))
+        }
         Error::DeadlineExceeded { .. } => Error::DeadlineExceeded {
             outcome_unknown: true,
         },

@@ -32,6 +32,13 @@ pub enum UnavailableCause {
         /// When the window closes.
         retry_after: std::time::Duration,
     },
+    /// The outcome of an earlier request with the id is unknown and a `status` lookup
+    /// of it just failed or did not find it out, so msgw asks the gateway again only
+    /// after `retry_after`: nothing was sent.
+    LookupBackoff {
+        /// When the next lookup may run.
+        retry_after: std::time::Duration,
+    },
 }
 
 /// Everything that can go wrong with an operation.
@@ -168,7 +175,8 @@ fn unavailable_text(cause: UnavailableCause, detail: &str) -> String {
     match cause {
         UnavailableCause::Store
         | UnavailableCause::ShuttingDown
-        | UnavailableCause::Settling { .. } => detail.to_owned(),
+        | UnavailableCause::Settling { .. }
+        | UnavailableCause::LookupBackoff { .. } => detail.to_owned(),
         _ => format!("the gateway is unavailable: {detail}"),
     }
 }

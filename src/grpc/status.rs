@@ -57,7 +57,9 @@ pub fn reason(e: &Error) -> &'static str {
             | UnavailableCause::HttpStatus(_)
             | UnavailableCause::BadResponse => "UPSTREAM_UNAVAILABLE",
             // Always with `outcome_unknown` (above); here only for completeness.
-            UnavailableCause::Settling { .. } => "OUTCOME_UNKNOWN",
+            UnavailableCause::Settling { .. } | UnavailableCause::LookupBackoff { .. } => {
+                "OUTCOME_UNKNOWN"
+            }
         },
         Error::DeadlineExceeded { .. } => "UPSTREAM_DEADLINE",
         Error::CursorOutOfRange { .. } => "CURSOR_OUT_OF_RANGE",
@@ -124,7 +126,8 @@ fn details(e: Error) -> Details {
         Error::Unavailable { cause, .. } => Details {
             metadata: vec![("cause", cause_name(cause))],
             retry_after: match cause {
-                UnavailableCause::Settling { retry_after } => Some(retry_after),
+                UnavailableCause::Settling { retry_after }
+                | UnavailableCause::LookupBackoff { retry_after } => Some(retry_after),
                 _ => None,
             },
             ..Details::default()
@@ -178,6 +181,7 @@ fn cause_name(cause: UnavailableCause) -> String {
         UnavailableCause::Store => "store".to_owned(),
         UnavailableCause::ShuttingDown => "shutting_down".to_owned(),
         UnavailableCause::Settling { .. } => "settling".to_owned(),
+        UnavailableCause::LookupBackoff { .. } => "lookup_backoff".to_owned(),
     }
 }
 

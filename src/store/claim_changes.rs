@@ -52,7 +52,8 @@ macro_rules! change_by_change {
                     let taken: Option<(i64,)> = sqlx::query_as(
                         "UPDATE claims SET fingerprint = $1, attempt = attempt + 1, state = 'in_flight',
                                 claimed_at_ms = $2, settled_at_ms = NULL, msg_id = NULL, parts = NULL,
-                                payload = NULL, recovered = FALSE, reason = NULL, caller = $5
+                                payload = NULL, recovered = FALSE, reason = NULL, caller = $5,
+                                lookups = 0, next_lookup_ms = NULL
                           WHERE client_id = $3 AND attempt = $4 RETURNING attempt",
                     )
                     .bind(&fingerprint.0[..])
@@ -123,9 +124,14 @@ macro_rules! change_by_change {
         ) -> Result<ClaimReply, StoreError> {
             let SettlementColumns { state, accepted, reason, settle_until_ms } =
                 settlement_columns(settlement);
+            let lookups = match settlement {
+                Settlement::Unresolved { lookups, .. } => Some(lookups),
+                _ => None,
+            };
             let updated = sqlx::query(
                 "UPDATE claims SET state = $1, settled_at_ms = $2, msg_id = $3, parts = $4, payload = $5,
-                        recovered = $6, reason = $7, settle_until_ms = $10
+                        recovered = $6, reason = $7, settle_until_ms = $10, lookups = $11,
+                        next_lookup_ms = $12
                   WHERE client_id = $8 AND attempt = $9",
             )
             .bind(state)
@@ -138,6 +144,8 @@ macro_rules! change_by_change {
             .bind(id_to_db(id))
             .bind(i64::from(attempt))
             .bind(settle_until_ms)
+            .bind(lookups.map_or(0, |l| i64::from(l.unresolved)))
+            .bind(lookups.map(|l| ms(l.next_at)))
             .execute(&mut **tx)
             .await?
             .rows_affected();

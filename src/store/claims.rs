@@ -47,7 +47,19 @@ pub enum ClaimState {
         /// Until then the gateway may still be carrying out the request, so its "not
         /// found" means "not yet" (`None`: no window, as stored before windows existed).
         settle_until: Option<DateTime<Utc>>,
+        /// The lookups that left it unknown, if the last one did.
+        lookups: Option<Lookups>,
     },
+}
+
+/// The `status` lookups of a claim that left its outcome unknown (they failed, or the
+/// gateway did not know the message yet): how many in a row, and when the next may run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lookups {
+    /// Lookups in a row that left the outcome unknown (at least 1).
+    pub unresolved: u32,
+    /// No lookup of the claim runs before this.
+    pub next_at: DateTime<Utc>,
 }
 
 /// A claim as stored.
@@ -76,6 +88,14 @@ pub enum Settlement {
         /// The end of the settle window.
         settle_until: DateTime<Utc>,
     },
+    /// Outcome still unknown after a `status` lookup: as `Unknown`, with when the next
+    /// lookup may run. Written apart from the send path's groups (see [`grouped`]).
+    Unresolved {
+        /// The end of the settle window.
+        settle_until: DateTime<Utc>,
+        /// The lookups so far.
+        lookups: Lookups,
+    },
 }
 
 /// One change of the claims. Settlements and take-overs of a group commit together;
@@ -94,7 +114,8 @@ pub enum ClaimChange {
         at: DateTime<Utc>,
     },
     /// Takes over an existing claim that is still at `attempt` (released, unknown or
-    /// stale), for a request with `fingerprint`.
+    /// stale), for a request with `fingerprint`; its lookups start over (the taker
+    /// carries the count it saw into its own settlement).
     TakeOver {
         /// The id.
         id: ClientId,
@@ -162,7 +183,8 @@ pub(super) enum Grouped<'a> {
 pub(super) type NewClaim<'a> = (ClientId, &'a Fingerprint, Option<&'a str>, DateTime<Utc>);
 
 /// Sorts a group of changes: what one envelope writes is all claims or all
-/// settlements of distinct ids.
+/// settlements of distinct ids. A lookup's settlement ([`Settlement::Unresolved`])
+/// goes change by change: the send path's statements do not write its backoff.
 pub(super) fn grouped(changes: &[ClaimChange]) -> Grouped<'_> {
     let claims: Option<Vec<_>> = changes
         .iter()
@@ -192,7 +214,9 @@ pub(super) fn grouped(changes: &[ClaimChange]) -> Grouped<'_> {
                 attempt,
                 settlement,
                 at,
-            } => Some((*id, *attempt, settlement, *at)),
+            } if !matches!(settlement, Settlement::Unresolved { .. }) => {
+                Some((*id, *attempt, settlement, *at))
+            }
             _ => None,
         })
         .collect();

@@ -64,6 +64,8 @@ type ClaimTuple = (
     Option<String>,
     Option<String>,
     Option<i64>,
+    i64,
+    Option<i64>,
 );
 type MessageTuple = (
     i64,
@@ -139,7 +141,7 @@ pub async fn sqlite_to_postgres(from: &SqliteStore, to: &PgStore) -> Result<Copi
     copy_table!(
         ClaimTuple,
         "SELECT client_id, fingerprint, attempt, state, claimed_at_ms, settled_at_ms, msg_id,
-                parts, payload, recovered, reason, caller, settle_until_ms
+                parts, payload, recovered, reason, caller, settle_until_ms, lookups, next_lookup_ms
            FROM claims WHERE client_id > ? ORDER BY client_id LIMIT ?",
         insert_claims,
         copied.claims
@@ -186,13 +188,15 @@ macro_rules! columns {
 async fn insert_claims(tx: &mut PgTx<'_>, rows: Vec<ClaimTuple>) -> Result<(), StoreError> {
     columns!(rows; id: 0, fingerprint: 1, attempt: 2, state: 3, claimed: 4, settled: 5,
              msg_id: 6, parts: 7, payload: 8, recovered: 9, reason: 10, caller: 11,
-             settle_until: 12);
+             settle_until: 12, lookups: 13, next_lookup: 14);
     sqlx::query(
         "INSERT INTO claims (client_id, fingerprint, attempt, state, claimed_at_ms, settled_at_ms,
-                             msg_id, parts, payload, recovered, reason, caller, settle_until_ms)
+                             msg_id, parts, payload, recovered, reason, caller, settle_until_ms,
+                             lookups, next_lookup_ms)
          SELECT * FROM UNNEST($1::BIGINT[], $2::BYTEA[], $3::BIGINT[], $4::TEXT[], $5::BIGINT[],
                               $6::BIGINT[], $7::TEXT[], $8::BIGINT[], $9::TEXT[], $10::BOOLEAN[],
-                              $11::TEXT[], $12::TEXT[], $13::BIGINT[])",
+                              $11::TEXT[], $12::TEXT[], $13::BIGINT[], $14::BIGINT[],
+                              $15::BIGINT[])",
     )
     .bind(id)
     .bind(fingerprint)
@@ -207,6 +211,8 @@ async fn insert_claims(tx: &mut PgTx<'_>, rows: Vec<ClaimTuple>) -> Result<(), S
     .bind(reason)
     .bind(caller)
     .bind(settle_until)
+    .bind(lookups)
+    .bind(next_lookup)
     .execute(&mut **tx)
     .await?;
     Ok(())

@@ -29,7 +29,8 @@ use crate::domain::{
 };
 
 pub use claims::{
-    AcceptedOutcome, ClaimChange, ClaimRecord, ClaimReply, ClaimState, Fingerprint, Settlement,
+    AcceptedOutcome, ClaimChange, ClaimRecord, ClaimReply, ClaimState, Fingerprint, Lookups,
+    Settlement,
 };
 pub use group::GroupWriter;
 pub use postgres::PgStore;

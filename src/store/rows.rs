@@ -8,7 +8,8 @@ use chrono::{DateTime, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    AcceptedOutcome, ClaimRecord, ClaimState, Fingerprint, PendingMessage, Settlement, StoreError,
+    AcceptedOutcome, ClaimRecord, ClaimState, Fingerprint, Lookups, PendingMessage, Settlement,
+    StoreError,
 };
 use crate::domain::{
     CallerName, ClientId, Cursor, DeliveryReport, EventSource, Media, NewEvent, Reply,
@@ -197,13 +198,16 @@ pub(super) struct ClaimRow {
     reason: Option<String>,
     caller: Option<String>,
     settle_until_ms: Option<i64>,
+    lookups: i64,
+    next_lookup_ms: Option<i64>,
 }
 
 impl ClaimRow {
     /// The row of one id, with the columns [`ClaimRow::from_rusqlite`] reads.
     pub(super) const SELECT_BY_ID: &str =
         "SELECT client_id, fingerprint, attempt, state, claimed_at_ms,
-                msg_id, parts, payload, recovered, reason, caller, settle_until_ms
+                msg_id, parts, payload, recovered, reason, caller, settle_until_ms,
+                lookups, next_lookup_ms
            FROM claims WHERE client_id = ?1";
 
     /// A row of [`ClaimRow::SELECT_BY_ID`], read by the send path's SQLite writer.
@@ -221,6 +225,8 @@ impl ClaimRow {
             reason: row.get(9)?,
             caller: row.get(10)?,
             settle_until_ms: row.get(11)?,
+            lookups: row.get(12)?,
+            next_lookup_ms: row.get(13)?,
         })
     }
 }
@@ -295,6 +301,15 @@ impl TryFrom<ClaimRow> for ClaimRecord {
             },
             "unknown" => ClaimState::Unknown {
                 settle_until: row.settle_until_ms.map(from_ms).transpose()?,
+                lookups: match row.next_lookup_ms {
+                    Some(next) => Some(Lookups {
+                        unresolved: u32::try_from(row.lookups).map_err(|_| {
+                            StoreError::Corrupt(format!("claim lookups {}", row.lookups))
+                        })?,
+                        next_at: from_ms(next)?,
+                    }),
+                    None => None,
+                },
             },
             other => return Err(StoreError::Corrupt(format!("claim state {other:?}"))),
         };
@@ -324,7 +339,9 @@ pub(super) fn settlement_columns(settlement: &Settlement) -> SettlementColumns<'
     let (state, accepted, reason, settle_until_ms) = match settlement {
         Settlement::Accepted(outcome, _) => ("accepted", Some(outcome), None, None),
         Settlement::Released(reason) => ("released", None, Some(reason.as_str()), None),
-        Settlement::Unknown { settle_until } => ("unknown", None, None, Some(ms(*settle_until))),
+        Settlement::Unknown { settle_until } | Settlement::Unresolved { settle_until, .. } => {
+            ("unknown", None, None, Some(ms(*settle_until)))
+        }
     };
     SettlementColumns {
         state,

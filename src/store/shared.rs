@@ -70,10 +70,12 @@ pub(super) fn prune_statements(
 }
 
 /// Claims still open past their settle window (`$1`: now, `$2`: in flight before, `$3`:
-/// limit; the partial index `claims_unsettled` holds exactly the open ones).
+/// limit; the partial index `claims_unsettled` holds exactly the open ones); an unknown
+/// one only once its next `status` lookup may run.
 pub(super) const UNSETTLED_SQL: &str = "SELECT * FROM claims
      WHERE state IN ('in_flight', 'unknown')
-       AND ((state = 'unknown' AND COALESCE(settle_until_ms, 0) <= $1)
+       AND ((state = 'unknown' AND COALESCE(settle_until_ms, 0) <= $1
+             AND COALESCE(next_lookup_ms, 0) <= $1)
             OR (state = 'in_flight' AND claimed_at_ms <= $2))
      ORDER BY claimed_at_ms LIMIT $3";
 

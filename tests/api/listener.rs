@@ -1,5 +1,7 @@
 //! The webhook listener faces the internet: clients that send slowly, never finish
-//! or sit idle are cut off, and the number of open connections is bounded.
+//! or sit idle are cut off, and the number of open connections is bounded; at the cap
+//! the connection waiting for a request longest makes room, one serving a request
+//! never does.
 
 use std::time::Duration;
 
@@ -77,6 +79,10 @@ async fn unfinished_headers_and_trickled_bodies_are_cut_off() {
             .expect("a trickled body is cut off");
         assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
     }
+    let late = app
+        .metric(r#"msgw_http_connections_closed_total{listener="webhook",reason="header_timeout"}"#)
+        .await;
+    assert_eq!(late, Some(20.0), "the unfinished headers, by reason");
 }
 
 #[tokio::test]
@@ -97,32 +103,107 @@ async fn an_idle_keep_alive_connection_is_closed() {
     assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
 }
 
+/// A webhook POST whose body never finishes: its connection is serving a request until
+/// the body timeout answers it. Returns once msgw's handler reads the body (it asks
+/// for it with `100 Continue`).
+async fn busy(app: &TestApp) -> TcpStream {
+    let mut s = TcpStream::connect(app.http_addr).await.unwrap();
+    let head = format!(
+        "POST {} HTTP/1.1\r\nHost: msgw\r\nContent-Type: application/json\r\nContent-Length: 100\r\nExpect: 100-continue\r\n\r\n",
+        app.hook_path(1)
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    let mut go_on = [0u8; 25];
+    s.read_exact(&mut go_on).await.unwrap();
+    assert_eq!(&go_on, b"HTTP/1.1 100 Continue\r\n\r\n");
+    s.write_all(b"{").await.unwrap();
+    s
+}
+
+/// Sends a request that closes its connection on `s`; its answer, once it comes.
+async fn ask(s: &mut TcpStream, within: Duration) -> Option<String> {
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: msgw\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    read_until_closed(s, within).await
+}
+
 #[tokio::test]
-async fn connections_beyond_the_limit_wait_until_one_closes() {
+async fn at_the_cap_the_connection_waiting_longest_makes_room_and_busy_ones_stay() {
     let app = app(ListenerLimits {
         max_connections: 3,
+        body_timeout: Duration::from_secs(2),
         ..ListenerLimits::default()
     })
     .await;
-    let mut held = Vec::new();
-    for _ in 0..3 {
-        held.push(TcpStream::connect(app.http_addr).await.unwrap());
-    }
-    let mut waiting = TcpStream::connect(app.http_addr).await.unwrap();
-    waiting
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: msgw\r\nConnection: close\r\n\r\n")
+    let mut serving = busy(&app).await;
+    let mut silent = TcpStream::connect(app.http_addr).await.unwrap();
+    // Idle between requests: a keep-alive connection that was answered once.
+    let mut idle = TcpStream::connect(app.http_addr).await.unwrap();
+    idle.write_all(b"GET /metrics HTTP/1.1\r\nHost: msgw\r\n\r\n")
         .await
         .unwrap();
     let mut first = [0u8; 12];
-    assert!(
-        tokio::time::timeout(Duration::from_millis(300), waiting.read_exact(&mut first))
-            .await
-            .is_err(),
-        "served beyond the connection limit"
-    );
-    drop(held.pop());
-    let answer = read_until_closed(&mut waiting, Duration::from_secs(3))
+    idle.read_exact(&mut first).await.unwrap();
+    assert_eq!(&first, b"HTTP/1.1 404");
+
+    // At the cap: the silent connection, waiting longest, makes room at once.
+    let mut newcomer = TcpStream::connect(app.http_addr).await.unwrap();
+    let answer = ask(&mut newcomer, Duration::from_secs(1))
         .await
-        .expect("served once a connection closed");
+        .expect("served at once at the cap");
     assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
+    assert!(
+        read_until_closed(&mut silent, Duration::from_secs(1))
+            .await
+            .is_some(),
+        "the connection waiting longest was closed"
+    );
+    // Then, at the cap again, the one idle longest.
+    let _later = TcpStream::connect(app.http_addr).await.unwrap();
+    let mut second = TcpStream::connect(app.http_addr).await.unwrap();
+    assert!(ask(&mut second, Duration::from_secs(1)).await.is_some());
+    assert!(
+        read_until_closed(&mut idle, Duration::from_secs(1))
+            .await
+            .is_some(),
+        "the idle keep-alive connection was closed"
+    );
+    // The connection serving a request was left to finish it.
+    let answer = read_until_closed(&mut serving, Duration::from_secs(4))
+        .await
+        .expect("answered at the body timeout");
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert_eq!(
+        app.metric(r#"msgw_http_connections_closed_total{listener="webhook",reason="evicted"}"#)
+            .await,
+        Some(2.0)
+    );
+}
+
+#[tokio::test]
+async fn when_every_connection_is_serving_a_request_a_new_one_waits_for_an_answer() {
+    let app = app(ListenerLimits {
+        max_connections: 2,
+        body_timeout: Duration::from_secs(1),
+        ..ListenerLimits::default()
+    })
+    .await;
+    let mut serving = [busy(&app).await, busy(&app).await];
+    let asked = std::time::Instant::now();
+    let mut waiting = TcpStream::connect(app.http_addr).await.unwrap();
+    let answer = ask(&mut waiting, Duration::from_secs(4))
+        .await
+        .expect("served once a request was answered");
+    assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
+    assert!(
+        asked.elapsed() >= Duration::from_millis(900),
+        "served after {:?}, before any busy connection was answered",
+        asked.elapsed()
+    );
+    // Both were served to their end.
+    for s in &mut serving {
+        let answer = read_until_closed(s, Duration::from_secs(3)).await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    }
 }

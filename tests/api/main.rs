@@ -1,5 +1,6 @@
 //! msgw end to end over real gRPC and HTTP on loopback.
 
+mod admin;
 mod builders;
 mod coalescing;
 mod connections;
@@ -14,6 +15,7 @@ mod hostile;
 mod idempotency;
 mod lifecycle;
 mod listener;
+mod lookups;
 mod operations;
 #[path = "../common/postgres.rs"]
 mod postgres;

@@ -26,7 +26,7 @@ use crate::remembering::{Mode, Remembering};
 use crate::settling::{retry_until_ok, with_deadline};
 
 /// One msgw process, as far as the test can tell.
-struct Replica {
+pub struct Replica {
     http_addr: SocketAddr,
     admin_addr: SocketAddr,
     channel: Channel,
@@ -40,7 +40,7 @@ impl Replica {
     }
 
     /// A replica with these options, on `schema`, in front of `gateway`.
-    async fn start_with(options: Options, schema: &TestSchema, gateway: &FakeGateway) -> Self {
+    pub async fn start_with(options: Options, schema: &TestSchema, gateway: &FakeGateway) -> Self {
         let (config, dir) = config(
             Options {
                 store_url: Some(schema.url.clone()),
@@ -89,7 +89,7 @@ impl Replica {
         futures_util::future::join_all((0..n).map(|_| Self::start(schema, gateway))).await
     }
 
-    fn messaging(&self) -> messaging_service_client::MessagingServiceClient<Channel> {
+    pub fn messaging(&self) -> messaging_service_client::MessagingServiceClient<Channel> {
         messaging_service_client::MessagingServiceClient::new(self.channel.clone())
     }
 

@@ -224,7 +224,8 @@ pub async fn a_group_of_settlements_fences_each_id_and_tracks_only_what_it_settl
     assert!(matches!(
         store.claim_of(id(3)).await.unwrap().unwrap().state,
         ClaimState::Unknown {
-            settle_until: Some(_)
+            settle_until: Some(_),
+            lookups: None,
         }
     ));
     assert_eq!(store.client_id_of("m1").await.unwrap(), Some(id(1)));
@@ -401,7 +402,8 @@ pub async fn a_settle_window_survives_a_take_over_and_a_claim_is_open_for_reconc
     assert_eq!(
         store.claim_of(id(1)).await.unwrap().unwrap().state,
         ClaimState::Unknown {
-            settle_until: Some(now + hour)
+            settle_until: Some(now + hour),
+            lookups: None,
         }
     );
 }

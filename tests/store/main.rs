@@ -7,6 +7,7 @@ mod postgres;
 mod claims;
 mod copy;
 mod events;
+mod lookups;
 mod shared;
 mod sqlite_locking;
 mod verifications;
@@ -88,6 +89,7 @@ on_both_stores!(
     claims::replicas_claiming_the_same_ids_at_once_own_each_exactly_once,
     claims::a_settle_window_survives_a_take_over_and_a_claim_is_open_for_reconcile_only_after_it,
     claims::a_claim_records_its_caller_and_its_messages_events_carry_it,
+    lookups::a_lookups_backoff_reads_back_keeps_reconcile_off_and_a_take_over_clears_it,
     events::appends_hand_out_increasing_cursors_and_skip_duplicates,
     events::every_field_of_an_event_reads_back_exactly,
     events::retention_drops_old_events_but_never_reuses_a_cursor,

@@ -130,7 +130,13 @@ async fn every_write_waits_its_turn_behind_another_connections_write() {
     behind_another_writer(
         &path,
         "saving the sandbox's state",
-        store.save_sandbox_state("sandbox", "{}"),
+        store.save_sandbox(
+            "sandbox",
+            &msgw::store::SandboxSave {
+                account: Some("{}".into()),
+                messages: vec![(1, "{}".into())],
+            },
+        ),
     )
     .await;
     store.close().await;

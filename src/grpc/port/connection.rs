@@ -27,10 +27,10 @@ use tokio::{
 };
 
 use super::stream::{self, Shared};
-use super::table::{Close, Conn};
 use super::{CLOSE_GRACE, GrpcRoutes, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, PortLimits};
 use crate::auth::incoming::{GrpcConn, is_connection_error};
 use crate::auth::tls::TlsReloader;
+use crate::conn_table::{Close, Conn};
 use crate::metrics::Metrics;
 
 /// Serves one accepted connection until it closes; always takes it out of the table.

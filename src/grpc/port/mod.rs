@@ -21,7 +21,6 @@
 
 mod connection;
 mod stream;
-mod table;
 
 use std::{convert::Infallible, sync::Arc, time::Duration};
 
@@ -31,10 +30,10 @@ use tokio::{net::TcpListener, sync::watch, time::Instant};
 
 use crate::auth::incoming::is_connection_error;
 use crate::auth::tls::TlsReloader;
+use crate::conn_table::{ConnMetrics, Table};
 use crate::metrics::Metrics;
-use table::Table;
 
-pub use table::{CLOSING_SHARE, Close, OPEN_PATH_STREAMS, STREAM_COST};
+pub use crate::conn_table::{CLOSING_SHARE, Close, OPEN_PATH_STREAMS, STREAM_COST};
 
 /// Streams one connection may have open at once.
 pub const MAX_STREAMS_PER_CONNECTION: u32 = 1024;
@@ -130,7 +129,7 @@ pub async fn serve<S>(
         max_connections,
         limits.idle_timeout,
         memory_budget,
-        metrics.clone(),
+        ConnMetrics::grpc(&metrics),
     );
     let builder = http2_settings();
     let mut warned: Option<Instant> = None;

@@ -21,8 +21,8 @@ use tokio::time::{Instant, timeout, timeout_at};
 use tonic::body::Body;
 
 use super::GrpcRoutes;
-use super::table::{Conn, Refused, StreamGuard};
 use crate::auth::incoming::PeerInfo;
+use crate::conn_table::{Conn, Refused, StreamGuard};
 use crate::grpc::deadline::parse_grpc_timeout;
 use crate::metrics::Metrics;
 

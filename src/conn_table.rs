@@ -1,5 +1,6 @@
-//! The gRPC port's open connections: how many streams each has open, since when
-//! each has been idle, what each makes msgw hold, and which to close to make room.
+//! The open connections of a port (the gRPC port, the webhook and admin listeners):
+//! how many streams (HTTP/1: requests) each has open, since when each has been idle,
+//! what each makes msgw hold, and which to close to make room.
 //!
 //! A connection is *idle* without any open stream (the idle timeout counts from
 //! then); for eviction it is idle too when every stream it has is *stalled* (its
@@ -12,7 +13,11 @@
 //! not: at the ceiling the accept loop waits and the oldest closing connection is
 //! dropped at once.
 //!
-//! Memory: each open stream counts a fixed cost, its request's headers and body,
+//! An HTTP listener's table waits a moment before it closes a connection just
+//! accepted (its request may be in the socket unread), and tells the accept loop when
+//! room is freed instead of refusing.
+//!
+//! Memory (the gRPC port): each open stream counts a fixed cost, its request's headers and body,
 //! and the answer msgw holds for it; the whole port's count is held under the
 //! memory budget. A stream that would pass it is refused, and the connection that
 //! holds the most is closed at once.
@@ -26,6 +31,7 @@ use std::{
     time::Duration,
 };
 
+use prometheus::{IntCounter, IntCounterVec, IntGauge};
 use tokio::{sync::Notify, time::Instant};
 
 use crate::metrics::Metrics;
@@ -39,7 +45,7 @@ pub const STREAM_COST: usize = 32 * 1024;
 /// Streams on open paths (health watches, reflection: no token needed) one
 /// connection may have open at once; health checks, answered at once, are not held
 /// to it, and msgw's own services may have up to
-/// [`super::MAX_STREAMS_PER_CONNECTION`].
+/// [`crate::grpc::port::MAX_STREAMS_PER_CONNECTION`].
 pub const OPEN_PATH_STREAMS: usize = 8;
 
 /// Why msgw closed a connection (a metric label); `Client` when the client did.
@@ -49,6 +55,9 @@ pub enum Close {
     Client,
     /// No TLS handshake and HTTP/2 preface within the handshake timeout.
     HandshakeTimeout,
+    /// HTTP/1: no complete request headers within the header timeout, on a new
+    /// connection or between two requests.
+    HeaderTimeout,
     /// No open stream for the idle timeout.
     Idle,
     /// Closed to make room for a new connection at the cap.
@@ -64,11 +73,13 @@ pub enum Close {
 }
 
 impl Close {
-    /// The `reason` label of `msgw_grpc_connections_closed_total`.
+    /// The `reason` label of `msgw_grpc_connections_closed_total` and
+    /// `msgw_http_connections_closed_total`.
     pub fn label(self) -> &'static str {
         match self {
             Self::Client => "client",
             Self::HandshakeTimeout => "handshake_timeout",
+            Self::HeaderTimeout => "header_timeout",
             Self::Idle => "idle",
             Self::Evicted => "evicted",
             Self::MemoryBudget => "memory_budget",
@@ -114,17 +125,84 @@ impl Refused {
 /// ceiling is `max + max / CLOSING_SHARE + 1`.
 pub const CLOSING_SHARE: usize = 8;
 
-/// Every open connection of the gRPC port.
+/// Where a port's table counts its connections.
+#[derive(Clone)]
+pub struct ConnMetrics {
+    open: IntGauge,
+    max: IntGauge,
+    closed: IntCounterVec,
+    /// The `listener` label of an HTTP listener's series (the gRPC port's have none).
+    listener: Option<&'static str>,
+    /// Connections refused at the cap; `None`: the port waits instead.
+    refused: Option<IntCounter>,
+    /// The gRPC port's memory series.
+    memory: Option<MemoryMetrics>,
+}
+
+/// What the gRPC port's streams hold, may hold, and how many are stalled.
+#[derive(Clone)]
+struct MemoryMetrics {
+    held: IntGauge,
+    budget: IntGauge,
+    stalled: IntGauge,
+}
+
+impl ConnMetrics {
+    /// The gRPC port's series.
+    pub fn grpc(metrics: &Metrics) -> Self {
+        Self {
+            open: metrics.grpc_connections_open.clone(),
+            max: metrics.grpc_connections_max.clone(),
+            closed: metrics.grpc_connections_closed.clone(),
+            listener: None,
+            refused: Some(metrics.grpc_connections_refused.clone()),
+            memory: Some(MemoryMetrics {
+                held: metrics.grpc_held_bytes.clone(),
+                budget: metrics.grpc_memory_budget.clone(),
+                stalled: metrics.grpc_streams_stalled.clone(),
+            }),
+        }
+    }
+
+    /// The series of the HTTP listener named `listener` (`webhook`, `admin`).
+    pub fn http(metrics: &Metrics, listener: &'static str) -> Self {
+        Self {
+            open: metrics.http_connections_open.with_label_values(&[listener]),
+            max: metrics.http_connections_max.with_label_values(&[listener]),
+            closed: metrics.http_connections_closed.clone(),
+            listener: Some(listener),
+            refused: None,
+            memory: None,
+        }
+    }
+
+    fn closed(&self, reason: Close) {
+        match self.listener {
+            Some(listener) => self.closed.with_label_values(&[listener, reason.label()]),
+            None => self.closed.with_label_values(&[reason.label()]),
+        }
+        .inc();
+    }
+}
+
+/// Every open connection of a port.
 pub struct Table {
     inner: Mutex<Inner>,
     max: usize,
     ceiling: usize,
     idle_timeout: Duration,
+    /// A connection idle for less than this is not closed to make room.
+    least_idle: Duration,
     /// What the port's streams may hold in all, bytes.
     budget: usize,
-    metrics: Arc<Metrics>,
+    /// What the port's streams hold now, bytes.
+    held: AtomicUsize,
+    metrics: ConnMetrics,
     /// Signalled whenever a connection is gone.
     removed: Notify,
+    /// Signalled, once a new connection found no room ([`Table::try_admit`]), when
+    /// one becomes evictable or is gone.
+    freed: Notify,
 }
 
 #[derive(Default)]
@@ -137,6 +215,8 @@ struct Inner {
     unguarded: BTreeSet<(Instant, u64)>,
     /// Connections told to close that are still open, oldest first.
     closing: BTreeSet<(Instant, u64)>,
+    /// A new connection waits for room: signal `freed` on the next change that makes some.
+    wanted: bool,
 }
 
 struct Entry {
@@ -198,22 +278,46 @@ impl Table {
         max: usize,
         idle_timeout: Duration,
         budget: usize,
-        metrics: Arc<Metrics>,
+        metrics: ConnMetrics,
     ) -> Arc<Self> {
-        metrics
-            .grpc_connections_max
-            .set(i64::try_from(max).unwrap_or(i64::MAX));
-        metrics
-            .grpc_memory_budget
-            .set(i64::try_from(budget).unwrap_or(i64::MAX));
+        Self::build(max, idle_timeout, Duration::ZERO, budget, metrics)
+    }
+
+    /// An HTTP listener's table: as [`Table::new`] without a memory budget, where a
+    /// connection makes room only once it has been idle for `least_idle` (one just
+    /// accepted may have sent its request without msgw having read it yet, and a
+    /// flood of reconnecting clients must not close it before then).
+    pub fn with_least_idle(
+        max: usize,
+        idle_timeout: Duration,
+        least_idle: Duration,
+        metrics: ConnMetrics,
+    ) -> Arc<Self> {
+        Self::build(max, idle_timeout, least_idle, usize::MAX, metrics)
+    }
+
+    fn build(
+        max: usize,
+        idle_timeout: Duration,
+        least_idle: Duration,
+        budget: usize,
+        metrics: ConnMetrics,
+    ) -> Arc<Self> {
+        metrics.max.set(i64::try_from(max).unwrap_or(i64::MAX));
+        if let Some(memory) = &metrics.memory {
+            memory.budget.set(i64::try_from(budget).unwrap_or(i64::MAX));
+        }
         Arc::new(Self {
             inner: Mutex::new(Inner::default()),
             max,
             ceiling: max + max / CLOSING_SHARE + 1,
             idle_timeout,
+            least_idle,
             budget,
+            held: AtomicUsize::new(0),
             metrics,
             removed: Notify::new(),
+            freed: Notify::new(),
         })
     }
 
@@ -246,19 +350,30 @@ impl Table {
     /// with only open-path streams for longest) is told to close to make room;
     /// `None` when every open connection has a stream on msgw's services.
     pub fn admit(self: &Arc<Self>) -> Option<Arc<Conn>> {
+        self.try_admit().ok()
+    }
+
+    /// [`Table::admit`], saying why not: `Err(Some(at))` when the connection to make
+    /// room has been idle for less than the table's least idle time (it may at `at`),
+    /// `Err(None)` when every open connection has a stream on msgw's services. Either
+    /// way [`Table::freed`] resolves once a connection is gone or has become idle.
+    pub fn try_admit(self: &Arc<Self>) -> Result<Arc<Conn>, Option<Instant>> {
         let now = Instant::now();
         let mut inner = self.lock();
         if inner.conns.len() - inner.closing.len() >= self.max {
-            let victim = inner
-                .idle
-                .first()
-                .or_else(|| inner.unguarded.first())
-                .map(|&(_, id)| id);
-            let Some(victim) = victim else {
+            let victim = inner.idle.first().or_else(|| inner.unguarded.first());
+            let Some(&(since, victim)) = victim else {
+                inner.wanted = true;
                 drop(inner);
-                self.metrics.grpc_connections_refused.inc();
-                return None;
+                if let Some(refused) = &self.metrics.refused {
+                    refused.inc();
+                }
+                return Err(None);
             };
+            if since + self.least_idle > now {
+                inner.wanted = true;
+                return Err(Some(since + self.least_idle));
+            }
             if let Some(conn) = inner.mark_closing(victim, now) {
                 conn.signal(Close::Evicted);
             }
@@ -289,9 +404,15 @@ impl Table {
         );
         inner.refile(id, now);
         self.metrics
-            .grpc_connections_open
+            .open
             .set(i64::try_from(inner.conns.len()).unwrap_or(i64::MAX));
-        Some(conn)
+        Ok(conn)
+    }
+
+    /// Resolves once a connection may have become idle or gone since
+    /// [`Table::try_admit`] last found no room (at once if it already has).
+    pub async fn freed(&self) {
+        self.freed.notified().await;
     }
 
     /// Resolves once no connection is open.
@@ -307,21 +428,31 @@ impl Table {
 
     /// What the port's streams hold now, bytes.
     pub fn held(&self) -> usize {
-        usize::try_from(self.metrics.grpc_held_bytes.get()).unwrap_or(0)
+        self.held.load(Ordering::Relaxed)
     }
 
     fn add_held(&self, conn: &Conn, bytes: usize) {
         conn.held.fetch_add(bytes, Ordering::Relaxed);
-        self.metrics
-            .grpc_held_bytes
-            .add(i64::try_from(bytes).unwrap_or(i64::MAX));
+        self.held.fetch_add(bytes, Ordering::Relaxed);
+        if let Some(memory) = &self.metrics.memory {
+            memory.held.add(i64::try_from(bytes).unwrap_or(i64::MAX));
+        }
     }
 
     fn sub_held(&self, conn: &Conn, bytes: usize) {
         conn.held.fetch_sub(bytes, Ordering::Relaxed);
-        self.metrics
-            .grpc_held_bytes
-            .sub(i64::try_from(bytes).unwrap_or(i64::MAX));
+        self.held.fetch_sub(bytes, Ordering::Relaxed);
+        if let Some(memory) = &self.metrics.memory {
+            memory.held.sub(i64::try_from(bytes).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Wakes a connection waiting for room, if one is, after `inner` changed.
+    fn wake_waiting(&self, mut inner: MutexGuard<'_, Inner>, freed: bool) {
+        if freed && std::mem::take(&mut inner.wanted) {
+            drop(inner);
+            self.freed.notify_one();
+        }
     }
 
     fn remove(&self, id: u64, reason: Close) {
@@ -330,15 +461,16 @@ impl Table {
             inner.forget(id, &entry);
         }
         let open = inner.conns.len();
+        let wanted = std::mem::take(&mut inner.wanted);
         drop(inner);
         self.metrics
-            .grpc_connections_open
+            .open
             .set(i64::try_from(open).unwrap_or(i64::MAX));
-        self.metrics
-            .grpc_connections_closed
-            .with_label_values(&[reason.label()])
-            .inc();
+        self.metrics.closed(reason);
         self.removed.notify_waiters();
+        if wanted {
+            self.freed.notify_one();
+        }
     }
 }
 
@@ -358,8 +490,9 @@ impl Inner {
 
     /// Puts connection `id` where its streams place it now: idle (no stream, or only
     /// stalled ones), unguarded (only open-path streams), or neither; a connection
-    /// keeps its place (and its age there) while it stays.
-    fn refile(&mut self, id: u64, now: Instant) {
+    /// keeps its place (and its age there) while it stays. True when it has just
+    /// become one to make room with.
+    fn refile(&mut self, id: u64, now: Instant) -> bool {
         let Inner {
             conns,
             idle,
@@ -367,8 +500,9 @@ impl Inner {
             ..
         } = self;
         let Some(entry) = conns.get_mut(&id) else {
-            return;
+            return false;
         };
+        let mut freed = false;
         let open = entry.closing_since.is_none();
         let is_idle = open && entry.stalled == entry.streams;
         let is_unguarded = open && !is_idle && entry.guarded == 0;
@@ -384,10 +518,12 @@ impl Inner {
                 (None, true) => {
                     set.insert((now, id));
                     *key = Some(now);
+                    freed = true;
                 }
                 _ => {}
             }
         }
+        freed
     }
 
     /// Marks connection `id` as closing; its handle, unless it already was.
@@ -557,21 +693,24 @@ impl StreamGuard {
 impl Stream {
     fn set_stalled(&self, stalled: bool) {
         let table = &self.conn.table;
-        let metrics = &table.metrics;
-        if stalled {
-            metrics.grpc_streams_stalled.inc();
-        } else {
-            metrics.grpc_streams_stalled.dec();
+        if let Some(memory) = &table.metrics.memory {
+            if stalled {
+                memory.stalled.inc();
+            } else {
+                memory.stalled.dec();
+            }
         }
         let mut inner = table.lock();
-        if let Some(entry) = inner.conns.get_mut(&self.conn.id) {
-            if stalled {
-                entry.stalled += 1;
-            } else {
-                entry.stalled -= 1;
-            }
-            inner.refile(self.conn.id, Instant::now());
+        let Some(entry) = inner.conns.get_mut(&self.conn.id) else {
+            return;
+        };
+        if stalled {
+            entry.stalled += 1;
+        } else {
+            entry.stalled -= 1;
         }
+        let freed = inner.refile(self.conn.id, Instant::now());
+        table.wake_waiting(inner, freed);
     }
 }
 
@@ -597,162 +736,10 @@ impl Drop for Stream {
         if entry.streams == 0 {
             entry.idle_since = now;
         }
-        inner.refile(id, now);
+        let freed = inner.refile(id, now);
+        table.wake_waiting(inner, freed);
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test(start_paused = true)]
-    async fn at_the_cap_the_longest_idle_connection_makes_room() {
-        let table = Table::new(2, Duration::from_secs(60), usize::MAX, Metrics::new());
-        let first = table.admit().unwrap();
-        tokio::time::advance(Duration::from_secs(1)).await;
-        let second = table.admit().unwrap();
-        let _busy = first.stream_opened(true, false, 0).unwrap();
-        // `first` has a stream open: `second` is the one to go.
-        let third = table.admit().unwrap();
-        assert_eq!(second.closing().await, Close::Evicted);
-        // Every connection not closing has a stream open: refused.
-        let _busy_third = third.stream_opened(true, false, 0).unwrap();
-        assert!(table.admit().is_none());
-        second.finished();
-        assert!(
-            table.admit().is_none(),
-            "still full: first and third are busy"
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn streams_needing_no_token_do_not_keep_a_connection_at_the_cap() {
-        let table = Table::new(2, Duration::from_secs(60), usize::MAX, Metrics::new());
-        let watcher = table.admit().unwrap();
-        let _watch = watcher.stream_opened(false, false, 0).unwrap();
-        let caller = table.admit().unwrap();
-        let _call = caller.stream_opened(true, false, 0).unwrap();
-        let newcomer = table.admit().expect("the health watcher makes room");
-        assert_eq!(watcher.closing().await, Close::Evicted);
-        drop(newcomer);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_connection_is_idle_from_its_last_stream_on() {
-        let table = Table::new(8, Duration::from_secs(60), usize::MAX, Metrics::new());
-        let conn = table.admit().unwrap();
-        let start = Instant::now();
-        assert_eq!(conn.idle_deadline(), Some(start + Duration::from_secs(60)));
-        let stream = conn.stream_opened(true, false, 0).unwrap();
-        assert_eq!(conn.idle_deadline(), None);
-        tokio::time::advance(Duration::from_secs(10)).await;
-        drop(stream);
-        assert_eq!(conn.idle_deadline(), Some(start + Duration::from_secs(70)));
-        conn.finished();
-        table.emptied().await;
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn at_the_ceiling_the_oldest_closing_connection_is_dropped_at_once() {
-        // Cap 8: the ceiling is 10 connections, closing ones included.
-        let table = Table::new(8, Duration::from_secs(60), usize::MAX, Metrics::new());
-        let mut conns: Vec<_> = (0..8).map(|_| table.admit().unwrap()).collect();
-        conns.push(table.admit().unwrap()); // evicts conns[0]
-        conns.push(table.admit().unwrap()); // evicts conns[1]
-        let waiting = {
-            let table = table.clone();
-            tokio::spawn(async move { table.room().await })
-        };
-        tokio::task::yield_now().await;
-        assert!(!waiting.is_finished(), "at the ceiling");
-        conns[0].aborted().await;
-        conns[0].finished();
-        waiting.await.unwrap();
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_connection_whose_streams_are_all_stalled_makes_room_at_the_cap() {
-        let table = Table::new(2, Duration::from_secs(60), usize::MAX, Metrics::new());
-        let reading = table.admit().unwrap();
-        let _call = reading.stream_opened(true, false, 0).unwrap();
-        let stalled = table.admit().unwrap();
-        let stream = stalled.stream_opened(true, false, 0).unwrap();
-        let busy = stalled.stream_opened(true, false, 0).unwrap();
-        let mark = stream.stalled();
-        assert!(table.admit().is_none(), "one stream still reads");
-        let _mark = busy.stalled();
-        let newcomer = table.admit().expect("every stream of `stalled` is stalled");
-        assert_eq!(stalled.closing().await, Close::Evicted);
-        drop((mark, newcomer));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_connection_has_few_open_path_streams_but_any_number_of_checks_and_its_own() {
-        let table = Table::new(8, Duration::from_secs(60), usize::MAX, Metrics::new());
-        let conn = table.admit().unwrap();
-        let open: Vec<_> = (0..OPEN_PATH_STREAMS)
-            .map(|_| conn.stream_opened(false, false, 0).unwrap())
-            .collect();
-        assert_eq!(
-            conn.stream_opened(false, false, 0).err(),
-            Some(Refused::OpenPathStreams)
-        );
-        let own: Vec<_> = (0..100)
-            .map(|_| conn.stream_opened(true, false, 0).unwrap())
-            .collect();
-        let checks: Vec<_> = (0..OPEN_PATH_STREAMS * 2)
-            .map(|_| conn.stream_opened(false, true, 0).unwrap())
-            .collect();
-        drop(open);
-        assert!(conn.stream_opened(false, false, 0).is_ok());
-        drop(checks);
-        drop(own);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn at_the_memory_budget_streams_are_refused_and_the_heaviest_connection_goes() {
-        let metrics = Metrics::new();
-        let budget = 10 * STREAM_COST;
-        let table = Table::new(8, Duration::from_secs(60), budget, metrics.clone());
-        let light = table.admit().unwrap();
-        let heavy = table.admit().unwrap();
-        let _light_stream = light.stream_opened(true, false, 100).unwrap();
-        let heavy_stream = heavy.stream_opened(true, false, 100).unwrap();
-        heavy_stream.hold(6 * STREAM_COST);
-        assert_eq!(table.held(), 8 * STREAM_COST + 200);
-        assert_eq!(heavy.held(), 7 * STREAM_COST + 100);
-        let _second = light.stream_opened(true, false, 0).unwrap();
-        assert_eq!(
-            light.stream_opened(true, false, 0).err(),
-            Some(Refused::MemoryBudget)
-        );
-        let _probe = light
-            .stream_opened(false, true, 0)
-            .expect("a health check is served at the budget");
-        assert_eq!(
-            light.stream_opened(true, false, 0).err(),
-            Some(Refused::MemoryBudget),
-            "refused while the heavy connection lets go"
-        );
-        assert_eq!(
-            light.closed_for(),
-            None,
-            "one connection goes, not every one"
-        );
-        heavy.aborted().await;
-        assert_eq!(heavy.closed_for(), Some(Close::MemoryBudget));
-        assert_eq!(light.closed_for(), None);
-        // Once the heavy connection's streams are gone, there is room again.
-        drop(heavy_stream);
-        heavy.finished();
-        assert_eq!(table.held(), 3 * STREAM_COST + 100);
-        assert!(light.stream_opened(true, false, 0).is_ok());
-        assert_eq!(
-            metrics
-                .grpc_connections_closed
-                .with_label_values(&["memory_budget"])
-                .get(),
-            1
-        );
-    }
-}
+mod tests;

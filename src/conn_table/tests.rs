@@ -1,6 +1,7 @@
 //! The connection table: who makes room at the cap, and when; what its streams hold.
 
 use super::*;
+use crate::metrics::Metrics;
 
 #[tokio::test(start_paused = true)]
 async fn at_the_cap_the_longest_idle_connection_makes_room() {

@@ -83,32 +83,23 @@ async fn tls_handshake(
     tls: Option<Arc<TlsReloader>>,
     conn: &Conn,
     by: Instant,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) -> Option<GrpcConn> {
     let Some(tls) = tls else {
         return Some(GrpcConn::Plain(tcp));
     };
     let peer = tcp.peer_addr().ok();
-    tokio::select! {
-        done = tokio::time::timeout_at(by, GrpcConn::tls(tcp, &tls)) => match done {
-            Ok(Ok(io)) => Some(io),
-            // TCP probes of load balancers and port scanners: routine, not worth a line.
-            Ok(Err(error)) if is_connection_error(&error) => {
-                tracing::debug!(?peer, %error, "gRPC port: TLS handshake failed");
-                None
-            }
-            Ok(Err(error)) => {
-                tracing::info!(?peer, %error, "gRPC port: TLS handshake failed");
-                None
-            }
-            Err(_) => {
-                conn.close(Close::HandshakeTimeout);
-                None
-            }
-        },
-        _ = conn.closing() => None,
-        () = conn.aborted() => None,
-        _ = shutdown.wait_for(|s| *s) => None,
+    match in_time(GrpcConn::tls(tcp, &tls), conn, by, shutdown).await? {
+        Ok(io) => Some(io),
+        // TCP probes of load balancers and port scanners: routine, not worth a line.
+        Err(error) if is_connection_error(&error) => {
+            tracing::debug!(?peer, %error, "gRPC port: TLS handshake failed");
+            None
+        }
+        Err(error) => {
+            tracing::info!(?peer, %error, "gRPC port: TLS handshake failed");
+            None
+        }
     }
 }
 
@@ -119,15 +110,28 @@ async fn h2_handshake(
     io: Watched,
     conn: &Conn,
     by: Instant,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) -> Option<H2<Watched, Bytes>> {
+    match in_time(builder.handshake(io), conn, by, shutdown).await? {
+        Ok(h2) => Some(h2),
+        Err(error) => {
+            tracing::debug!(%error, "gRPC port: no HTTP/2 preface");
+            None
+        }
+    }
+}
+
+/// A step of the handshake, done by `by`; `None` when it is not (the connection is
+/// then closed for its handshake timeout), or the connection must close before.
+async fn in_time<F: Future>(
+    step: F,
+    conn: &Conn,
+    by: Instant,
+    mut shutdown: watch::Receiver<bool>,
+) -> Option<F::Output> {
     tokio::select! {
-        done = tokio::time::timeout_at(by, builder.handshake(io)) => match done {
-            Ok(Ok(h2)) => Some(h2),
-            Ok(Err(error)) => {
-                tracing::debug!(%error, "gRPC port: no HTTP/2 preface");
-                None
-            }
+        done = tokio::time::timeout_at(by, step) => match done {
+            Ok(done) => Some(done),
             Err(_) => {
                 conn.close(Close::HandshakeTimeout);
                 None

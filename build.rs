@@ -12,6 +12,7 @@ const PROTOS: &[&str] = &[
     "proto/msgw/v1/template.proto",
     "proto/msgw/v1/events.proto",
     "proto/msgw/v1/verification.proto",
+    "proto/msgw/v1/fraud_guard.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -170,6 +170,7 @@ impl Application {
                 phone_limit: config.verify.phone_limit,
                 allowed_prefixes: config.verify.allowed_prefixes,
                 sandbox: sandbox.is_some(),
+                guard: config.verify.guard,
             },
         );
         let grpc = TcpListener::bind(config.grpc_addr)
@@ -339,6 +340,12 @@ impl Application {
             .clone()
             .map(|tls| tokio::spawn(tls.watch(stop.clone(), metrics.clone())));
         let callers_task = tokio::spawn(self.auth.clone().watch(stop.clone(), metrics.clone()));
+        let guard_task = tokio::spawn(
+            self.verifier
+                .guard()
+                .clone()
+                .watch(self.store.clone(), stop.clone()),
+        );
         tracing::info!(%grpc_addr, %http_addr, %admin_addr, "msgw serving");
 
         let (drain, draining) = watch::channel(false);
@@ -387,6 +394,7 @@ impl Application {
         reconcile_task.await.context("reconcile task")?;
         retention_task.await.context("retention task")?;
         balance_task.await.context("balance task")?;
+        guard_task.await.context("fraud guard task")?;
         if let Some(tls_task) = tls_task {
             tls_task.await.context("TLS reload task")?;
         }

@@ -8,6 +8,10 @@ use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use secrecy::SecretString;
 
+mod guard;
+
+pub use guard::{GuardAction, GuardArgs, GuardCommandArgs};
+
 use crate::auth::tls::TlsFiles;
 use crate::config::read_secret;
 use crate::sandbox::{DEFAULT_API_KEY, SandboxConfig};
@@ -35,6 +39,9 @@ pub enum Command {
     CopyStore(CopyStoreArgs),
     /// Check that a running msgw serves (gRPC health); exit status 0 when it does.
     Check(CheckArgs),
+    /// The fraud guard's held number ranges: `msgw guard list`, `msgw guard release RANGE`
+    /// (straight in the store, with or without msgw running).
+    Guard(GuardCommandArgs),
 }
 
 /// Flags of `msgw check`.
@@ -321,6 +328,9 @@ pub struct ServeArgs {
     /// a leading `+` is ignored). Default: any.
     #[arg(long, env = "MSGW_VERIFY_ALLOWED_PREFIXES", value_delimiter = ',')]
     pub verify_allowed_prefixes: Vec<String>,
+    /// The fraud guard.
+    #[command(flatten)]
+    pub guard: GuardArgs,
     /// The store: `sqlite://PATH` (created on first start), `sqlite::memory:`, or
     /// `postgres://USER@HOST/DB?sslmode=...` (shared by several replicas).
     #[arg(long, env = "MSGW_STORE_URL", default_value = "sqlite://msgw.db")]

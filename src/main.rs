@@ -28,7 +28,7 @@ fn one_line(error: &anyhow::Error) -> String {
 fn start(cli: Cli) -> anyhow::Result<()> {
     let configured = match &cli.command {
         Command::Serve(args) => args.worker_threads.map(usize::from),
-        Command::Sandbox(_) | Command::CopyStore(_) => None,
+        Command::Sandbox(_) | Command::CopyStore(_) | Command::Guard(_) => None,
         // A client: one thread is plenty.
         Command::Check(_) => Some(1),
     };
@@ -65,6 +65,12 @@ async fn run(cli: Cli, workers: usize, configured: bool) -> anyhow::Result<()> {
                 "copied {} claims, {} tracked messages and {} events; the event log continues after cursor {}",
                 copied.claims, copied.messages, copied.events, copied.latest_cursor
             );
+            Ok(())
+        }
+        Command::Guard(args) => {
+            for line in args.run().await? {
+                println!("{line}");
+            }
             Ok(())
         }
         Command::Sandbox(args) => {

@@ -36,10 +36,21 @@ pub enum Permission {
     Templates,
     /// The delivery event stream.
     Events,
+    /// Operators' RPCs: the fraud guard's held ranges (FraudGuardService). Never
+    /// granted by leaving `permissions` out of a callers file.
+    Admin,
 }
 
 impl Permission {
-    const ALL: [Self; 4] = [Self::Send, Self::Query, Self::Templates, Self::Events];
+    const ALL: [Self; 5] = [
+        Self::Send,
+        Self::Query,
+        Self::Templates,
+        Self::Events,
+        Self::Admin,
+    ];
+    /// What a caller whose entry lists no permissions may do: all but `admin`.
+    const DEFAULT: [Self; 4] = [Self::Send, Self::Query, Self::Templates, Self::Events];
 
     /// The name used in the callers file.
     pub fn as_str(self) -> &'static str {
@@ -48,6 +59,7 @@ impl Permission {
             Self::Query => "query",
             Self::Templates => "templates",
             Self::Events => "events",
+            Self::Admin => "admin",
         }
     }
 
@@ -245,7 +257,7 @@ impl Callers {
                 .map(|hex| parse_sha256(hex).map_err(|e| format!("{at}.token_sha256: {e}")))
                 .collect::<Result<Vec<_>, _>>()?;
             let permissions = match &entry.permissions {
-                None => Permission::ALL.to_vec(),
+                None => Permission::DEFAULT.to_vec(),
                 Some(list) if list.is_empty() => {
                     return Err(format!(
                         "{at}.permissions is empty: list what {name} may do, or leave it out for everything"

@@ -77,6 +77,18 @@ pub fn admit_events(caller: &Caller) -> Result<(), Error> {
     }
 }
 
+/// Admits a caller to an operators' RPC (`rpc`): the `admin` permission.
+pub fn admit_admin(caller: &Caller, rpc: &str) -> Result<(), Error> {
+    if caller.may(Permission::Admin) {
+        Ok(())
+    } else {
+        Err(Error::PermissionDenied(format!(
+            "{rpc} needs the \"admin\" permission, which caller {} does not have",
+            caller.label()
+        )))
+    }
+}
+
 /// Takes `sends` from the caller's send rate, or says when to retry.
 fn take_sends(caller: &Caller, sends: u32) -> Result<(), Error> {
     caller

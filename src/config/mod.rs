@@ -103,6 +103,8 @@ pub struct VerifyConfig {
     pub phone_limit: u32,
     /// Country prefixes (digits) verifications may go to; empty: any.
     pub allowed_prefixes: Vec<String>,
+    /// The fraud guard.
+    pub guard: crate::verify::guard::Settings,
 }
 
 impl Default for VerifyConfig {
@@ -112,6 +114,7 @@ impl Default for VerifyConfig {
             resend_interval: Duration::from_secs(30),
             phone_limit: 5,
             allowed_prefixes: Vec::new(),
+            guard: crate::verify::guard::Settings::default(),
         }
     }
 }
@@ -285,6 +288,7 @@ impl ServeArgs {
                 Ok(digits.to_owned())
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
+        let guard = self.guard.into_settings()?;
         if self.verify_resend_interval > Duration::from_secs(3600) {
             bail!("--verify-resend-interval must be at most 1h");
         }
@@ -366,6 +370,7 @@ impl ServeArgs {
                 max_age: self.event_retention,
                 max_events: self.event_retention_count,
                 claims_max_age: self.idempotency_retention,
+                guard_max_age: guard.longest_window(),
             },
             event_fan_out: usize::try_from(self.event_fan_out).unwrap_or(usize::MAX),
             reconcile: ReconcileConfig {
@@ -403,6 +408,7 @@ impl ServeArgs {
                 resend_interval: self.verify_resend_interval,
                 phone_limit: self.verify_phone_limit,
                 allowed_prefixes: verify_allowed_prefixes,
+                guard,
             },
         })
     }

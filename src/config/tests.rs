@@ -9,7 +9,9 @@ fn serve(args: &[&str]) -> anyhow::Result<Config> {
     let cli = Cli::try_parse_from(["msgw", "serve"].iter().chain(args))?;
     match cli.command {
         Command::Serve(args) => args.into_config(),
-        Command::Sandbox(_) | Command::CopyStore(_) | Command::Check(_) => bail!("not serve"),
+        Command::Sandbox(_) | Command::CopyStore(_) | Command::Check(_) | Command::Guard(_) => {
+            bail!("not serve")
+        }
     }
 }
 
@@ -208,4 +210,43 @@ fn the_defaults_of_serve_are_valid_and_the_types_defaults_agree_with_them() {
             &verify.allowed_prefixes
         )
     );
+}
+
+#[test]
+fn the_fraud_guard_is_on_with_its_defaults() {
+    let config = serve(&[]).unwrap();
+    assert_eq!(config.verify.guard, crate::verify::guard::Settings::default());
+    assert_eq!(config.retention.guard_max_age, Duration::from_secs(3600));
+}
+
+#[test]
+fn fraud_guard_flags_are_parsed_and_checked_together() {
+    let config = serve(&[
+        "--verify-fraud-guard",
+        "shadow",
+        "--verify-key-limits",
+        "ip=10/1h,user=5/1d",
+        "--verify-country-limits",
+        "380=2000/1h,*=200/1h",
+        "--verify-safe-prefixes",
+        "+380000000",
+    ])
+    .unwrap();
+    let guard = &config.verify.guard;
+    assert_eq!(guard.mode, crate::verify::guard::Mode::Shadow);
+    assert_eq!(guard.key_limits.of("user").unwrap().max, 5);
+    assert_eq!(guard.country_limits.of("44").unwrap().max, 200);
+    assert!(guard.safe_prefixes.covers("380000000011"));
+    assert_eq!(config.retention.guard_max_age, Duration::from_secs(86_400));
+    for (args, named) in [
+        (&["--verify-fraud-guard", "maybe"][..], "--verify-fraud-guard"),
+        (&["--verify-key-limits", "ip=ten/1h"][..], "--verify-key-limits"),
+        (&["--verify-country-limits", "3801=1/1h"][..], "--verify-country-limits"),
+        (&["--verify-guard-min-conversion", "2"][..], "--verify-guard-min-conversion"),
+        (&["--verify-guard-grace", "2h"][..], "MSGW_VERIFY_GUARD_GRACE"),
+        (&["--verify-guard-prefix-digits", "1"][..], "MSGW_VERIFY_GUARD_PREFIX_DIGITS"),
+    ] {
+        let error = serve(args).unwrap_err().to_string();
+        assert!(error.contains(named), "{args:?}: {error}");
+    }
 }

@@ -157,6 +157,39 @@ pub enum Error {
     /// The verification has had all its sends.
     #[error("this verification has had all its sends; nothing was sent")]
     SendsExhausted,
+    /// The fraud guard holds the number's range: its verifications are started and
+    /// not approved (SMS pumping).
+    #[error(
+        "the fraud guard holds this number's range: too many of its verifications were never approved; nothing was sent"
+    )]
+    SuspectedFraud {
+        /// The range's digits.
+        range: String,
+        /// When the hold ends.
+        until: chrono::DateTime<chrono::Utc>,
+    },
+    /// The fraud guard holds no such range (ReleaseRange).
+    #[error("the fraud guard holds no range {range}")]
+    RangeNotHeld {
+        /// The range asked for.
+        range: String,
+    },
+    /// A caller-supplied rate-limit key had its limit (`MSGW_VERIFY_KEY_LIMITS`).
+    #[error("too many verifications for this {name} in its window; nothing was sent")]
+    KeyRateLimited {
+        /// The key's name.
+        name: String,
+        /// When the oldest of them leaves the window.
+        retry_after: std::time::Duration,
+    },
+    /// The calling code had its budget (`MSGW_VERIFY_COUNTRY_LIMITS`).
+    #[error("too many verifications to calling code +{calling_code} in its window; nothing was sent")]
+    CountryRateLimited {
+        /// The calling code (or `unassigned`).
+        calling_code: String,
+        /// When the oldest of them leaves the window.
+        retry_after: std::time::Duration,
+    },
     /// A bug in msgw.
     #[error("internal error: {0}")]
     Internal(String),

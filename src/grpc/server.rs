@@ -1,4 +1,4 @@
-//! What the gRPC port serves: msgw's five services, health and reflection, and
+//! What the gRPC port serves: msgw's six services, health and reflection, and
 //! msgw's health status (also a flag for the admin listener's `/readyz`).
 
 use std::sync::Arc;
@@ -7,11 +7,14 @@ use tokio::sync::watch;
 use tonic::service::Routes;
 use tonic_health::{ServingStatus, server::HealthReporter};
 
-use super::{Account, Events, MAX_REQUEST_BYTES, Messaging, Templates, Verification};
+use super::{
+    Account, Events, FraudGuard, MAX_REQUEST_BYTES, Messaging, Templates, Verification,
+};
 use crate::dispatch::Dispatcher;
 use crate::events::EventLog;
 use crate::proto::{
     self, account_service_server::AccountServiceServer, event_service_server::EventServiceServer,
+    fraud_guard_service_server::FraudGuardServiceServer,
     messaging_service_server::MessagingServiceServer,
     template_service_server::TemplateServiceServer,
     verification_service_server::VerificationServiceServer,
@@ -19,12 +22,13 @@ use crate::proto::{
 use crate::verify::Verifier;
 
 /// The services msgw serves, as health check names.
-const SERVICES: [&str; 5] = [
+const SERVICES: [&str; 6] = [
     "msgw.v1.MessagingService",
     "msgw.v1.AccountService",
     "msgw.v1.TemplateService",
     "msgw.v1.EventService",
     "msgw.v1.VerificationService",
+    "msgw.v1.FraudGuardService",
 ];
 
 /// Largest request of the services that need no token (health, reflection): a
@@ -99,6 +103,10 @@ pub fn routes(
         )
         .add_service(
             EventServiceServer::new(Events::new(events))
+                .max_decoding_message_size(MAX_REQUEST_BYTES),
+        )
+        .add_service(
+            FraudGuardServiceServer::new(FraudGuard::new(verifier.clone()))
                 .max_decoding_message_size(MAX_REQUEST_BYTES),
         )
         .add_service(

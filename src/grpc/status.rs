@@ -27,11 +27,13 @@ pub fn code(e: &Error) -> Code {
         Error::MessageNotFound { .. } => Code::NotFound,
         Error::PermissionDenied(_) => Code::PermissionDenied,
         Error::RateLimited { .. } => Code::ResourceExhausted,
-        Error::VerificationNotFound => Code::NotFound,
-        Error::PhoneRateLimited { .. } | Error::ResendTooSoon { .. } | Error::SendsExhausted => {
-            Code::ResourceExhausted
-        }
-        Error::DestinationNotAllowed => Code::PermissionDenied,
+        Error::VerificationNotFound | Error::RangeNotHeld { .. } => Code::NotFound,
+        Error::PhoneRateLimited { .. }
+        | Error::ResendTooSoon { .. }
+        | Error::SendsExhausted
+        | Error::KeyRateLimited { .. }
+        | Error::CountryRateLimited { .. } => Code::ResourceExhausted,
+        Error::DestinationNotAllowed | Error::SuspectedFraud { .. } => Code::PermissionDenied,
         Error::Internal(_) => Code::Internal,
     }
 }
@@ -74,6 +76,10 @@ pub fn reason(e: &Error) -> &'static str {
         Error::DestinationNotAllowed => "DESTINATION_NOT_ALLOWED",
         Error::ResendTooSoon { .. } => "RESEND_TOO_SOON",
         Error::SendsExhausted => "VERIFICATION_SENDS_EXHAUSTED",
+        Error::SuspectedFraud { .. } => "SUSPECTED_FRAUD",
+        Error::RangeNotHeld { .. } => "RANGE_NOT_HELD",
+        Error::KeyRateLimited { .. } => "KEY_RATE_LIMITED",
+        Error::CountryRateLimited { .. } => "COUNTRY_RATE_LIMITED",
     }
 }
 
@@ -152,6 +158,27 @@ fn details(e: Error) -> Details {
         Error::MessageNotFound { upstream_error, .. } => {
             metadata(vec![("upstream_error", upstream_error)])
         }
+        Error::RangeNotHeld { range } => metadata(vec![("range", range)]),
+        Error::SuspectedFraud { range, until } => metadata(vec![
+            ("range", range),
+            (
+                "held_until",
+                until.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            ),
+        ]),
+        Error::KeyRateLimited { name, retry_after } => Details {
+            metadata: vec![("key", name)],
+            retry_after: Some(retry_after),
+            ..Details::default()
+        },
+        Error::CountryRateLimited {
+            calling_code,
+            retry_after,
+        } => Details {
+            metadata: vec![("calling_code", calling_code)],
+            retry_after: Some(retry_after),
+            ..Details::default()
+        },
         Error::RateLimited {
             caller,
             retry_after,
@@ -332,6 +359,21 @@ mod tests {
                 retry_after: second,
             },
             Error::SendsExhausted,
+            Error::SuspectedFraud {
+                range: "881234".into(),
+                until: chrono::DateTime::UNIX_EPOCH,
+            },
+            Error::RangeNotHeld {
+                range: "881234".into(),
+            },
+            Error::KeyRateLimited {
+                name: "ip".into(),
+                retry_after: second,
+            },
+            Error::CountryRateLimited {
+                calling_code: "380".into(),
+                retry_after: second,
+            },
             Error::Internal("bug".into()),
         ];
         for e in &all {
@@ -354,6 +396,10 @@ mod tests {
                 | Error::DestinationNotAllowed
                 | Error::ResendTooSoon { .. }
                 | Error::SendsExhausted
+                | Error::SuspectedFraud { .. }
+                | Error::RangeNotHeld { .. }
+                | Error::KeyRateLimited { .. }
+                | Error::CountryRateLimited { .. }
                 | Error::Internal(_) => {}
             }
         }

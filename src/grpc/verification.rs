@@ -14,7 +14,7 @@ use crate::domain::{
 };
 use crate::proto::{self, verification_service_server::VerificationService};
 use crate::verify::{
-    self, DEFAULT_DIGITS, DEFAULT_TTL, DIGITS, StartVerification, TTL, Template, Verifier, View,
+    self, DEFAULT_DIGITS, guard, DEFAULT_TTL, DIGITS, StartVerification, TTL, Template, Verifier, View,
 };
 
 /// The VerificationService handlers.
@@ -153,6 +153,7 @@ fn start(r: proto::StartVerificationRequest, s: &mut Scope<'_>) -> Option<StartV
         }
         (_, false) => Some(None),
     };
+    let rate_limit_keys = rate_limit_keys(s, r.rate_limit_keys);
     Some(StartVerification {
         id: id?,
         phone: phone?,
@@ -162,7 +163,43 @@ fn start(r: proto::StartVerificationRequest, s: &mut Scope<'_>) -> Option<StartV
         digits: digits?,
         ttl: ttl?,
         voice: voice?,
+        rate_limit_keys: rate_limit_keys?,
     })
+}
+
+/// The end user's keys: at most 8, each a name the guard can be set for and a
+/// bounded value (never repeated back: it may be personal data).
+fn rate_limit_keys(
+    s: &mut Scope<'_>,
+    raw: std::collections::HashMap<String, String>,
+) -> Option<guard::RateLimitKeys> {
+    if raw.len() > guard::MAX_KEYS {
+        s.add(
+            "rate_limit_keys",
+            format!("at most {} keys", guard::MAX_KEYS),
+        );
+        return None;
+    }
+    let mut keys = guard::RateLimitKeys::new();
+    let mut ok = true;
+    for (name, value) in raw {
+        if !guard::settings::is_key_name(&name) {
+            s.add(
+                "rate_limit_keys",
+                "key names are 1 to 32 characters of a-z, 0-9, _ - .",
+            );
+            ok = false;
+        } else if value.is_empty() || value.len() > guard::KEY_VALUE_MAX {
+            s.add(
+                &format!("rate_limit_keys[{name}]"),
+                format!("must be 1 to {} bytes", guard::KEY_VALUE_MAX),
+            );
+            ok = false;
+        } else {
+            keys.insert(name, value);
+        }
+    }
+    ok.then_some(keys)
 }
 
 fn check(r: proto::CheckVerificationRequest, s: &mut Scope<'_>) -> Option<(Phone, String)> {

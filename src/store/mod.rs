@@ -7,6 +7,8 @@ mod claim_changes;
 mod claims;
 pub mod copy;
 mod group;
+mod guard;
+mod guard_sql;
 mod postgres;
 mod postgres_claims;
 mod postgres_events;
@@ -33,6 +35,7 @@ pub use claims::{
     Settlement,
 };
 pub use group::GroupWriter;
+pub use guard::{GuardCheck, GuardFinding, KeyCheck, RangeHold, Window, should_hold};
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
 pub use verifications::{
@@ -123,6 +126,8 @@ pub struct Retention {
     /// Idempotency claims older than this are dropped (unless reconcile still tracks
     /// their message).
     pub claims_max_age: Duration,
+    /// The fraud guard's counts older than this are dropped (its longest window).
+    pub guard_max_age: Duration,
 }
 
 /// msgw's durable state.
@@ -228,13 +233,39 @@ pub trait Store: std::fmt::Debug + Send + Sync + 'static {
     async fn save_sandbox(&self, account: &str, save: &SandboxSave) -> Result<(), StoreError>;
 
     /// Starts a verification with its first send, unless the number had `limit`
-    /// verifications already, its send id is taken, or the caller has one pending for
-    /// the number; atomic across replicas.
+    /// verifications already, its send id is taken, the caller has one pending for
+    /// the number, or the fraud guard (checked when `guard` is given) refuses it;
+    /// atomic across replicas. Answers with what the guard found (a shadow guard
+    /// finds without refusing); a hold it placed stays even when the start is refused.
     async fn create_verification(
         &self,
         new: &NewVerification,
         limit: PhoneLimit,
-    ) -> Result<Created, StoreError>;
+        guard: Option<&GuardCheck>,
+    ) -> Result<(Created, Vec<GuardFinding>), StoreError>;
+
+    /// The hold of `range` in force at `now`.
+    async fn range_hold(
+        &self,
+        range: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Option<RangeHold>, StoreError>;
+
+    /// Ranges held at `now`, in range order after `after`, at most `limit`.
+    async fn held_ranges(
+        &self,
+        now: DateTime<Utc>,
+        after: &str,
+        limit: u32,
+    ) -> Result<Vec<RangeHold>, StoreError>;
+
+    /// Ends the hold of `range` at `now` (its figures count afresh from then on);
+    /// `None` when it was not held.
+    async fn release_range(
+        &self,
+        range: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Option<RangeHold>, StoreError>;
 
     /// The verification a send (by client id) belongs to, and whether the gateway
     /// accepted that send.

@@ -22,12 +22,13 @@ pub(super) const LEASE_SQL: &str = "INSERT INTO leases (name, holder, until_ms) 
 pub(super) fn prune_statements(
     retention: Retention,
     now: DateTime<Utc>,
-) -> [(&'static str, Vec<i64>); 6] {
+) -> [(&'static str, Vec<i64>); 9] {
     use super::rows::{millis, ms};
     let horizon = ms(now).saturating_sub(millis(retention.max_age));
     let keep = i64::try_from(retention.max_events).unwrap_or(i64::MAX);
     let claims_horizon = ms(now).saturating_sub(millis(retention.claims_max_age));
     let verifications_horizon = ms(now - super::verifications::KEPT_AT_LEAST);
+    let guard_horizon = ms(now).saturating_sub(millis(retention.guard_max_age));
     [
         (
             "DELETE FROM events WHERE received_at_ms < $1",
@@ -65,6 +66,20 @@ pub(super) fn prune_statements(
             "DELETE FROM verification_sends WHERE NOT EXISTS
                (SELECT 1 FROM verifications v WHERE v.id = verification_sends.verification_id)",
             vec![],
+        ),
+        // The fraud guard counts over its windows; a hold stays while it is in force,
+        // and its release date as long as the figures it resets.
+        (
+            "DELETE FROM guard_starts WHERE started_at_ms < $1",
+            vec![guard_horizon],
+        ),
+        (
+            "DELETE FROM guard_keys WHERE started_at_ms < $1",
+            vec![guard_horizon],
+        ),
+        (
+            "DELETE FROM guard_holds WHERE until_ms < $1",
+            vec![guard_horizon],
         ),
     ]
 }
@@ -294,7 +309,8 @@ macro_rules! store_impl {
                 &self,
                 new: &$crate::store::NewVerification,
                 limit: $crate::store::PhoneLimit,
-            ) -> Result<$crate::store::Created, $crate::store::StoreError> {
+                guard: Option<&$crate::store::GuardCheck>,
+            ) -> Result<($crate::store::Created, Vec<$crate::store::GuardFinding>), $crate::store::StoreError> {
                 let mut tx = self.$write.begin_with($begin_write).await?;
                 let lock: Option<&str> = $start_lock;
                 if let Some(lock) = lock {
@@ -303,11 +319,45 @@ macro_rules! store_impl {
                         .execute(&mut *tx)
                         .await?;
                 }
-                let created = $crate::store::verification_sql::$vsql::create(&mut tx, new, limit).await?;
-                if matches!(created, $crate::store::Created::Started(_)) {
+                let (created, findings) =
+                    $crate::store::verification_sql::$vsql::create(&mut tx, new, limit, guard).await?;
+                let new_hold = findings
+                    .iter()
+                    .any(|f| matches!(f, $crate::store::GuardFinding::Held { new: true, .. }));
+                if matches!(created, $crate::store::Created::Started(_)) || new_hold {
                     tx.commit().await?;
                 }
-                Ok(created)
+                Ok((created, findings))
+            }
+
+            async fn range_hold(
+                &self,
+                range: &str,
+                now: chrono::DateTime<chrono::Utc>,
+            ) -> Result<Option<$crate::store::RangeHold>, $crate::store::StoreError> {
+                let mut conn = self.$read.acquire().await?;
+                $crate::store::guard_sql::$vsql::hold_of(&mut conn, range, now).await
+            }
+
+            async fn held_ranges(
+                &self,
+                now: chrono::DateTime<chrono::Utc>,
+                after: &str,
+                limit: u32,
+            ) -> Result<Vec<$crate::store::RangeHold>, $crate::store::StoreError> {
+                let mut conn = self.$read.acquire().await?;
+                $crate::store::guard_sql::$vsql::held(&mut conn, now, after, limit).await
+            }
+
+            async fn release_range(
+                &self,
+                range: &str,
+                now: chrono::DateTime<chrono::Utc>,
+            ) -> Result<Option<$crate::store::RangeHold>, $crate::store::StoreError> {
+                let mut tx = self.$write.begin_with($begin_write).await?;
+                let released = $crate::store::guard_sql::$vsql::release(&mut tx, range, now).await?;
+                tx.commit().await?;
+                Ok(released)
             }
 
             async fn verification_of_send(

@@ -87,7 +87,7 @@ pub(super) const FORGET_SQL: [&str; 2] = [
 /// Generates a store's verification functions over its connection type: both
 /// databases speak the SQL above, only their connection types differ.
 macro_rules! verification_queries {
-    ($conn:ty) => {
+    ($conn:ty, guard: $guard:ident) => {
         use chrono::{DateTime, Utc};
 
         use crate::domain::{CallerName, ClientId, Phone};
@@ -97,6 +97,8 @@ macro_rules! verification_queries {
             INSERT_SQL, OF_SEND_SQL, PENDING_SQL, RESEND_SQL, SENT_SQL, SET_CODE_SQL,
             WRONG_CODE_SQL,
         };
+        use crate::store::guard::{GuardCheck, GuardFinding};
+        use crate::store::guard_sql::$guard as guard_sql;
         use crate::store::verifications::{
             Created, NewVerification, PhoneLimit, VerificationChange, VerificationRecord,
             VerificationRow, at, caller_to_db, channels_to_db, client_id_to_db, phone_to_db,
@@ -111,12 +113,14 @@ macro_rules! verification_queries {
         }
 
         /// Starts a verification inside the caller's transaction (rolled back unless
-        /// `Started`), after marking the caller's expired one of the number expired.
+        /// `Started`, or kept for a hold the guard placed), checked by the fraud guard
+        /// when `guard` is given; with what the guard found.
         pub(in crate::store) async fn create(
             conn: &mut $conn,
             new: &NewVerification,
             limit: PhoneLimit,
-        ) -> Result<Created, StoreError> {
+            guard: Option<&GuardCheck>,
+        ) -> Result<(Created, Vec<GuardFinding>), StoreError> {
             let (count, oldest): (i64, Option<i64>) = sqlx::query_as(COUNT_SQL)
                 .bind(phone_to_db(new.phone))
                 .bind(at(limit.since))
@@ -124,8 +128,24 @@ macro_rules! verification_queries {
                 .await?;
             if count >= i64::from(limit.max) {
                 let oldest = oldest.map_or(Ok(new.at), crate::store::rows::from_ms)?;
-                return Ok(Created::PhoneLimited { oldest });
+                return Ok((Created::PhoneLimited { oldest }, Vec::new()));
             }
+            let findings = match guard {
+                Some(guard) => guard_sql::check(&mut *conn, guard, new.at).await?,
+                None => Vec::new(),
+            };
+            if guard.is_some_and(|g| g.enforce) && !findings.is_empty() {
+                return Ok((Created::Refused, findings));
+            }
+            let created = started(&mut *conn, new).await?;
+            if let (Created::Started(_), Some(guard)) = (&created, guard) {
+                guard_sql::record(&mut *conn, new.id, guard, new.at).await?;
+            }
+            Ok((created, findings))
+        }
+
+        /// Claims the first send's id and inserts the verification.
+        async fn started(conn: &mut $conn, new: &NewVerification) -> Result<Created, StoreError> {
             let claimed: Option<(i64,)> = sqlx::query_as(CLAIM_SEND_SQL)
                 .bind(client_id_to_db(new.id))
                 .bind(client_id_to_db(new.id))
@@ -263,12 +283,16 @@ macro_rules! verification_queries {
                     None
                 }
                 VerificationChange::Approve { id, mac, at: now } => {
-                    sqlx::query_as(APPROVE_SQL)
+                    let approved: Option<VerificationRow> = sqlx::query_as(APPROVE_SQL)
                         .bind(client_id_to_db(*id))
                         .bind(mac.clone())
                         .bind(at(*now))
                         .fetch_optional(&mut *conn)
-                        .await?
+                        .await?;
+                    if approved.is_some() {
+                        guard_sql::approved(&mut *conn, *id).await?;
+                    }
+                    approved
                 }
                 VerificationChange::WrongCode { id, at: now } => {
                     sqlx::query_as(WRONG_CODE_SQL)
@@ -285,6 +309,7 @@ macro_rules! verification_queries {
                         .await?
                 }
                 VerificationChange::Forget { id } => {
+                    guard_sql::forget(&mut *conn, *id).await?;
                     for sql in FORGET_SQL {
                         sqlx::query(sql)
                             .bind(client_id_to_db(*id))
@@ -303,10 +328,10 @@ pub(super) use verification_queries;
 
 /// The verification functions of the SQLite store.
 pub(super) mod sqlite {
-    super::verification_queries!(sqlx::SqliteConnection);
+    super::verification_queries!(sqlx::SqliteConnection, guard: sqlite);
 }
 
 /// The verification functions of the PostgreSQL store.
 pub(super) mod postgres {
-    super::verification_queries!(sqlx::PgConnection);
+    super::verification_queries!(sqlx::PgConnection, guard: postgres);
 }

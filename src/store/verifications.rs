@@ -103,6 +103,8 @@ pub enum Created {
     },
     /// The send id belongs to another verification already.
     IdTaken,
+    /// The fraud guard refused it (what it found comes with the answer).
+    Refused,
 }
 
 /// One change of a verification; each holds only if the verification is still as the

@@ -56,6 +56,7 @@ pub struct Codes {
     mac_key: [u8; 32],
     seal_key: [u8; 32],
     claims_key: [u8; 32],
+    guard_key: [u8; 32],
 }
 
 impl std::fmt::Debug for Codes {
@@ -81,12 +82,19 @@ impl Codes {
             mac_key: hmac(secret, &[b"msgw verify: code mac"]),
             seal_key: hmac(secret, &[b"msgw verify: code seal"]),
             claims_key: hmac(secret, &[b"msgw verify: claim fingerprints"]),
+            guard_key: hmac(secret, &[b"msgw verify: guard rate-limit keys"]),
         }
     }
 
     /// How the claims of sends carrying codes are kept.
     pub fn confidential(&self) -> Confidential {
         Confidential::new(self.claims_key)
+    }
+
+    /// The HMAC a caller-supplied rate-limit key is counted by: its value (an IP, a
+    /// user) is personal data, never stored; the name keeps `ip=x` and `user=x` apart.
+    pub fn rate_limit_key(&self, name: &str, value: &str) -> Vec<u8> {
+        hmac(&self.guard_key, &[name.as_bytes(), &[0], value.as_bytes()]).to_vec()
     }
 
     /// The HMAC of `code` for verification `id` (bound to it: the same code in two

@@ -6,6 +6,7 @@
 //! conditional write in the store, so checks and resends are atomic across replicas.
 
 pub mod code;
+pub mod guard;
 mod request;
 
 use std::{sync::Arc, time::Duration};
@@ -21,6 +22,7 @@ use crate::store::{
     Created, NewVerification, PhoneLimit, Store, StoreError, VerificationChange, VerificationRecord,
 };
 pub use code::{Code, Codes};
+pub use guard::Guard;
 pub use request::{
     DEFAULT_DIGITS, DEFAULT_TTL, DIGITS, StartVerification, TTL, Template, needs_signature,
 };
@@ -43,6 +45,8 @@ pub struct Settings {
     pub allowed_prefixes: Vec<String>,
     /// The upstream is the built-in sandbox: answers show the code.
     pub sandbox: bool,
+    /// The fraud guard's settings.
+    pub guard: guard::Settings,
 }
 
 /// A verification as a caller sees it.
@@ -62,6 +66,7 @@ pub struct Verifier {
     codes: Codes,
     confidential: Confidential,
     settings: Settings,
+    guard: Guard,
 }
 
 fn store_error(e: StoreError) -> Error {
@@ -125,13 +130,29 @@ impl Verifier {
         codes: Codes,
         settings: Settings,
     ) -> Self {
+        let guard = Guard::new(
+            settings.guard.clone(),
+            codes.clone(),
+            dispatcher.metrics().clone(),
+        );
         Self {
             dispatcher,
             store,
             confidential: codes.confidential(),
             codes,
             settings,
+            guard,
         }
+    }
+
+    /// The store verifications are kept in.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// The fraud guard in front of its sends.
+    pub fn guard(&self) -> &Guard {
+        &self.guard
     }
 
     /// The metrics verifications count into.
@@ -258,6 +279,9 @@ impl Verifier {
                         retry_after: Duration::from_secs(1),
                     });
                 }
+                self.guard
+                    .resend(self.store.as_ref(), request.phone, now)
+                    .await?;
                 let not_after = now - chrono(self.settings.resend_interval);
                 let resend = VerificationChange::Resend {
                     id: pending.id,
@@ -306,16 +330,27 @@ impl Verifier {
                 max: self.settings.phone_limit,
                 since: now - chrono(PHONE_WINDOW),
             };
-            match self
+            let guard = self
+                .guard
+                .check(request.phone, &request.rate_limit_keys, now);
+            let (created, findings) = self
                 .store
-                .create_verification(&new, limit)
+                .create_verification(&new, limit, guard.as_ref())
                 .await
-                .map_err(store_error)?
-            {
+                .map_err(store_error)?;
+            match created {
                 Created::Started(record) => {
+                    // Shadow mode: what it found is counted, nothing refused.
+                    self.guard.judge(&findings, now)?;
                     return self
                         .send(caller, request, record, Send::FRESH, deadline)
                         .await;
+                }
+                Created::Refused => {
+                    self.guard.judge(&findings, now)?;
+                    return Err(Error::Internal(
+                        "the fraud guard refused a start without a reason".into(),
+                    ));
                 }
                 Created::PhoneLimited { oldest } => {
                     return Err(Error::PhoneRateLimited {
@@ -414,6 +449,7 @@ impl Verifier {
         if kind.first {
             // Counted once its first send is accepted: a refused one never started.
             self.count(VerificationStatus::Pending, &record);
+            self.guard.count(record.phone, "started");
         }
         Ok(self.view(record))
     }
@@ -455,6 +491,7 @@ impl Verifier {
             VerificationStatus::Approved => {
                 self.count_check("approved");
                 self.count(VerificationStatus::Approved, &record);
+                self.guard.count(record.phone, "approved");
             }
             VerificationStatus::Failed => {
                 self.count_check("failed");

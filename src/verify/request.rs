@@ -78,6 +78,8 @@ pub struct StartVerification {
     pub ttl: Duration,
     /// The voice of a voice step in a pipeline; present when one is.
     pub voice: Option<Voice>,
+    /// The end user behind the call, for the fraud guard's key limits.
+    pub rate_limit_keys: super::guard::RateLimitKeys,
 }
 
 impl StartVerification {

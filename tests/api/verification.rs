@@ -559,6 +559,11 @@ async fn a_start_names_every_broken_field_and_sends_nothing() {
                 nanos: 0,
             }),
             voice: None,
+            rate_limit_keys: [
+                ("IP".to_owned(), "203.0.113.7".to_owned()),
+                ("user".to_owned(), String::new()),
+            ]
+            .into(),
         })
         .await
         .unwrap_err();
@@ -572,6 +577,8 @@ async fn a_start_names_every_broken_field_and_sends_nothing() {
             "id",
             "message",
             "phone",
+            "rate_limit_keys",
+            "rate_limit_keys[user]",
             "signature",
             "ttl",
             "voice"

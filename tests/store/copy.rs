@@ -29,6 +29,7 @@ async fn a_sqlite_store_moves_to_postgres_with_its_claims_tracking_and_cursors()
         max_age: Duration::from_secs(3600),
         max_events: 3,
         claims_max_age: Duration::from_secs(3600),
+        guard_max_age: std::time::Duration::from_secs(3600),
     };
     old.prune(keep_three, Utc::now()).await.unwrap();
     old.append_batch(&[event(3, "READ")]).await.unwrap();

@@ -62,11 +62,11 @@ async fn every_write_waits_its_turn_behind_another_connections_write() {
     let created = behind_another_writer(
         &path,
         "a verification's start",
-        store.create_verification(&start, limit),
+        store.create_verification(&start, limit, None),
     )
     .await;
     assert!(
-        matches!(created, msgw::store::Created::Started(_)),
+        matches!(created.0, msgw::store::Created::Started(_)),
         "{created:?}"
     );
     let resend = VerificationChange::Resend {
@@ -125,6 +125,7 @@ async fn every_write_waits_its_turn_behind_another_connections_write() {
         max_age: Duration::from_secs(3600),
         max_events: 1000,
         claims_max_age: Duration::from_secs(3600),
+        guard_max_age: std::time::Duration::from_secs(3600),
     };
     behind_another_writer(&path, "retention", store.prune(retention, Utc::now())).await;
     behind_another_writer(

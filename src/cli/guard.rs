@@ -86,7 +86,12 @@ pub struct GuardCommandArgs {
     #[command(subcommand)]
     pub action: GuardAction,
     /// The store msgw runs on (the same as `msgw serve`'s).
-    #[arg(long, env = "MSGW_STORE_URL", default_value = "sqlite://msgw.db", global = true)]
+    #[arg(
+        long,
+        env = "MSGW_STORE_URL",
+        default_value = "sqlite://msgw.db",
+        global = true
+    )]
     pub store_url: String,
     /// File holding the PostgreSQL password (instead of one in the store URL).
     #[arg(long, env = "MSGW_STORE_PASSWORD_FILE", global = true)]
@@ -108,7 +113,7 @@ pub enum GuardAction {
 impl GuardCommandArgs {
     /// Runs `msgw guard`: the lines it prints.
     pub async fn run(self) -> anyhow::Result<Vec<String>> {
-            let args = self;
+        let args = self;
         if let Some(path) = crate::store::sqlite_file(&args.store_url)
             && !path.exists()
         {
@@ -130,14 +135,20 @@ impl GuardCommandArgs {
             std::time::Duration::from_secs(60),
         )
         .await
-        .with_context(|| format!("cannot open the store {}", args.store_url.split('@').next_back().unwrap_or_default()))?;
+        .with_context(|| {
+            format!(
+                "cannot open the store {}",
+                args.store_url.split('@').next_back().unwrap_or_default()
+            )
+        })?;
         let now = chrono::Utc::now();
         let lines = match args.action {
             GuardAction::List => {
                 let mut lines = Vec::new();
                 let mut after = String::new();
                 loop {
-                    let (page, next) = holds::held(store.as_ref(), now, &after, holds::PAGE_MAX).await?;
+                    let (page, next) =
+                        holds::held(store.as_ref(), now, &after, holds::PAGE_MAX).await?;
                     lines.extend(page.iter().map(holds::describe));
                     match next {
                         Some(token) => after = token,
@@ -150,9 +161,14 @@ impl GuardCommandArgs {
                 lines
             }
             GuardAction::Release { range } => {
-                let range = holds::parse_range(&range).map_err(|e| anyhow::anyhow!("RANGE {range:?} {}", e.0))?;
-                let released = holds::release(store.as_ref(), &range, now, "the command line").await?;
-                vec![format!("released {}: its verifications count afresh from now", released.range)]
+                let range = holds::parse_range(&range)
+                    .map_err(|e| anyhow::anyhow!("RANGE {range:?} {}", e.0))?;
+                let released =
+                    holds::release(store.as_ref(), &range, now, "the command line").await?;
+                vec![format!(
+                    "released {}: its verifications count afresh from now",
+                    released.range
+                )]
             }
         };
         store.close().await;

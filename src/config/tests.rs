@@ -215,7 +215,10 @@ fn the_defaults_of_serve_are_valid_and_the_types_defaults_agree_with_them() {
 #[test]
 fn the_fraud_guard_is_on_with_its_defaults() {
     let config = serve(&[]).unwrap();
-    assert_eq!(config.verify.guard, crate::verify::guard::Settings::default());
+    assert_eq!(
+        config.verify.guard,
+        crate::verify::guard::Settings::default()
+    );
     assert_eq!(config.retention.guard_max_age, Duration::from_secs(3600));
 }
 
@@ -239,12 +242,30 @@ fn fraud_guard_flags_are_parsed_and_checked_together() {
     assert!(guard.safe_prefixes.covers("380000000011"));
     assert_eq!(config.retention.guard_max_age, Duration::from_secs(86_400));
     for (args, named) in [
-        (&["--verify-fraud-guard", "maybe"][..], "--verify-fraud-guard"),
-        (&["--verify-key-limits", "ip=ten/1h"][..], "--verify-key-limits"),
-        (&["--verify-country-limits", "3801=1/1h"][..], "--verify-country-limits"),
-        (&["--verify-guard-min-conversion", "2"][..], "--verify-guard-min-conversion"),
-        (&["--verify-guard-grace", "2h"][..], "MSGW_VERIFY_GUARD_GRACE"),
-        (&["--verify-guard-prefix-digits", "1"][..], "MSGW_VERIFY_GUARD_PREFIX_DIGITS"),
+        (
+            &["--verify-fraud-guard", "maybe"][..],
+            "--verify-fraud-guard",
+        ),
+        (
+            &["--verify-key-limits", "ip=ten/1h"][..],
+            "--verify-key-limits",
+        ),
+        (
+            &["--verify-country-limits", "3801=1/1h"][..],
+            "--verify-country-limits",
+        ),
+        (
+            &["--verify-guard-min-conversion", "2"][..],
+            "--verify-guard-min-conversion",
+        ),
+        (
+            &["--verify-guard-grace", "2h"][..],
+            "MSGW_VERIFY_GUARD_GRACE",
+        ),
+        (
+            &["--verify-guard-prefix-digits", "1"][..],
+            "MSGW_VERIFY_GUARD_PREFIX_DIGITS",
+        ),
     ] {
         let error = serve(args).unwrap_err().to_string();
         assert!(error.contains(named), "{args:?}: {error}");

@@ -183,7 +183,9 @@ pub enum Error {
         retry_after: std::time::Duration,
     },
     /// The calling code had its budget (`MSGW_VERIFY_COUNTRY_LIMITS`).
-    #[error("too many verifications to calling code +{calling_code} in its window; nothing was sent")]
+    #[error(
+        "too many verifications to calling code +{calling_code} in its window; nothing was sent"
+    )]
     CountryRateLimited {
         /// The calling code (or `unassigned`).
         calling_code: String,

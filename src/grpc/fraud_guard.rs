@@ -68,7 +68,10 @@ fn list(r: proto::ListHeldRangesRequest, s: &mut Scope<'_>) -> Option<(u32, Stri
         0 => Some(PAGE_DEFAULT),
         n if n <= PAGE_MAX => Some(n),
         _ => {
-            s.add("page_size", &format!("must be at most {PAGE_MAX} (0: {PAGE_DEFAULT})"));
+            s.add(
+                "page_size",
+                format!("must be at most {PAGE_MAX} (0: {PAGE_DEFAULT})"),
+            );
             None
         }
     };

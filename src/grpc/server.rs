@@ -7,9 +7,7 @@ use tokio::sync::watch;
 use tonic::service::Routes;
 use tonic_health::{ServingStatus, server::HealthReporter};
 
-use super::{
-    Account, Events, FraudGuard, MAX_REQUEST_BYTES, Messaging, Templates, Verification,
-};
+use super::{Account, Events, FraudGuard, MAX_REQUEST_BYTES, Messaging, Templates, Verification};
 use crate::dispatch::Dispatcher;
 use crate::events::EventLog;
 use crate::proto::{

@@ -14,7 +14,8 @@ use crate::domain::{
 };
 use crate::proto::{self, verification_service_server::VerificationService};
 use crate::verify::{
-    self, DEFAULT_DIGITS, guard, DEFAULT_TTL, DIGITS, StartVerification, TTL, Template, Verifier, View,
+    self, DEFAULT_DIGITS, DEFAULT_TTL, DIGITS, StartVerification, TTL, Template, Verifier, View,
+    guard,
 };
 
 /// The VerificationService handlers.

@@ -80,16 +80,23 @@ macro_rules! guard_queries {
             GuardCheck, GuardFinding, HoldRow, RangeHold, Window, key_lock, should_hold,
         };
         use crate::store::guard_sql::{
-            APPROVED_SQL, COUNTRY_COUNT_SQL, FORGET_SQL, HELD_SQL, HOLD_SQL, KEY_COUNT_SQL,
-            Locks, PUT_HOLD_SQL, RECORD_KEY_SQL, RECORD_START_SQL, RELEASE_SQL, STATS_SQL,
+            APPROVED_SQL, COUNTRY_COUNT_SQL, FORGET_SQL, HELD_SQL, HOLD_SQL, KEY_COUNT_SQL, Locks,
+            PUT_HOLD_SQL, RECORD_KEY_SQL, RECORD_START_SQL, RELEASE_SQL, STATS_SQL,
         };
         use crate::store::rows::{from_ms, id_to_db, ms};
 
         const LOCKS: Option<Locks> = $locks;
 
-        async fn lock(conn: &mut $conn, sql: Option<&str>, key: impl ToString) -> Result<(), StoreError> {
+        async fn lock(
+            conn: &mut $conn,
+            sql: Option<&str>,
+            key: impl ToString,
+        ) -> Result<(), StoreError> {
             if let Some(sql) = sql {
-                sqlx::query(sql).bind(key.to_string()).execute(&mut *conn).await?;
+                sqlx::query(sql)
+                    .bind(key.to_string())
+                    .execute(&mut *conn)
+                    .await?;
             }
             Ok(())
         }
@@ -99,9 +106,9 @@ macro_rules! guard_queries {
             conn: &mut $conn,
             sql: &str,
             key: impl for<'q> sqlx::Encode<'q, <$conn as sqlx::Connection>::Database>
-                + sqlx::Type<<$conn as sqlx::Connection>::Database>
-                + Send
-                + 'static,
+            + sqlx::Type<<$conn as sqlx::Connection>::Database>
+            + Send
+            + 'static,
             window: Window,
             now: DateTime<Utc>,
         ) -> Result<Option<DateTime<Utc>>, StoreError> {
@@ -130,7 +137,11 @@ macro_rules! guard_queries {
                 .bind(&guard.range)
                 .fetch_optional(&mut *conn)
                 .await?;
-            let released_at = row.as_ref().map(HoldRow::released_at).transpose()?.flatten();
+            let released_at = row
+                .as_ref()
+                .map(HoldRow::released_at)
+                .transpose()?
+                .flatten();
             let active = row
                 .map(RangeHold::try_from)
                 .transpose()?
@@ -142,7 +153,10 @@ macro_rules! guard_queries {
                     findings.push(GuardFinding::Held { hold, new: false });
                 }
                 _ => {
-                    let since = released_at.map_or(guard.since, |r| r.max(guard.since));
+                    // Starts in the millisecond of a release came after it.
+                    let since = released_at.map_or(guard.since, |r| {
+                        (r - chrono::Duration::milliseconds(1)).max(guard.since)
+                    });
                     let (approved, unconverted): (i64, i64) = sqlx::query_as(STATS_SQL)
                         .bind(&guard.range)
                         .bind(ms(since))
@@ -151,7 +165,12 @@ macro_rules! guard_queries {
                         .await?;
                     let approved = u32::try_from(approved).unwrap_or(u32::MAX);
                     let unconverted = u32::try_from(unconverted).unwrap_or(u32::MAX);
-                    if should_hold(approved, unconverted, guard.min_starts, guard.min_conversion) {
+                    if should_hold(
+                        approved,
+                        unconverted,
+                        guard.min_starts,
+                        guard.min_conversion,
+                    ) {
                         let hold = RangeHold {
                             range: guard.range.clone(),
                             held_at: now,
@@ -180,7 +199,9 @@ macro_rules! guard_queries {
             keys.sort_by_key(|k| key_lock(&k.mac));
             for key in keys {
                 lock(conn, LOCKS.map(|l| l.key), key_lock(&key.mac)).await?;
-                if let Some(oldest) = full(conn, KEY_COUNT_SQL, key.mac.clone(), key.window, now).await? {
+                if let Some(oldest) =
+                    full(conn, KEY_COUNT_SQL, key.mac.clone(), key.window, now).await?
+                {
                     findings.push(GuardFinding::KeyLimited {
                         name: key.name.clone(),
                         window: key.window,
@@ -193,7 +214,15 @@ macro_rules! guard_queries {
             }
             if let Some(window) = guard.country {
                 lock(conn, LOCKS.map(|l| l.country), &guard.calling_code).await?;
-                if let Some(oldest) = full(conn, COUNTRY_COUNT_SQL, guard.calling_code.clone(), window, now).await? {
+                if let Some(oldest) = full(
+                    conn,
+                    COUNTRY_COUNT_SQL,
+                    guard.calling_code.clone(),
+                    window,
+                    now,
+                )
+                .await?
+                {
                     findings.push(GuardFinding::CountryLimited {
                         code: guard.calling_code.clone(),
                         window,
@@ -231,7 +260,10 @@ macro_rules! guard_queries {
         }
 
         /// Counts a verification approved.
-        pub(in crate::store) async fn approved(conn: &mut $conn, id: ClientId) -> Result<(), StoreError> {
+        pub(in crate::store) async fn approved(
+            conn: &mut $conn,
+            id: ClientId,
+        ) -> Result<(), StoreError> {
             sqlx::query(APPROVED_SQL)
                 .bind(id_to_db(id.get()))
                 .execute(&mut *conn)
@@ -240,9 +272,15 @@ macro_rules! guard_queries {
         }
 
         /// Forgets what was counted of a verification.
-        pub(in crate::store) async fn forget(conn: &mut $conn, id: ClientId) -> Result<(), StoreError> {
+        pub(in crate::store) async fn forget(
+            conn: &mut $conn,
+            id: ClientId,
+        ) -> Result<(), StoreError> {
             for sql in FORGET_SQL {
-                sqlx::query(sql).bind(id_to_db(id.get())).execute(&mut *conn).await?;
+                sqlx::query(sql)
+                    .bind(id_to_db(id.get()))
+                    .execute(&mut *conn)
+                    .await?;
             }
             Ok(())
         }
@@ -257,7 +295,10 @@ macro_rules! guard_queries {
                 .bind(range)
                 .fetch_optional(&mut *conn)
                 .await?;
-            Ok(row.map(RangeHold::try_from).transpose()?.filter(|h| h.until > now))
+            Ok(row
+                .map(RangeHold::try_from)
+                .transpose()?
+                .filter(|h| h.until > now))
         }
 
         /// Ranges held at `now`, in range order after `after`, at most `limit`.

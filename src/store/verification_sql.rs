@@ -92,13 +92,13 @@ macro_rules! verification_queries {
 
         use crate::domain::{CallerName, ClientId, Phone};
         use crate::store::StoreError;
+        use crate::store::guard::{GuardCheck, GuardFinding};
+        use crate::store::guard_sql::$guard as guard_sql;
         use crate::store::verification_sql::{
             APPROVE_SQL, BY_ID_SQL, CANCEL_SQL, CLAIM_SEND_SQL, COUNT_SQL, EXPIRE_SQL, FORGET_SQL,
             INSERT_SQL, OF_SEND_SQL, PENDING_SQL, RESEND_SQL, SENT_SQL, SET_CODE_SQL,
             WRONG_CODE_SQL,
         };
-        use crate::store::guard::{GuardCheck, GuardFinding};
-        use crate::store::guard_sql::$guard as guard_sql;
         use crate::store::verifications::{
             Created, NewVerification, PhoneLimit, VerificationChange, VerificationRecord,
             VerificationRow, at, caller_to_db, channels_to_db, client_id_to_db, phone_to_db,

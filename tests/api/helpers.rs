@@ -267,8 +267,33 @@ impl TestApp {
         VerificationServiceClient::new(self.channel.clone())
     }
 
+    pub fn fraud_guard(
+        &self,
+    ) -> msgw::proto::fraud_guard_service_client::FraudGuardServiceClient<Channel> {
+        msgw::proto::fraud_guard_service_client::FraudGuardServiceClient::new(self.channel.clone())
+    }
+
     pub fn store_url(&self) -> String {
         store_url(&self.store)
+    }
+
+    /// The sum of the samples of metric `name` whose labels include every `labels`
+    /// pair (`reason="suspected_fraud"`), as `/metrics` prints them.
+    pub async fn metric_sum(&self, name: &str, labels: &[&str]) -> f64 {
+        let text = reqwest::get(format!("http://{}/metrics", self.admin_addr))
+            .await
+            .expect("the admin listener answers")
+            .text()
+            .await
+            .expect("a metrics page");
+        text.lines()
+            .filter(|l| {
+                l.strip_prefix(name)
+                    .is_some_and(|rest| rest.starts_with(['{', ' ']))
+            })
+            .filter(|l| labels.iter().all(|label| l.contains(label)))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
     }
 
     /// POSTs a webhook body to msgw's HTTP listener; returns the HTTP status.

@@ -10,6 +10,7 @@ mod examples;
 mod fixtures;
 #[path = "../common/h2frames.rs"]
 mod frames;
+mod fraud_guard;
 mod helpers;
 mod hostile;
 mod idempotency;

@@ -56,7 +56,11 @@ pub fn limit(max: u32) -> PhoneLimit {
 }
 
 async fn started(store: &dyn Store, verification: &NewVerification) -> VerificationRecord {
-    match store.create_verification(verification, limit(100), None).await.map(|(created, _)| created) {
+    match store
+        .create_verification(verification, limit(100), None)
+        .await
+        .map(|(created, _)| created)
+    {
         Ok(Created::Started(record)) => record,
         other => panic!("expected a start, got {other:?}"),
     }
@@ -112,7 +116,9 @@ pub async fn a_caller_has_one_pending_verification_per_number_within_its_limit(f
     started(&*store, &new(1, caller("billing"), phone(2), at)).await;
     // The same caller and number: the pending one, nothing written.
     match store
-        .create_verification(&new(2, caller("billing"), phone(2), at), limit(100), None).await.map(|(created, _)| created)
+        .create_verification(&new(2, caller("billing"), phone(2), at), limit(100), None)
+        .await
+        .map(|(created, _)| created)
         .unwrap()
     {
         Created::Pending(record) => assert_eq!(record.id, id(1)),
@@ -122,14 +128,18 @@ pub async fn a_caller_has_one_pending_verification_per_number_within_its_limit(f
     // The same id again is taken.
     assert_eq!(
         store
-            .create_verification(&new(1, caller("orders"), phone(3), at), limit(100), None).await.map(|(created, _)| created)
+            .create_verification(&new(1, caller("orders"), phone(3), at), limit(100), None)
+            .await
+            .map(|(created, _)| created)
             .unwrap(),
         Created::IdTaken
     );
     // Other callers count against the number's limit too.
     started(&*store, &new(3, caller("orders"), phone(2), at)).await;
     match store
-        .create_verification(&new(4, None, phone(2), at), limit(2), None).await.map(|(created, _)| created)
+        .create_verification(&new(4, None, phone(2), at), limit(2), None)
+        .await
+        .map(|(created, _)| created)
         .unwrap()
     {
         Created::PhoneLimited { oldest } => {
@@ -144,7 +154,9 @@ pub async fn a_caller_has_one_pending_verification_per_number_within_its_limit(f
     };
     assert!(matches!(
         store
-            .create_verification(&new(4, None, phone(2), at), past, None).await.map(|(created, _)| created)
+            .create_verification(&new(4, None, phone(2), at), past, None)
+            .await
+            .map(|(created, _)| created)
             .unwrap(),
         Created::Started(_)
     ));
@@ -315,7 +327,9 @@ pub async fn expired_verifications_are_marked_once_and_pruned_after_the_hour(fix
     assert_eq!(store.verification_of_send(id(2)).await.unwrap(), None);
     assert!(matches!(
         store
-            .create_verification(&new(2, None, phone(9), Utc::now()), limit(100), None).await.map(|(created, _)| created)
+            .create_verification(&new(2, None, phone(9), Utc::now()), limit(100), None)
+            .await
+            .map(|(created, _)| created)
             .unwrap(),
         Created::Started(_)
     ));

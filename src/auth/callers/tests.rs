@@ -65,7 +65,10 @@ fn a_callers_file_maps_token_hashes_to_callers() {
     assert_eq!(billing.events, EventScope::Own);
     let audit = callers.by_token("audit-token").unwrap();
     assert!(Permission::DEFAULT.iter().all(|p| audit.may(*p)));
-    assert!(!audit.may(Permission::Admin), "admin is granted only by name");
+    assert!(
+        !audit.may(Permission::Admin),
+        "admin is granted only by name"
+    );
     assert_eq!(audit.events, EventScope::All);
     assert!(callers.by_token("billing-token ").is_none());
     assert!(callers.by_token(&sha("billing-token")).is_none());

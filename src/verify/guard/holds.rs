@@ -78,6 +78,10 @@ pub fn describe(hold: &RangeHold) -> String {
         at(hold.until),
         hold.unconverted,
         hold.approved,
-        if hold.shadow { "  (shadow: not enforced)" } else { "" }
+        if hold.shadow {
+            "  (shadow: not enforced)"
+        } else {
+            ""
+        }
     )
 }

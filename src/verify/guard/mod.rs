@@ -87,10 +87,7 @@ impl Guard {
     /// not exempt.
     fn guards(&self, phone: Phone) -> bool {
         self.settings.mode != Mode::Off
-            && !self
-                .settings
-                .safe_prefixes
-                .covers(&phone.get().to_string())
+            && !self.settings.safe_prefixes.covers(&phone.get().to_string())
     }
 
     /// What the store checks before starting a verification of `phone` with `keys`
@@ -174,10 +171,9 @@ impl Guard {
             .map_err(|e| e.unavailable("msgw's store is unavailable"))?;
         let enforce = self.settings.mode == Mode::On;
         match hold {
-            Some(hold) if !(hold.shadow && enforce) => self.judge(
-                &[GuardFinding::Held { hold, new: false }],
-                now,
-            ),
+            Some(hold) if !(hold.shadow && enforce) => {
+                self.judge(&[GuardFinding::Held { hold, new: false }], now)
+            }
             _ => Ok(()),
         }
     }
@@ -214,11 +210,7 @@ impl Guard {
     }
 
     /// Keeps the gauge of ranges held up to date until `stop`.
-    pub async fn watch(
-        self,
-        store: Arc<dyn Store>,
-        stop: tokio::sync::watch::Receiver<bool>,
-    ) {
+    pub async fn watch(self, store: Arc<dyn Store>, stop: tokio::sync::watch::Receiver<bool>) {
         if self.settings.mode == Mode::Off {
             return;
         }

@@ -319,7 +319,13 @@ mod tests {
     #[test]
     fn refuses_bad_key_limits() {
         for bad in [
-            "ip", "ip=10", "ip=0/1h", "ip=x/1h", "ip=10/soon", "IP=10/1h", "ip=1/1h,ip=2/1h",
+            "ip",
+            "ip=10",
+            "ip=0/1h",
+            "ip=x/1h",
+            "ip=10/soon",
+            "IP=10/1h",
+            "ip=1/1h,ip=2/1h",
             "ip=1/8d",
         ] {
             assert!(bad.parse::<KeyLimits>().is_err(), "{bad}");
@@ -355,7 +361,11 @@ mod tests {
             grace: Duration::from_secs(7200),
             ..Settings::default()
         };
-        assert!(bad.validate().unwrap_err().contains("MSGW_VERIFY_GUARD_GRACE"));
+        assert!(
+            bad.validate()
+                .unwrap_err()
+                .contains("MSGW_VERIFY_GUARD_GRACE")
+        );
         let longest = Settings {
             key_limits: "ip=10/1d".parse().unwrap(),
             ..Settings::default()

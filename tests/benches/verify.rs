@@ -1,0 +1,281 @@
+//! Benchmark of StartVerification with the fraud guard off, on, and on with key and
+//! country limits: a real msgw (gRPC on loopback) in front of an in-process gateway
+//! that answers at once, on a SQLite file and then on a fresh PostgreSQL schema
+//! (`--store` picks one). Concurrent callers start verifications of distinct numbers
+//! spread over many ranges (none is ever held). The modes run in alternating rounds
+//! (off, on, limits, off, on, limits, ...) so a noisy machine slows all of them alike.
+//! Prints, per store and mode: starts per second, p50 and p99 latency, and the ratio
+//! to the guard off.
+//!
+//! It asserts nothing; it prints. Bounded in time; stops by itself.
+//!
+//! `cargo bench --bench verify` (options: `-- --help`)
+
+#[path = "../common/postgres.rs"]
+mod postgres;
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use axum::{Router, body::Bytes, routing::post};
+use clap::Parser;
+use msgw::{
+    app::Application,
+    config::{Config, Upstream, VerifyConfig},
+    proto::{StartVerificationRequest, verification_service_client::VerificationServiceClient},
+    verify::guard::{Mode, Settings},
+};
+use serde_json::{Value, json};
+use tonic::transport::Channel;
+
+#[derive(Parser, Debug, Clone)]
+#[command(about = "msgw StartVerification benchmark: the fraud guard off against on")]
+struct Args {
+    /// Concurrent callers.
+    #[arg(long, default_value_t = 16)]
+    callers: usize,
+    /// Seconds each round of a mode runs.
+    #[arg(long, default_value_t = 3)]
+    seconds: u64,
+    /// Rounds of each mode (alternating).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// `sqlite`, `postgres` or `both`.
+    #[arg(long, default_value = "both")]
+    store: String,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Guard {
+    Off,
+    On,
+    Limits,
+}
+
+impl Guard {
+    const ALL: [Self; 3] = [Self::Off, Self::On, Self::Limits];
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Off => "guard off",
+            Self::On => "guard on",
+            Self::Limits => "guard on, key and country limits",
+        }
+    }
+
+    fn settings(self) -> Settings {
+        match self {
+            Self::Off => Settings {
+                mode: Mode::Off,
+                ..Settings::default()
+            },
+            Self::On => Settings::default(),
+            Self::Limits => Settings {
+                key_limits: "ip=1000000/1h,user=1000000/1h".parse().expect("limits"),
+                country_limits: "380=1000000/1h,*=1000000/1h".parse().expect("limits"),
+                ..Settings::default()
+            },
+        }
+    }
+}
+
+#[derive(Default)]
+struct Tally {
+    ok: u64,
+    failed: u64,
+    latencies: Vec<Duration>,
+    elapsed: Duration,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let gateway = fake_gateway().await?;
+        let stores: &[bool] = match args.store.as_str() {
+            "sqlite" => &[false],
+            "postgres" => &[true],
+            _ => &[false, true],
+        };
+        let ids = Arc::new(AtomicU64::new(1));
+        for &pg in stores {
+            let mut tallies: Vec<Tally> = Guard::ALL.iter().map(|_| Tally::default()).collect();
+            for _ in 0..args.rounds {
+                for (i, guard) in Guard::ALL.iter().enumerate() {
+                    let round = run(&args, &gateway, pg, *guard, ids.clone()).await?;
+                    let tally = &mut tallies[i];
+                    tally.ok += round.ok;
+                    tally.failed += round.failed;
+                    tally.latencies.extend(round.latencies);
+                    tally.elapsed += round.elapsed;
+                }
+            }
+            let store = if pg { "PostgreSQL" } else { "SQLite" };
+            println!(
+                "\n{store}: StartVerification, {} callers, {} rounds of {}s per mode",
+                args.callers, args.rounds, args.seconds
+            );
+            let base = rate(&tallies[0]);
+            for (guard, tally) in Guard::ALL.iter().zip(&mut tallies) {
+                tally.latencies.sort();
+                let at = |q: f64| {
+                    let n = tally.latencies.len();
+                    tally.latencies.get(((n as f64 * q) as usize).min(n.saturating_sub(1)))
+                };
+                println!(
+                    "  {:<34} {:>7.0} starts/s ({:.2} of off)  p50 {:>6.2} ms  p99 {:>6.2} ms  failed {}",
+                    guard.name(),
+                    rate(tally),
+                    rate(tally) / base,
+                    at(0.5).map_or(0.0, |d| d.as_secs_f64() * 1e3),
+                    at(0.99).map_or(0.0, |d| d.as_secs_f64() * 1e3),
+                    tally.failed,
+                );
+            }
+        }
+        anyhow::Ok(())
+    })
+}
+
+fn rate(t: &Tally) -> f64 {
+    t.ok as f64 / t.elapsed.as_secs_f64().max(1e-9)
+}
+
+/// One round: a fresh msgw with `guard`, `args.callers` callers for `args.seconds`.
+async fn run(
+    args: &Args,
+    gateway: &str,
+    pg: bool,
+    guard: Guard,
+    ids: Arc<AtomicU64>,
+) -> anyhow::Result<Tally> {
+    let dir = tempfile::tempdir()?;
+    let schema = if pg {
+        Some(postgres::TestSchema::create().await)
+    } else {
+        None
+    };
+    let store_url = match &schema {
+        Some(schema) => schema.url.clone(),
+        None => format!("sqlite://{}", dir.path().join("bench.db").display()),
+    };
+    let config = Config {
+        verify: VerifyConfig {
+            secret: Some("bench-verify-secret-0123456789".to_owned().into()),
+            guard: guard.settings(),
+            ..VerifyConfig::default()
+        },
+        ..Config::for_tests(
+            Upstream::Gateway {
+                url: gateway.parse()?,
+                api_key: "bench-key".to_owned().into(),
+            },
+            store_url,
+        )
+    };
+    let app = Application::build(config).await?;
+    let addr = app.grpc_addr()?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(app.run(async {
+        let _ = stopped.await;
+    }));
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?
+        .tcp_nodelay(true)
+        .connect()
+        .await?;
+    let tally = drive(
+        channel,
+        args.callers,
+        Duration::from_secs(args.seconds),
+        ids,
+    )
+    .await;
+    let _ = stop.send(());
+    server.await??;
+    Ok(tally)
+}
+
+async fn drive(channel: Channel, callers: usize, length: Duration, ids: Arc<AtomicU64>) -> Tally {
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..callers)
+        .map(|_| {
+            let (channel, ids) = (channel.clone(), ids.clone());
+            tokio::spawn(async move {
+                let mut client = VerificationServiceClient::new(channel);
+                let mut tally = Tally::default();
+                while started.elapsed() < length {
+                    let id = ids.fetch_add(1, Ordering::Relaxed);
+                    // Numbers spread over 1000 ranges of +380: no range nears a hold.
+                    let phone = format!("+380{:03}{:06}", id % 1000, id / 1000 % 1_000_000);
+                    let request = StartVerificationRequest {
+                        id,
+                        phone,
+                        signature: "msgw".into(),
+                        rate_limit_keys: [
+                            ("ip".to_owned(), format!("10.0.{}.{}", id % 200, id % 250)),
+                            ("user".to_owned(), format!("u-{id}")),
+                        ]
+                        .into(),
+                        ..Default::default()
+                    };
+                    let sent = Instant::now();
+                    match client.start_verification(request).await {
+                        Ok(_) => {
+                            tally.ok += 1;
+                            tally.latencies.push(sent.elapsed());
+                        }
+                        Err(_) => tally.failed += 1,
+                    }
+                }
+                tally
+            })
+        })
+        .collect();
+    let mut total = Tally::default();
+    for task in tasks {
+        if let Ok(t) = task.await {
+            total.ok += t.ok;
+            total.failed += t.failed;
+            total.latencies.extend(t.latencies);
+        }
+    }
+    total.elapsed = started.elapsed();
+    total
+}
+
+/// A gateway that accepts every send at once.
+async fn fake_gateway() -> anyhow::Result<String> {
+    let next_msg_id = Arc::new(AtomicU64::new(100_000_001));
+    let app = Router::new().route(
+        "/api/json.php",
+        post(move |body: Bytes| {
+            let next_msg_id = next_msg_id.clone();
+            async move {
+                let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                let items = request["data"].as_array().cloned().unwrap_or_default();
+                let results: Vec<Value> = items
+                    .iter()
+                    .map(|item| {
+                        let msg_id = next_msg_id.fetch_add(1, Ordering::Relaxed);
+                        json!({"success": true, "data": {"id": item["id"], "msg_id": msg_id, "data": 1, "parts": 1}})
+                    })
+                    .collect();
+                axum::Json(json!({"success": true, "data": results}))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Ok(url)
+}

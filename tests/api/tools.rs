@@ -131,3 +131,62 @@ async fn the_readmes_verification_examples_run_verbatim_on_the_sandbox() {
         assert!(stdout.contains(expected), "{expected} missing:\n{stdout}");
     }
 }
+
+/// docs/sandbox.md's pumping run, verbatim with grpcurl, against the sandbox set as the
+/// doc starts it: about 30 codes go out, then the range is held.
+#[tokio::test]
+async fn the_sandbox_docs_pumping_run_gets_the_range_held() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/sandbox.md"))
+        .expect("docs/sandbox.md");
+    let section = doc
+        .split("\n## Playing an SMS-pumping attack\n")
+        .nth(1)
+        .expect("the doc's section");
+    let blocks: Vec<&str> = section
+        .split("```sh\n")
+        .skip(1)
+        .filter_map(|block| block.split("\n```").next())
+        .collect();
+    assert!(
+        blocks[0].starts_with("MSGW_VERIFY_GUARD_GRACE=1s "),
+        "the test starts msgw as the doc does: {}",
+        blocks[0]
+    );
+    let app = crate::helpers::spawn(crate::helpers::Options {
+        sandbox_step: Some(std::time::Duration::from_millis(50)),
+        verify: msgw::config::VerifyConfig {
+            guard: msgw::verify::guard::Settings {
+                grace: std::time::Duration::from_secs(1),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .await;
+    let script = blocks[1].replace("localhost:50051", &app.addr.to_string());
+    let path = format!(
+        "{}:{}",
+        grpcurl().parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new("bash")
+        .args(["-euo", "pipefail", "-c", &script])
+        .env("PATH", path)
+        .output()
+        .await
+        .expect("bash runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sent = stdout.matches(": code sent").count();
+    let refused = stdout
+        .matches(": refused SUSPECTED_FRAUD")
+        .count();
+    assert!((20..=35).contains(&sent), "{sent} sent:\n{stdout}");
+    assert_eq!(sent + refused, 60, "{stdout}");
+    assert!(stdout.contains("\"range\": \"881234\""), "{stdout}");
+}

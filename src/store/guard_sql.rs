@@ -171,10 +171,11 @@ macro_rules! guard_queries {
                         guard.min_starts,
                         guard.min_conversion,
                     ) {
+                        // As the store keeps it: to the millisecond.
                         let hold = RangeHold {
                             range: guard.range.clone(),
-                            held_at: now,
-                            until: guard.hold_until,
+                            held_at: from_ms(ms(now))?,
+                            until: from_ms(ms(guard.hold_until))?,
                             shadow: !guard.enforce,
                             unconverted,
                             approved,

@@ -214,17 +214,15 @@ macro_rules! store_impl {
                 retention: $crate::store::Retention,
                 now: chrono::DateTime<chrono::Utc>,
             ) -> Result<u64, $crate::store::StoreError> {
-                let mut dropped = [0; 6];
-                for ((sql, values), n) in $crate::store::shared::prune_statements(retention, now)
-                    .into_iter()
-                    .zip(&mut dropped)
-                {
+                // Every statement runs; the first two drop events, the result.
+                let mut dropped = Vec::new();
+                for (sql, values) in $crate::store::shared::prune_statements(retention, now) {
                     let query = values
                         .into_iter()
                         .fold(sqlx::query(sql), |query, value| query.bind(value));
-                    *n = query.execute(&self.$write).await?.rows_affected();
+                    dropped.push(query.execute(&self.$write).await?.rows_affected());
                 }
-                Ok(dropped[0] + dropped[1])
+                Ok(dropped.iter().take(2).sum())
             }
 
             async fn take_due_for_poll(

@@ -183,9 +183,7 @@ async fn the_sandbox_docs_pumping_run_gets_the_range_held() {
         String::from_utf8_lossy(&out.stderr)
     );
     let sent = stdout.matches(": code sent").count();
-    let refused = stdout
-        .matches(": refused SUSPECTED_FRAUD")
-        .count();
+    let refused = stdout.matches(": refused SUSPECTED_FRAUD").count();
     assert!((20..=35).contains(&sent), "{sent} sent:\n{stdout}");
     assert_eq!(sent + refused, 60, "{stdout}");
     assert!(stdout.contains("\"range\": \"881234\""), "{stdout}");

@@ -14,7 +14,7 @@ use msgw::store::{
 
 use crate::Fixture;
 
-fn id(n: u64) -> ClientId {
+pub fn id(n: u64) -> ClientId {
     ClientId::new(n).unwrap()
 }
 
@@ -26,7 +26,7 @@ fn caller(name: &str) -> Option<CallerName> {
     Some(CallerName::parse(name).unwrap())
 }
 
-fn code(tag: u8) -> StoredCode {
+pub fn code(tag: u8) -> StoredCode {
     StoredCode {
         mac: vec![tag; 32],
         sealed: vec![tag; 6],

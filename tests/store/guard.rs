@@ -1,0 +1,269 @@
+//! The fraud guard's counters in the store: a range held by its unconverted starts,
+//! approvals that keep it open, limits exact across replicas starting at once, a
+//! release that judges the range afresh, and prune.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use futures_util::future::join_all;
+use msgw::domain::Phone;
+use msgw::store::{
+    Created, GuardCheck, GuardFinding, KeyCheck, Retention, Store, VerificationChange, Window,
+};
+
+use crate::Fixture;
+use crate::verifications::{code, id, limit, new};
+
+fn pumped(n: u64) -> Phone {
+    Phone::parse(&format!("881234{n:06}")).unwrap()
+}
+
+/// Held at the third unconverted start (every unapproved start counts at once),
+/// below 20 % approved.
+fn check(keys: Vec<KeyCheck>, country: Option<Window>) -> GuardCheck {
+    let now = Utc::now();
+    GuardCheck {
+        enforce: true,
+        range: "881234".into(),
+        calling_code: "881".into(),
+        since: now - chrono::Duration::hours(1),
+        decided_before: now + chrono::Duration::seconds(1),
+        min_starts: 3,
+        min_conversion: 0.2,
+        hold_until: now + chrono::Duration::hours(1),
+        country,
+        keys,
+    }
+}
+
+async fn start(store: &dyn Store, n: u64, guard: &GuardCheck) -> (Created, Vec<GuardFinding>) {
+    store
+        .create_verification(
+            &new(n, None, pumped(n), Utc::now()),
+            limit(100),
+            Some(guard),
+        )
+        .await
+        .unwrap()
+}
+
+async fn approve(store: &dyn Store, n: u64) {
+    let change = VerificationChange::Approve {
+        id: id(n),
+        mac: code(1).mac,
+        at: Utc::now(),
+    };
+    assert!(store.change_verification(&change).await.unwrap().is_some());
+}
+
+pub async fn a_range_is_held_by_its_unconverted_starts_and_approvals_keep_it_open(
+    fixture: Fixture,
+) {
+    let store = fixture.open().await;
+    let guard = check(Vec::new(), None);
+    for n in 1..=2 {
+        assert!(matches!(
+            start(&*store, n, &guard).await.0,
+            Created::Started(_)
+        ));
+    }
+    approve(&*store, 2).await;
+    // 1 approved and up to 4 unconverted (1, 3, 4, 5): 1/5 is not below 20 %.
+    for n in 3..=6 {
+        let (created, findings) = start(&*store, n, &guard).await;
+        assert!(matches!(created, Created::Started(_)), "{n}: {findings:?}");
+    }
+    let (created, findings) = start(&*store, 7, &guard).await;
+    assert!(matches!(created, Created::Refused), "{findings:?}");
+    let [GuardFinding::Held { hold, new: true }] = findings.as_slice() else {
+        panic!("{findings:?}");
+    };
+    assert_eq!(
+        (hold.unconverted, hold.approved, hold.shadow),
+        (5, 1, false)
+    );
+    // The hold outlives the refused start, on every handle, and refuses the next one.
+    let other = fixture.open().await;
+    assert_eq!(
+        other
+            .range_hold("881234", Utc::now())
+            .await
+            .unwrap()
+            .as_ref(),
+        Some(hold)
+    );
+    let (created, findings) = start(&*other, 8, &guard).await;
+    assert!(matches!(created, Created::Refused));
+    assert!(matches!(
+        findings.as_slice(),
+        [GuardFinding::Held { new: false, .. }]
+    ));
+    // Shadow: found, not refused; a shadow hold is placed once.
+    let shadow = GuardCheck {
+        enforce: false,
+        range: "881235".into(),
+        ..check(Vec::new(), None)
+    };
+    let mut placed = 0;
+    for n in 10..=15 {
+        let (created, findings) = store
+            .create_verification(
+                &new(
+                    n,
+                    None,
+                    Phone::parse(&format!("881235{n:06}")).unwrap(),
+                    Utc::now(),
+                ),
+                limit(100),
+                Some(&shadow),
+            )
+            .await
+            .unwrap();
+        assert!(matches!(created, Created::Started(_)));
+        placed += findings
+            .iter()
+            .filter(|f| matches!(f, GuardFinding::Held { new: true, .. }))
+            .count();
+    }
+    assert_eq!(placed, 1);
+    let held = store.held_ranges(Utc::now(), "", 10).await.unwrap();
+    let ranges: Vec<(&str, bool)> = held.iter().map(|h| (h.range.as_str(), h.shadow)).collect();
+    assert_eq!(ranges, [("881234", false), ("881235", true)]);
+    assert_eq!(
+        store
+            .held_ranges(Utc::now(), "881234", 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+pub async fn limits_count_exactly_across_replicas_starting_at_once(fixture: Fixture) {
+    let (a, b) = (fixture.open().await, fixture.open().await);
+    let now = Utc::now();
+    let window = Window {
+        max: 5,
+        since: now - chrono::Duration::hours(1),
+    };
+    let key = KeyCheck {
+        name: "ip".into(),
+        mac: vec![7; 32],
+        window,
+    };
+    // Unconverted starts never hold here: the range rule needs 1000.
+    let by_key = GuardCheck {
+        min_starts: 1000,
+        ..check(vec![key], None)
+    };
+    let starts = (1..=20).map(|n| {
+        let store = if n % 2 == 0 { a.clone() } else { b.clone() };
+        let guard = by_key.clone();
+        async move { start(&*store, n, &guard).await }
+    });
+    let results = join_all(starts).await;
+    let started = results
+        .iter()
+        .filter(|(c, _)| matches!(c, Created::Started(_)))
+        .count();
+    assert_eq!(started, 5, "{results:?}");
+    for (created, findings) in &results {
+        if matches!(created, Created::Refused) {
+            assert!(
+                matches!(findings.as_slice(), [GuardFinding::KeyLimited { name, .. }] if name == "ip")
+            );
+        }
+    }
+    let by_country = GuardCheck {
+        min_starts: 1000,
+        range: "881299".into(),
+        ..check(Vec::new(), Some(Window { max: 8, ..window }))
+    };
+    let starts = (100..=120).map(|n| {
+        let store = if n % 2 == 0 { a.clone() } else { b.clone() };
+        let guard = by_country.clone();
+        async move { start(&*store, n, &guard).await }
+    });
+    let results = join_all(starts).await;
+    let started = results
+        .iter()
+        .filter(|(c, _)| matches!(c, Created::Started(_)))
+        .count();
+    // The key's five starts were of calling code 881 too.
+    assert_eq!(started, 3, "{results:?}");
+}
+
+pub async fn a_release_judges_the_range_afresh_and_prune_drops_old_counts(fixture: Fixture) {
+    let store = fixture.open().await;
+    let guard = check(Vec::new(), None);
+    for n in 1..=3 {
+        start(&*store, n, &guard).await;
+    }
+    assert!(matches!(
+        start(&*store, 4, &guard).await.0,
+        Created::Refused
+    ));
+    let released = store.release_range("881234", Utc::now()).await.unwrap();
+    assert!(released.is_some());
+    assert_eq!(
+        store.release_range("881234", Utc::now()).await.unwrap(),
+        None
+    );
+    assert!(
+        store
+            .held_ranges(Utc::now(), "", 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // The three unconverted starts before the release no longer count.
+    for n in 5..=7 {
+        assert!(matches!(
+            start(&*store, n, &guard).await.0,
+            Created::Started(_)
+        ));
+    }
+    assert!(matches!(
+        start(&*store, 8, &guard).await.0,
+        Created::Refused
+    ));
+
+    // Pruned past the guard's longest window: a key limit of one finds nothing left.
+    let key = |window| KeyCheck {
+        name: "user".into(),
+        mac: vec![9; 32],
+        window,
+    };
+    let later = Utc::now() + chrono::Duration::hours(3);
+    let week_ago = Window {
+        max: 1,
+        since: later - chrono::Duration::days(7),
+    };
+    let other_range = |keys| GuardCheck {
+        range: "881777".into(),
+        ..check(keys, None)
+    };
+    assert!(matches!(
+        start(&*store, 20, &other_range(vec![key(week_ago)]))
+            .await
+            .0,
+        Created::Started(_)
+    ));
+    let week = Duration::from_secs(7 * 86_400);
+    let retention = Retention {
+        max_age: week,
+        max_events: 1_000,
+        claims_max_age: week,
+        guard_max_age: Duration::from_secs(3600),
+    };
+    store.prune(retention, later).await.unwrap();
+    assert!(
+        store
+            .held_ranges(Utc::now(), "", 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let (created, findings) = start(&*store, 21, &other_range(vec![key(week_ago)])).await;
+    assert!(matches!(created, Created::Started(_)), "{findings:?}");
+}

@@ -16,6 +16,30 @@ pub fn grpcurl() -> PathBuf {
     path
 }
 
+/// A shell block of the docs, verbatim but for msgw's address, with grpcurl on the
+/// PATH: its output, once it succeeded.
+async fn run_doc_script(app: &TestApp, script: &str) -> String {
+    let script = script.replace("localhost:50051", &app.addr.to_string());
+    let path = format!(
+        "{}:{}",
+        grpcurl().parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new("bash")
+        .args(["-euo", "pipefail", "-c", &script])
+        .env("PATH", path)
+        .output()
+        .await
+        .expect("bash runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
 /// `grpcurl -plaintext <flags> <msgw address> <command>`.
 async fn run(app: &TestApp, flags: &[&str], command: &[&str]) -> String {
     let args = [flags, command].concat();
@@ -36,7 +60,7 @@ async fn run(app: &TestApp, flags: &[&str], command: &[&str]) -> String {
 }
 
 #[tokio::test]
-async fn grpcurl_lists_all_five_services() {
+async fn grpcurl_lists_all_six_services() {
     let app = spawn_app().await;
     let out = run(&app, &[], &["list"]).await;
     for service in [
@@ -45,6 +69,7 @@ async fn grpcurl_lists_all_five_services() {
         "msgw.v1.TemplateService",
         "msgw.v1.EventService",
         "msgw.v1.VerificationService",
+        "msgw.v1.FraudGuardService",
         "grpc.health.v1.Health",
     ] {
         assert!(
@@ -104,24 +129,7 @@ async fn the_readmes_verification_examples_run_verbatim_on_the_sandbox() {
         .and_then(|block| block.split("\n```").next())
         .expect("its sh block");
     let app = crate::helpers::spawn_sandboxed_app(std::time::Duration::from_millis(50)).await;
-    let script = script.replace("localhost:50051", &app.addr.to_string());
-    let path = format!(
-        "{}:{}",
-        grpcurl().parent().unwrap().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let out = Command::new("bash")
-        .args(["-euo", "pipefail", "-c", &script])
-        .env("PATH", path)
-        .output()
-        .await
-        .expect("bash runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = run_doc_script(&app, script).await;
     for expected in [
         "\"checksLeft\": 4",
         "VERIFICATION_STATUS_APPROVED",
@@ -164,24 +172,7 @@ async fn the_sandbox_docs_pumping_run_gets_the_range_held() {
         ..Default::default()
     })
     .await;
-    let script = blocks[1].replace("localhost:50051", &app.addr.to_string());
-    let path = format!(
-        "{}:{}",
-        grpcurl().parent().unwrap().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let out = Command::new("bash")
-        .args(["-euo", "pipefail", "-c", &script])
-        .env("PATH", path)
-        .output()
-        .await
-        .expect("bash runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = run_doc_script(&app, blocks[1]).await;
     let sent = stdout.matches(": code sent").count();
     let refused = stdout.matches(": refused SUSPECTED_FRAUD").count();
     assert!((20..=35).contains(&sent), "{sent} sent:\n{stdout}");

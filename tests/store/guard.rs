@@ -139,6 +139,13 @@ pub async fn a_range_is_held_by_its_unconverted_starts_and_approvals_keep_it_ope
     );
 }
 
+fn count_started(results: &[(Created, Vec<GuardFinding>)]) -> usize {
+    results
+        .iter()
+        .filter(|(c, _)| matches!(c, Created::Started(_)))
+        .count()
+}
+
 pub async fn limits_count_exactly_across_replicas_starting_at_once(fixture: Fixture) {
     let (a, b) = (fixture.open().await, fixture.open().await);
     let now = Utc::now();
@@ -162,10 +169,7 @@ pub async fn limits_count_exactly_across_replicas_starting_at_once(fixture: Fixt
         async move { start(&*store, n, &guard).await }
     });
     let results = join_all(starts).await;
-    let started = results
-        .iter()
-        .filter(|(c, _)| matches!(c, Created::Started(_)))
-        .count();
+    let started = count_started(&results);
     assert_eq!(started, 5, "{results:?}");
     for (created, findings) in &results {
         if matches!(created, Created::Refused) {
@@ -185,10 +189,7 @@ pub async fn limits_count_exactly_across_replicas_starting_at_once(fixture: Fixt
         async move { start(&*store, n, &guard).await }
     });
     let results = join_all(starts).await;
-    let started = results
-        .iter()
-        .filter(|(c, _)| matches!(c, Created::Started(_)))
-        .count();
+    let started = count_started(&results);
     // The key's five starts were of calling code 881 too.
     assert_eq!(started, 3, "{results:?}");
 }

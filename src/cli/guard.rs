@@ -129,6 +129,20 @@ impl GuardCommandArgs {
             .map(|p| crate::config::read_secret(p).map(secrecy::SecretString::from))
             .transpose()
             .context("--store-password-file")?;
+        let holds = crate::store::has_guard_tables(&args.store_url, password.as_ref())
+            .await
+            .with_context(|| {
+                format!(
+                    "cannot read the store {}",
+                    args.store_url.split('@').next_back().unwrap_or_default()
+                )
+            })?;
+        if !holds {
+            anyhow::bail!(
+                "{} is not msgw's store, or no msgw with the fraud guard has run on it (no guard_holds table): point MSGW_STORE_URL at the store msgw serve uses",
+                args.store_url.split('@').next_back().unwrap_or_default()
+            );
+        }
         let store = crate::store::open(
             &args.store_url,
             password.as_ref(),

@@ -90,6 +90,12 @@ pub enum GuardFinding {
         /// When the oldest start in the window started.
         oldest: DateTime<Utc>,
     },
+    /// The range's hold ended: its figures no longer call for it (only when judged
+    /// after an approval).
+    Lifted {
+        /// The hold as it was.
+        hold: RangeHold,
+    },
     /// The calling code had its budget.
     CountryLimited {
         /// The calling code.
@@ -138,11 +144,38 @@ impl TryFrom<HoldRow> for RangeHold {
     }
 }
 
-/// Whether a range with these counts is held: enough unconverted verifications,
-/// and too few of the decided ones approved.
-pub fn should_hold(approved: u32, unconverted: u32, min_starts: u32, min_conversion: f64) -> bool {
-    let decided = f64::from(approved) + f64::from(unconverted);
-    unconverted >= min_starts && f64::from(approved) < min_conversion * decided
+/// A range's figures over the window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Figures {
+    /// Verifications approved.
+    pub approved: u32,
+    /// Verifications older than the grace and not approved.
+    pub unconverted: u32,
+    /// Codes sent to verifications not approved (resends included), whatever their age.
+    pub unapproved_sends: u32,
+}
+
+/// How many times `MSGW_VERIFY_GUARD_MIN_STARTS` codes a range's unapproved
+/// verifications may have had, however young, before the range is judged on them: a
+/// bot faster than the grace period is held too.
+pub const BURST: u32 = 5;
+
+impl Figures {
+    /// Whether these figures hold a range, and the unapproved count that does: enough
+    /// unconverted verifications, or codes to unapproved ones beyond [`BURST`] times
+    /// that, with too few approved.
+    pub fn hold(&self, min_starts: u32, min_conversion: f64) -> Option<u32> {
+        let low = |unapproved: u32| {
+            f64::from(self.approved)
+                < min_conversion * (f64::from(self.approved) + f64::from(unapproved))
+        };
+        if self.unconverted >= min_starts && low(self.unconverted) {
+            return Some(self.unconverted);
+        }
+        let burst = min_starts.saturating_mul(BURST);
+        (self.unapproved_sends >= burst && low(self.unapproved_sends))
+            .then_some(self.unapproved_sends)
+    }
 }
 
 /// The advisory-lock key of a caller-supplied key (its HMAC's first bytes): locks are
@@ -157,15 +190,42 @@ pub(super) fn key_lock(mac: &[u8]) -> i32 {
 
 #[cfg(test)]
 mod tests {
-    use super::should_hold;
+    use super::Figures;
+
+    fn held(approved: u32, unconverted: u32, unapproved_sends: u32) -> Option<u32> {
+        let figures = Figures {
+            approved,
+            unconverted,
+            unapproved_sends,
+        };
+        figures.hold(20, 0.2)
+    }
 
     #[test]
     fn holds_on_enough_unconverted_below_the_share() {
-        assert!(should_hold(0, 20, 20, 0.2));
-        assert!(!should_hold(0, 19, 20, 0.2));
-        assert!(should_hold(4, 21, 20, 0.2));
-        assert!(!should_hold(5, 20, 20, 0.2));
-        assert!(!should_hold(100, 40, 20, 0.2));
-        assert!(!should_hold(0, 1000, 20, 0.0));
+        assert_eq!(held(0, 20, 20), Some(20));
+        assert_eq!(held(0, 19, 19), None);
+        assert_eq!(held(4, 21, 21), Some(21));
+        assert_eq!(held(5, 20, 20), None);
+        assert_eq!(held(100, 40, 60), None);
+        assert_eq!(
+            Figures {
+                approved: 0,
+                unconverted: 1000,
+                unapproved_sends: 1000
+            }
+            .hold(20, 0.0),
+            None
+        );
+    }
+
+    #[test]
+    fn a_burst_of_young_unapproved_codes_holds_too() {
+        assert_eq!(held(0, 0, 99), None);
+        assert_eq!(held(0, 0, 100), Some(100));
+        // Codes resent to a few verifications count as codes.
+        assert_eq!(held(0, 10, 100), Some(100));
+        // Real users entering their codes keep a busy range open.
+        assert_eq!(held(30, 0, 100), None);
     }
 }

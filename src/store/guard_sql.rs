@@ -5,12 +5,21 @@
 /// The hold of a range, whatever its state (`$1` range).
 pub(super) const HOLD_SQL: &str = "SELECT * FROM guard_holds WHERE range_prefix = $1";
 
-/// A range's approved and unconverted verifications (`$1` range, `$2` counted after,
-/// `$3` an unapproved one at or before this is unconverted).
+/// A range's approved and unconverted verifications, and the codes sent to its
+/// unapproved ones whatever their age (`$1` range, `$2` counted after, `$3` an
+/// unapproved one at or before this is unconverted).
 pub(super) const STATS_SQL: &str = "SELECT
        COALESCE(SUM(CASE WHEN approved THEN 1 ELSE 0 END), 0),
-       COALESCE(SUM(CASE WHEN NOT approved AND started_at_ms <= $3 THEN 1 ELSE 0 END), 0)
+       COALESCE(SUM(CASE WHEN NOT approved AND started_at_ms <= $3 THEN 1 ELSE 0 END), 0),
+       CAST(COALESCE(SUM(CASE WHEN approved THEN 0 ELSE sends END), 0) AS BIGINT)
      FROM guard_starts WHERE range_prefix = $1 AND started_at_ms > $2";
+
+/// Ends a hold whose figures recovered (`$1` range, `$2` now).
+pub(super) const LIFT_SQL: &str = "UPDATE guard_holds SET until_ms = $2 WHERE range_prefix = $1";
+
+/// Counts a resend of a verification (`$1` id).
+pub(super) const RESENT_SQL: &str =
+    "UPDATE guard_starts SET sends = sends + 1 WHERE verification_id = $1";
 
 /// Holds a range (`$1`..`$6`), keeping when it was last released.
 pub(super) const PUT_HOLD_SQL: &str = "INSERT INTO guard_holds
@@ -77,11 +86,12 @@ macro_rules! guard_queries {
         use crate::domain::ClientId;
         use crate::store::StoreError;
         use crate::store::guard::{
-            GuardCheck, GuardFinding, HoldRow, RangeHold, Window, key_lock, should_hold,
+            Figures, GuardCheck, GuardFinding, HoldRow, RangeHold, Window, key_lock,
         };
         use crate::store::guard_sql::{
-            APPROVED_SQL, COUNTRY_COUNT_SQL, FORGET_SQL, HELD_SQL, HOLD_SQL, KEY_COUNT_SQL, Locks,
-            PUT_HOLD_SQL, RECORD_KEY_SQL, RECORD_START_SQL, RELEASE_SQL, STATS_SQL,
+            APPROVED_SQL, COUNTRY_COUNT_SQL, FORGET_SQL, HELD_SQL, HOLD_SQL, KEY_COUNT_SQL,
+            LIFT_SQL, Locks, PUT_HOLD_SQL, RECORD_KEY_SQL, RECORD_START_SQL, RELEASE_SQL,
+            RESENT_SQL, STATS_SQL,
         };
         use crate::store::rows::{from_ms, id_to_db, ms};
 
@@ -123,15 +133,16 @@ macro_rules! guard_queries {
             Ok(Some(oldest.map_or(Ok(now), from_ms)?))
         }
 
-        /// Checks a start against the guard, holding its range if its figures say so
-        /// (the hold is written in the caller's transaction). With `enforce`, stops at
-        /// the first finding: the start is refused anyway.
-        pub(in crate::store) async fn check(
+        /// Judges the range of `guard` by its figures now, under its lock: its hold
+        /// in force as a finding; else a hold placed if the figures call for one. With
+        /// `lift`, a hold whose figures no longer call for it (its verifications were
+        /// approved since) ends now instead, and `Lifted` says so.
+        async fn judge(
             conn: &mut $conn,
             guard: &GuardCheck,
             now: DateTime<Utc>,
-        ) -> Result<Vec<GuardFinding>, StoreError> {
-            let mut findings = Vec::new();
+            lift: bool,
+        ) -> Result<Option<GuardFinding>, StoreError> {
             lock(conn, LOCKS.map(|l| l.range), &guard.range).await?;
             let row: Option<HoldRow> = sqlx::query_as(HOLD_SQL)
                 .bind(&guard.range)
@@ -146,53 +157,86 @@ macro_rules! guard_queries {
                 .map(RangeHold::try_from)
                 .transpose()?
                 .filter(|hold| hold.until > now);
-            match active {
-                // A hold placed in shadow mode is not enforced when the guard is on: the
-                // range is judged again, and held for real if it still should be.
-                Some(hold) if !hold.shadow || !guard.enforce => {
-                    findings.push(GuardFinding::Held { hold, new: false });
-                }
-                _ => {
-                    // Starts in the millisecond of a release came after it.
-                    let since = released_at.map_or(guard.since, |r| {
-                        (r - chrono::Duration::milliseconds(1)).max(guard.since)
-                    });
-                    let (approved, unconverted): (i64, i64) = sqlx::query_as(STATS_SQL)
-                        .bind(&guard.range)
-                        .bind(ms(since))
-                        .bind(ms(guard.decided_before))
-                        .fetch_one(&mut *conn)
-                        .await?;
-                    let approved = u32::try_from(approved).unwrap_or(u32::MAX);
-                    let unconverted = u32::try_from(unconverted).unwrap_or(u32::MAX);
-                    if should_hold(
-                        approved,
-                        unconverted,
-                        guard.min_starts,
-                        guard.min_conversion,
-                    ) {
-                        // As the store keeps it: to the millisecond.
-                        let hold = RangeHold {
-                            range: guard.range.clone(),
-                            held_at: from_ms(ms(now))?,
-                            until: from_ms(ms(guard.hold_until))?,
-                            shadow: !guard.enforce,
-                            unconverted,
-                            approved,
-                        };
-                        sqlx::query(PUT_HOLD_SQL)
-                            .bind(&hold.range)
-                            .bind(ms(hold.held_at))
-                            .bind(ms(hold.until))
-                            .bind(hold.shadow)
-                            .bind(i64::from(hold.unconverted))
-                            .bind(i64::from(hold.approved))
-                            .execute(&mut *conn)
-                            .await?;
-                        findings.push(GuardFinding::Held { hold, new: true });
-                    }
-                }
+            // A hold placed in shadow mode is not enforced when the guard is on: the
+            // range is judged again, and held for real if it still should be.
+            let active = active.filter(|hold| !hold.shadow || !guard.enforce);
+            if active.is_some() && !lift {
+                return Ok(active.map(|hold| GuardFinding::Held { hold, new: false }));
             }
+            // Starts in the millisecond of a release came after it.
+            let since = released_at.map_or(guard.since, |r| {
+                (r - chrono::Duration::milliseconds(1)).max(guard.since)
+            });
+            let (approved, unconverted, unapproved_sends): (i64, i64, i64) =
+                sqlx::query_as(STATS_SQL)
+                    .bind(&guard.range)
+                    .bind(ms(since))
+                    .bind(ms(guard.decided_before))
+                    .fetch_one(&mut *conn)
+                    .await?;
+            let count = |v: i64| u32::try_from(v).unwrap_or(u32::MAX);
+            let figures = Figures {
+                approved: count(approved),
+                unconverted: count(unconverted),
+                unapproved_sends: count(unapproved_sends),
+            };
+            let held = figures.hold(guard.min_starts, guard.min_conversion);
+            if let Some(hold) = active {
+                if held.is_some() {
+                    return Ok(Some(GuardFinding::Held { hold, new: false }));
+                }
+                sqlx::query(LIFT_SQL)
+                    .bind(&guard.range)
+                    .bind(ms(now))
+                    .execute(&mut *conn)
+                    .await?;
+                return Ok(Some(GuardFinding::Lifted { hold }));
+            }
+            let Some(unconverted) = held else {
+                return Ok(None);
+            };
+            // As the store keeps it: to the millisecond.
+            let hold = RangeHold {
+                range: guard.range.clone(),
+                held_at: from_ms(ms(now))?,
+                until: from_ms(ms(guard.hold_until))?,
+                shadow: !guard.enforce,
+                unconverted,
+                approved: figures.approved,
+            };
+            sqlx::query(PUT_HOLD_SQL)
+                .bind(&hold.range)
+                .bind(ms(hold.held_at))
+                .bind(ms(hold.until))
+                .bind(hold.shadow)
+                .bind(i64::from(hold.unconverted))
+                .bind(i64::from(hold.approved))
+                .execute(&mut *conn)
+                .await?;
+            Ok(Some(GuardFinding::Held { hold, new: true }))
+        }
+
+        /// Judges a range outside a start (a resend, an approval) in the caller's
+        /// transaction; see `judge`.
+        pub(in crate::store) async fn judge_range(
+            conn: &mut $conn,
+            guard: &GuardCheck,
+            now: DateTime<Utc>,
+            lift: bool,
+        ) -> Result<Option<GuardFinding>, StoreError> {
+            judge(conn, guard, now, lift).await
+        }
+
+        /// Checks a start against the guard, holding its range if its figures say so
+        /// (the hold is written in the caller's transaction). With `enforce`, stops at
+        /// the first finding: the start is refused anyway.
+        pub(in crate::store) async fn check(
+            conn: &mut $conn,
+            guard: &GuardCheck,
+            now: DateTime<Utc>,
+        ) -> Result<Vec<GuardFinding>, StoreError> {
+            let mut findings: Vec<GuardFinding> =
+                judge(conn, guard, now, false).await?.into_iter().collect();
             if guard.enforce && !findings.is_empty() {
                 return Ok(findings);
             }
@@ -257,6 +301,18 @@ macro_rules! guard_queries {
                     .execute(&mut *conn)
                     .await?;
             }
+            Ok(())
+        }
+
+        /// Counts a resend of a verification.
+        pub(in crate::store) async fn resent(
+            conn: &mut $conn,
+            id: ClientId,
+        ) -> Result<(), StoreError> {
+            sqlx::query(RESENT_SQL)
+                .bind(id_to_db(id.get()))
+                .execute(&mut *conn)
+                .await?;
             Ok(())
         }
 

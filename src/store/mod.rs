@@ -35,7 +35,7 @@ pub use claims::{
     Settlement,
 };
 pub use group::GroupWriter;
-pub use guard::{GuardCheck, GuardFinding, KeyCheck, RangeHold, Window, should_hold};
+pub use guard::{BURST, Figures, GuardCheck, GuardFinding, KeyCheck, RangeHold, Window};
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
 pub use verifications::{
@@ -244,6 +244,16 @@ pub trait Store: std::fmt::Debug + Send + Sync + 'static {
         guard: Option<&GuardCheck>,
     ) -> Result<(Created, Vec<GuardFinding>), StoreError>;
 
+    /// Judges the range of `guard` outside a start (a resend; with `lift`, after an
+    /// approval): its hold in force, a hold placed now, or (`lift`) a hold ended because
+    /// its figures recovered. Atomic across replicas, like a start's check.
+    async fn judge_range(
+        &self,
+        guard: &GuardCheck,
+        now: DateTime<Utc>,
+        lift: bool,
+    ) -> Result<Option<GuardFinding>, StoreError>;
+
     /// The hold of `range` in force at `now`.
     async fn range_hold(
         &self,
@@ -336,6 +346,36 @@ pub fn sqlite_file(url: &str) -> Option<std::path::PathBuf> {
 /// Whether a store URL names a PostgreSQL database (a store several replicas share).
 pub fn is_shared(url: &str) -> bool {
     url.starts_with("postgres:") || url.starts_with("postgresql:")
+}
+
+/// Whether the store a URL names is msgw's, with the fraud guard's tables: looked up
+/// without creating or migrating anything, so a command pointed at the wrong database
+/// changes nothing in it.
+pub async fn has_guard_tables(
+    url: &str,
+    password: Option<&secrecy::SecretString>,
+) -> Result<bool, StoreError> {
+    use sqlx::Connection;
+    use std::str::FromStr;
+    let found: bool = if url.starts_with("sqlite:") {
+        let options = sqlx::sqlite::SqliteConnectOptions::from_str(url)?.read_only(true);
+        let mut conn = sqlx::SqliteConnection::connect_with(&options).await?;
+        sqlx::query_scalar(
+            "SELECT COUNT(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'guard_holds'",
+        )
+        .fetch_one(&mut conn)
+        .await?
+    } else {
+        let mut options = sqlx::postgres::PgConnectOptions::from_str(url)?;
+        if let Some(password) = password {
+            options = options.password(secrecy::ExposeSecret::expose_secret(password));
+        }
+        let mut conn = sqlx::PgConnection::connect_with(&options).await?;
+        sqlx::query_scalar("SELECT to_regclass('guard_holds') IS NOT NULL")
+            .fetch_one(&mut conn)
+            .await?
+    };
+    Ok(found)
 }
 
 /// Opens the store a URL names: `sqlite://PATH` (created if missing), `sqlite::memory:`,

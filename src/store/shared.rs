@@ -328,6 +328,18 @@ macro_rules! store_impl {
                 Ok((created, findings))
             }
 
+            async fn judge_range(
+                &self,
+                guard: &$crate::store::GuardCheck,
+                now: chrono::DateTime<chrono::Utc>,
+                lift: bool,
+            ) -> Result<Option<$crate::store::GuardFinding>, $crate::store::StoreError> {
+                let mut tx = self.$write.begin_with($begin_write).await?;
+                let found = $crate::store::guard_sql::$vsql::judge_range(&mut tx, guard, now, lift).await?;
+                tx.commit().await?;
+                Ok(found)
+            }
+
             async fn range_hold(
                 &self,
                 range: &str,

@@ -255,7 +255,7 @@ macro_rules! verification_queries {
                     if claimed.is_none() {
                         return Ok(None);
                     }
-                    sqlx::query_as(RESEND_SQL)
+                    let resent: Option<VerificationRow> = sqlx::query_as(RESEND_SQL)
                         .bind(client_id_to_db(*id))
                         .bind(client_id_to_db(*send))
                         .bind(channels_to_db(channels))
@@ -263,7 +263,11 @@ macro_rules! verification_queries {
                         .bind(at(*now))
                         .bind(at(*not_after))
                         .fetch_optional(&mut *conn)
-                        .await?
+                        .await?;
+                    if resent.is_some() {
+                        guard_sql::resent(&mut *conn, *id).await?;
+                    }
+                    resent
                 }
                 VerificationChange::SetCode { id, send, code } => {
                     sqlx::query_as(SET_CODE_SQL)

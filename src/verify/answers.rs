@@ -54,6 +54,9 @@ impl Verifier {
                 self.count_check("approved");
                 self.count(VerificationStatus::Approved, &record);
                 self.guard.count(record.phone, "approved");
+                self.guard
+                    .approved(self.store.as_ref(), record.phone, now)
+                    .await;
             }
             VerificationStatus::Failed => {
                 self.count_check("failed");

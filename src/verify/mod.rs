@@ -296,6 +296,17 @@ impl Verifier {
                             .send(caller, request, record, Send::retried(false), deadline)
                             .await;
                     }
+                    // This very request's id is a send of it already (a concurrent
+                    // retry got there first): the next turn replays that send.
+                    None if self
+                        .store
+                        .verification_of_send(request.id)
+                        .await
+                        .map_err(store_error)?
+                        .is_some() =>
+                    {
+                        continue;
+                    }
                     None if pending.sends_left == 0 => return Err(Error::SendsExhausted),
                     None if pending.last_send_at > not_after => {
                         return Err(Error::ResendTooSoon {

@@ -17,19 +17,19 @@ use tonic_types::StatusExt;
 use crate::helpers::{FakeGateway, Options, TestApp, error_info, spawn};
 
 /// A satellite range (GMSS, +881): where pumping sends its codes.
-const PUMPED: &str = "881234";
+pub const PUMPED: &str = "881234";
 
-fn pumped(i: u64) -> String {
+pub fn pumped(i: u64) -> String {
     format!("+{PUMPED}{i:06}")
 }
 
-fn real_user(i: u64) -> String {
+pub fn real_user(i: u64) -> String {
     format!("+380971{i:06}")
 }
 
 /// The pumping figures: unapproved for a second counts as unconverted, 20 of
 /// them below 20 % approved hold the range.
-fn pumping_guard() -> Settings {
+pub fn pumping_guard() -> Settings {
     Settings {
         grace: Duration::from_secs(1),
         min_starts: 20,
@@ -38,7 +38,7 @@ fn pumping_guard() -> Settings {
 }
 
 /// A guard that holds a range at its third unconverted verification at once.
-fn quick_guard() -> Settings {
+pub fn quick_guard() -> Settings {
     Settings {
         grace: Duration::ZERO,
         min_starts: 3,
@@ -46,7 +46,7 @@ fn quick_guard() -> Settings {
     }
 }
 
-fn guarded(guard: Settings) -> Options {
+pub fn guarded(guard: Settings) -> Options {
     Options {
         verify: VerifyConfig {
             guard,
@@ -57,7 +57,7 @@ fn guarded(guard: Settings) -> Options {
     }
 }
 
-fn request(id: u64, phone: &str) -> StartVerificationRequest {
+pub fn request(id: u64, phone: &str) -> StartVerificationRequest {
     StartVerificationRequest {
         id,
         phone: phone.into(),
@@ -66,7 +66,10 @@ fn request(id: u64, phone: &str) -> StartVerificationRequest {
     }
 }
 
-fn with_keys(mut r: StartVerificationRequest, keys: &[(&str, &str)]) -> StartVerificationRequest {
+pub fn with_keys(
+    mut r: StartVerificationRequest,
+    keys: &[(&str, &str)],
+) -> StartVerificationRequest {
     r.rate_limit_keys = keys
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
@@ -74,7 +77,7 @@ fn with_keys(mut r: StartVerificationRequest, keys: &[(&str, &str)]) -> StartVer
     r
 }
 
-async fn start(app: &TestApp, r: StartVerificationRequest) -> Result<Verification, Status> {
+pub async fn start(app: &TestApp, r: StartVerificationRequest) -> Result<Verification, Status> {
     app.verification()
         .start_verification(r)
         .await
@@ -82,7 +85,7 @@ async fn start(app: &TestApp, r: StartVerificationRequest) -> Result<Verificatio
 }
 
 /// The codes of the SMS the gateway received for numbers beginning with `prefix`.
-fn codes_to(gateway: &FakeGateway, prefix: &str) -> Vec<String> {
+pub fn codes_to(gateway: &FakeGateway, prefix: &str) -> Vec<String> {
     gateway
         .envelopes()
         .concat()
@@ -98,7 +101,7 @@ fn codes_to(gateway: &FakeGateway, prefix: &str) -> Vec<String> {
         .collect()
 }
 
-fn assert_suspected(status: &Status, range: &str) {
+pub fn assert_suspected(status: &Status, range: &str) {
     assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
     let (reason, metadata) = error_info(status);
     assert_eq!(reason, "SUSPECTED_FRAUD");
@@ -108,7 +111,7 @@ fn assert_suspected(status: &Status, range: &str) {
 
 /// Starts `count` verifications to distinct numbers of the pumped range, `every`
 /// apart, with ids and numbers from `first`, on the apps in turn; none is ever checked.
-async fn pump(
+pub async fn pump(
     apps: &[&TestApp],
     first: u64,
     count: u64,
@@ -130,7 +133,7 @@ async fn pump(
 
 /// How many starts went out before the first refusal; every later one must be
 /// refused as suspected fraud.
-fn sent_before_the_hold(results: &[Result<(), Status>]) -> usize {
+pub fn sent_before_the_hold(results: &[Result<(), Status>]) -> usize {
     let sent = results.iter().take_while(|r| r.is_ok()).count();
     for refused in &results[sent..] {
         assert_suspected(refused.as_ref().unwrap_err(), PUMPED);
@@ -138,7 +141,7 @@ fn sent_before_the_hold(results: &[Result<(), Status>]) -> usize {
     sent
 }
 
-async fn held_ranges(app: &TestApp) -> Vec<msgw::proto::HeldRange> {
+pub async fn held_ranges(app: &TestApp) -> Vec<msgw::proto::HeldRange> {
     app.fraud_guard()
         .list_held_ranges(ListHeldRangesRequest::default())
         .await

@@ -11,6 +11,7 @@ mod fixtures;
 #[path = "../common/h2frames.rs"]
 mod frames;
 mod fraud_guard;
+mod guard_bursts;
 mod helpers;
 mod hostile;
 mod idempotency;

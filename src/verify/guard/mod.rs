@@ -61,6 +61,9 @@ pub fn calling_code(phone: Phone) -> &'static str {
 impl Guard {
     /// A guard set by `settings`, keeping keys as HMACs under `codes`' guard key.
     pub fn new(settings: Settings, codes: Codes, metrics: Arc<Metrics>) -> Self {
+        for warning in settings.warnings() {
+            tracing::warn!("fraud guard: {warning}");
+        }
         Self {
             settings: Arc::new(settings),
             codes,
@@ -98,16 +101,13 @@ impl Guard {
         keys: &RateLimitKeys,
         now: DateTime<Utc>,
     ) -> Option<GuardCheck> {
-        if !self.guards(phone) {
-            return None;
-        }
+        let mut check = self.range_check(phone, now)?;
         let s = &self.settings;
         let window = |rate: Rate| Window {
             max: rate.max,
             since: now - chrono(rate.per),
         };
-        let code = calling_code(phone);
-        let keys = keys
+        check.keys = keys
             .iter()
             .filter_map(|(name, value)| {
                 let rate = s.key_limits.of(name)?;
@@ -118,17 +118,28 @@ impl Guard {
                 })
             })
             .collect();
+        check.country = s.country_limits.of(&check.calling_code).map(window);
+        Some(check)
+    }
+
+    /// The range rule alone for `phone` (no keys, no budget); `None` when the guard
+    /// leaves the number alone.
+    fn range_check(&self, phone: Phone, now: DateTime<Utc>) -> Option<GuardCheck> {
+        if !self.guards(phone) {
+            return None;
+        }
+        let s = &self.settings;
         Some(GuardCheck {
             enforce: s.mode == Mode::On,
             range: self.range_of(phone),
-            calling_code: code.to_owned(),
+            calling_code: calling_code(phone).to_owned(),
             since: now - chrono(s.window),
             decided_before: now - chrono(s.grace),
             min_starts: s.min_starts,
             min_conversion: s.min_conversion,
             hold_until: now + chrono(s.hold),
-            country: s.country_limits.of(code).map(window),
-            keys,
+            country: None,
+            keys: Vec::new(),
         })
     }
 
@@ -136,14 +147,18 @@ impl Guard {
     /// refuses it when the guard is on (the first finding; shadow refuses nothing).
     pub fn judge(&self, findings: &[GuardFinding], now: DateTime<Utc>) -> Result<(), Error> {
         let mode = self.settings.mode;
-        for finding in findings {
+        let findings: Vec<&GuardFinding> = findings
+            .iter()
+            .filter(|f| !matches!(f, GuardFinding::Lifted { .. }))
+            .collect();
+        for finding in &findings {
             if let GuardFinding::Held { hold, new: true } = finding {
                 self.held(hold, mode);
             }
         }
         let counted = match mode {
             Mode::On => &findings[..findings.len().min(1)],
-            Mode::Shadow | Mode::Off => findings,
+            Mode::Shadow | Mode::Off => &findings[..],
         };
         for finding in counted {
             self.count_refusal(reason(finding), mode);
@@ -154,27 +169,46 @@ impl Guard {
         }
     }
 
-    /// Checks a resend of a verification of `phone`: a held range gets no more codes
-    /// (a resend costs what a start costs); the other limits count starts only.
+    /// Checks a resend of a verification of `phone`: a resend costs what a start
+    /// costs, so its range is judged as for a start (and may be held now); the key
+    /// and country limits count starts only.
     pub async fn resend(
         &self,
         store: &dyn Store,
         phone: Phone,
         now: DateTime<Utc>,
     ) -> Result<(), Error> {
-        if !self.guards(phone) {
+        let Some(check) = self.range_check(phone, now) else {
             return Ok(());
-        }
-        let hold = store
-            .range_hold(&self.range_of(phone), now)
+        };
+        let found = store
+            .judge_range(&check, now, false)
             .await
             .map_err(|e| e.unavailable("msgw's store is unavailable"))?;
-        let enforce = self.settings.mode == Mode::On;
-        match hold {
-            Some(hold) if !(hold.shadow && enforce) => {
-                self.judge(&[GuardFinding::Held { hold, new: false }], now)
+        self.judge(&found.into_iter().collect::<Vec<_>>(), now)
+    }
+
+    /// After an approval of a verification of `phone`: a hold on its range ends at
+    /// once if the range's figures no longer call for it (its real users entered
+    /// their codes). Costs one read when the range is not held.
+    pub async fn approved(&self, store: &dyn Store, phone: Phone, now: DateTime<Utc>) {
+        let Some(check) = self.range_check(phone, now).filter(|c| c.enforce) else {
+            return;
+        };
+        match store.range_hold(&check.range, now).await {
+            Ok(Some(hold)) if !hold.shadow => {}
+            _ => return,
+        }
+        match store.judge_range(&check, now, true).await {
+            Ok(Some(GuardFinding::Lifted { hold })) => tracing::warn!(
+                range = %hold.range,
+                "fraud guard: range released early: its verifications are being approved"
+            ),
+            Ok(_) => {}
+            // The approval stands; the hold ends on time or by an operator.
+            Err(e) => {
+                tracing::warn!(error = %e, "fraud guard: could not judge a held range after an approval")
             }
-            _ => Ok(()),
         }
     }
 
@@ -244,7 +278,7 @@ impl Guard {
 /// The reason of a finding, as metrics name it.
 fn reason(finding: &GuardFinding) -> &'static str {
     match finding {
-        GuardFinding::Held { .. } => "suspected_fraud",
+        GuardFinding::Held { .. } | GuardFinding::Lifted { .. } => "suspected_fraud",
         GuardFinding::KeyLimited { .. } => "key_rate_limited",
         GuardFinding::CountryLimited { .. } => "country_rate_limited",
     }
@@ -253,7 +287,7 @@ fn reason(finding: &GuardFinding) -> &'static str {
 /// The error that refuses a start for `finding`.
 fn refusal(finding: &GuardFinding, now: DateTime<Utc>) -> Error {
     match finding {
-        GuardFinding::Held { hold, .. } => Error::SuspectedFraud {
+        GuardFinding::Held { hold, .. } | GuardFinding::Lifted { hold } => Error::SuspectedFraud {
             range: hold.range.clone(),
             until: hold.until,
         },

@@ -63,12 +63,12 @@ impl FromStr for Rate {
             .trim()
             .split_once('/')
             .ok_or_else(|| format!("{s:?} is not a rate like 10/1h"))?;
-        let max: u32 = max
-            .trim()
-            .parse()
-            .ok()
-            .filter(|m| *m > 0)
-            .ok_or_else(|| format!("{s:?}: the count must be a whole number above 0"))?;
+        let max: u32 = max.trim().parse().ok().filter(|m| *m > 0).ok_or_else(|| {
+            format!(
+                "{s:?}: the count must be a whole number from 1 to {}",
+                u32::MAX
+            )
+        })?;
         let per = humantime::parse_duration(per.trim())
             .map_err(|e| format!("{s:?}: the window is not a duration like 1h ({e})"))?;
         if per < Duration::from_secs(1) || per > MAX_WINDOW {
@@ -96,6 +96,10 @@ fn pairs<'a>(
             .split_once('=')
             .ok_or_else(|| format!("{item:?} is not {what}=COUNT/WINDOW"))?;
         let name = name.trim();
+        let name = name
+            .strip_prefix('+')
+            .filter(|_| what.contains("calling code"))
+            .unwrap_or(name);
         if !check(name) {
             return Err(format!("{item:?}: {name:?} is not {what}"));
         }
@@ -165,15 +169,13 @@ impl FromStr for CountryLimits {
 
     fn from_str(s: &str) -> Result<Self, String> {
         let list = pairs(s, "a calling code (1 to 3 digits, ITU E.164) or *", |n| {
-            n == "*" || countries::is_calling_code(n.trim_start_matches('+'))
+            n == "*" || countries::is_calling_code(n)
         })?;
         let mut limits = Self::default();
         for (name, rate) in list {
             match name {
                 "*" => limits.others = Some(rate),
-                code => limits
-                    .codes
-                    .push((code.trim_start_matches('+').to_owned(), rate)),
+                code => limits.codes.push((code.to_owned(), rate)),
             }
         }
         Ok(limits)
@@ -286,6 +288,31 @@ impl Settings {
         Ok(())
     }
 
+    /// Settings that are valid but likely to hurt: said in the log at start.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        if self.mode == Mode::Off {
+            warnings.push(
+                "off (MSGW_VERIFY_FRAUD_GUARD=off): nothing stops SMS pumping but the phone limit"
+                    .into(),
+            );
+            return warnings;
+        }
+        if self.grace < Duration::from_secs(30) {
+            warnings.push(format!(
+                "MSGW_VERIFY_GUARD_GRACE={} is shorter than most users take to enter a code: ranges of real users may be held (default 2m)",
+                humantime::format_duration(self.grace)
+            ));
+        }
+        if self.prefix_digits > 8 {
+            warnings.push(format!(
+                "MSGW_VERIFY_GUARD_PREFIX_DIGITS={}: ranges this long hold so few numbers that pumping spread over them is never held; keep 5 to 7, or bound it with MSGW_VERIFY_COUNTRY_LIMITS",
+                self.prefix_digits
+            ));
+        }
+        warnings
+    }
+
     /// The longest window anything is counted over: how long the guard keeps its rows.
     pub fn longest_window(&self) -> Duration {
         let keys = self.key_limits.0.iter().map(|(_, r)| r.per);
@@ -342,6 +369,7 @@ mod tests {
         let only: CountryLimits = "44=10/1h".parse().unwrap();
         assert_eq!(only.of("380"), None);
         assert!("3801=5/1h".parse::<CountryLimits>().is_err());
+        assert!("380=1/1h,+380=5/1h".parse::<CountryLimits>().is_err());
         assert!("28=5/1h".parse::<CountryLimits>().is_err());
     }
 

@@ -8,7 +8,9 @@ CREATE TABLE guard_starts (
     -- its ITU E.164 calling code, or 'unassigned'
     calling_code    TEXT    NOT NULL,
     started_at_ms   BIGINT  NOT NULL,
-    approved        BOOLEAN NOT NULL DEFAULT FALSE
+    approved        BOOLEAN NOT NULL DEFAULT FALSE,
+    -- codes sent to it: the first and its resends
+    sends           BIGINT   NOT NULL DEFAULT 1
 );
 CREATE INDEX guard_starts_range ON guard_starts (range_prefix, started_at_ms);
 CREATE INDEX guard_starts_country ON guard_starts (calling_code, started_at_ms);

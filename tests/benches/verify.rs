@@ -50,6 +50,9 @@ struct Args {
     store: String,
 }
 
+/// Calling codes the starts go to (numbers of 12 digits in each).
+const CODES: [&str; 10] = ["380", "48", "44", "49", "33", "1", "7", "90", "91", "62"];
+
 #[derive(Clone, Copy, Debug)]
 enum Guard {
     Off,
@@ -76,8 +79,10 @@ impl Guard {
             },
             Self::On => Settings::default(),
             Self::Limits => Settings {
-                key_limits: "ip=1000000/1h,user=1000000/1h".parse().expect("limits"),
-                country_limits: "380=1000000/1h,*=1000000/1h".parse().expect("limits"),
+                // Budgets that never fill in a round, as a deployment sizes them; each
+                // start counts what its code and key used in the window.
+                key_limits: "ip=1000/1h,user=10/1h".parse().expect("limits"),
+                country_limits: "380=20000/1h,*=10000/1h".parse().expect("limits"),
                 ..Settings::default()
             },
         }
@@ -213,8 +218,11 @@ async fn drive(channel: Channel, callers: usize, length: Duration, ids: Arc<Atom
                 let mut tally = Tally::default();
                 while started.elapsed() < length {
                     let id = ids.fetch_add(1, Ordering::Relaxed);
-                    // Numbers spread over 1000 ranges of +380: no range nears a hold.
-                    let phone = format!("+380{:03}{:06}", id % 1000, id / 1000 % 1_000_000);
+                    // Numbers spread over 10 calling codes and 1000 ranges in each, as
+                    // real traffic is: no range nears a hold, no budget fills.
+                    let code = CODES[(id % CODES.len() as u64) as usize];
+                    let rest = 12 - code.len();
+                    let phone = format!("+{code}{:0rest$}", id / 10 % 10u64.pow(rest as u32));
                     let request = StartVerificationRequest {
                         id,
                         phone,

@@ -5,13 +5,14 @@ use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::Context;
 use secrecy::SecretString;
-use tokio::{net::TcpListener, sync::watch};
+use tokio::sync::watch;
 use tonic_health::ServingStatus;
 use tower_layer::Layer;
 
 use crate::auth::tls::{TlsFiles, TlsReloader};
 use crate::auth::{AuthLayer, Authenticator};
 use crate::config::{Config, Upstream};
+use crate::config::{Problem, Problems};
 use crate::dispatch::{Dispatcher, Tracking};
 use crate::events::EventLog;
 use crate::grpc::port::PortLimits;
@@ -19,6 +20,7 @@ use crate::grpc::{StampLayer, TooLargeLayer};
 use crate::hooks::{HookSigner, HookUrls};
 use crate::http_listener::{self, ListenerLimits};
 use crate::kept_secret;
+use crate::listen::{ListenAddr, Listeners};
 use crate::metrics::Metrics;
 use crate::periodic::Leased;
 use crate::reconcile::{ReconcileConfig, Reconciler};
@@ -33,7 +35,7 @@ const RETENTION_EVERY: Duration = Duration::from_secs(60);
 
 /// A built, not yet serving, msgw.
 pub struct Application {
-    grpc: TcpListener,
+    grpc: Listeners,
     /// TLS of the gRPC port; `None`: plaintext.
     tls: Option<Arc<TlsReloader>>,
     /// Who may call the gRPC port.
@@ -42,8 +44,8 @@ pub struct Application {
     grpc_limits: PortLimits,
     grpc_max_connections: usize,
     grpc_memory_budget: usize,
-    http: TcpListener,
-    admin: TcpListener,
+    http: Listeners,
+    admin: Listeners,
     dispatcher: Dispatcher,
     verifier: Verifier,
     store: Arc<dyn Store>,
@@ -85,10 +87,11 @@ impl Application {
             config.tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
         )
         .map_err(anyhow::Error::msg)?;
-        let http = http_listener::bind(config.http_addr)
-            .with_context(|| format!("cannot bind the HTTP address {}", config.http_addr))?;
-        let admin = http_listener::bind(config.admin_addr)
-            .with_context(|| format!("cannot bind the admin address {}", config.admin_addr))?;
+        let [grpc, http, admin] = bind_ports([
+            ("grpc_addr", &config.grpc_addr),
+            ("http_addr", &config.http_addr),
+            ("admin_addr", &config.admin_addr),
+        ])?;
         let public_url = match config.public_url {
             Some(url) => url,
             None => own_url(http.local_addr()?)?,
@@ -172,9 +175,6 @@ impl Application {
                 sandbox: sandbox.is_some(),
             },
         );
-        let grpc = TcpListener::bind(config.grpc_addr)
-            .await
-            .with_context(|| format!("cannot bind the gRPC address {}", config.grpc_addr))?;
         if auth.is_open() {
             if sandbox.is_none() {
                 tracing::warn!(
@@ -291,6 +291,15 @@ impl Application {
         let grpc_addr = self.grpc_addr()?;
         let http_addr = self.http_addr()?;
         let admin_addr = self.admin_addr()?;
+        // The first address of each port by name (what scripts read), and all of them:
+        // a host name listens on each address it resolves to.
+        let all = |l: &Listeners| {
+            l.local_addrs()
+                .map(|a| format!("{a:?}"))
+                .unwrap_or_default()
+        };
+        let (grpc_addrs, http_addrs, admin_addrs) =
+            (all(&self.grpc), all(&self.http), all(&self.admin));
 
         let admin_task = tokio::spawn(http_listener::serve(
             self.admin,
@@ -339,7 +348,15 @@ impl Application {
             .clone()
             .map(|tls| tokio::spawn(tls.watch(stop.clone(), metrics.clone())));
         let callers_task = tokio::spawn(self.auth.clone().watch(stop.clone(), metrics.clone()));
-        tracing::info!(%grpc_addr, %http_addr, %admin_addr, "msgw serving");
+        tracing::info!(
+            %grpc_addr,
+            %http_addr,
+            %admin_addr,
+            grpc_addrs,
+            http_addrs,
+            admin_addrs,
+            "msgw serving"
+        );
 
         let (drain, draining) = watch::channel(false);
         tokio::spawn({
@@ -397,6 +414,23 @@ impl Application {
         tracing::info!("stopped");
         Ok(())
     }
+}
+
+/// Binds each port (`(arg, address)`: the option that names it), or says what is wrong
+/// with every one that cannot be bound, at once.
+fn bind_ports<const N: usize>(ports: [(&str, &ListenAddr); N]) -> Result<[Listeners; N], Problems> {
+    let mut bound = Vec::with_capacity(N);
+    let mut problems = Vec::new();
+    for (arg, addr) in ports {
+        match Listeners::bind(addr) {
+            Ok(listeners) => bound.push(listeners),
+            Err(e) => problems.push(Problem::listen(arg, addr, &e)),
+        }
+    }
+    Problems::check(problems)?;
+    Ok(bound
+        .try_into()
+        .unwrap_or_else(|_| unreachable!("one per port")))
 }
 
 /// The gRPC port's TLS from its files (a bad file refuses to start), logging which

@@ -170,12 +170,13 @@ impl Sandbox {
 /// The sandbox stays stopped afterwards: later sends are still answered but
 /// their statuses no longer move.
 pub async fn serve(
-    listener: tokio::net::TcpListener,
+    listener: impl Into<crate::listen::Listeners>,
     sandbox: Sandbox,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    if let Ok(addr) = listener.local_addr() {
-        tracing::info!(%addr, "sandbox gateway listening on /api/json.php");
+    let listener = listener.into();
+    if let Ok(addrs) = listener.local_addrs() {
+        tracing::info!(?addrs, "sandbox gateway listening on /api/json.php");
     }
     let keeping = tokio::spawn(persist::keep(sandbox.inner.clone()));
     let stopper = sandbox.clone();

@@ -301,9 +301,17 @@ impl Application {
         let (grpc_addrs, http_addrs, admin_addrs) =
             (all(&self.grpc), all(&self.http), all(&self.admin));
 
+        let mut admin_routes = crate::admin::router(self.webhooks.metrics.clone(), health.ready());
+        // The sandbox's inbox: on the admin port, the one never exposed to the gateway
+        // nor to callers; only when msgw runs on its sandbox.
+        if let Some(sandbox) = &self.sandbox {
+            admin_routes = admin_routes.merge(sandbox.sandbox.inbox(stop.clone()));
+            let inbox = own_url(admin_addr)?.join("/sandbox/")?;
+            tracing::info!(%inbox, "the sandbox's inbox: every message msgw sends, in a browser");
+        }
         let admin_task = tokio::spawn(http_listener::serve(
             self.admin,
-            crate::admin::router(self.webhooks.metrics.clone(), health.ready()),
+            admin_routes,
             crate::admin::limits(),
             "admin",
             metrics.clone(),

@@ -14,6 +14,7 @@ mod error;
 mod fields;
 mod hlr;
 mod http;
+mod inbox;
 mod magic;
 mod ops;
 mod persist;
@@ -180,7 +181,11 @@ pub async fn serve(
     }
     let keeping = tokio::spawn(persist::keep(sandbox.inner.clone()));
     let stopper = sandbox.clone();
-    let result = axum::serve(listener, sandbox.router())
+    // Its inbox too (`/sandbox/`), whose live updates end when it stops.
+    let routes = sandbox
+        .router()
+        .merge(sandbox.inbox(sandbox.inner.stopped.subscribe()));
+    let result = axum::serve(listener, routes)
         .with_graceful_shutdown(async move {
             shutdown.await;
             stopper.stop();

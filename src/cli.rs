@@ -176,7 +176,8 @@ pub struct LogArgs {
 /// Flags of `msgw serve`.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
-    /// gRPC listen address.
+    /// gRPC listen address: `IP:PORT`, or `HOST:PORT` to listen on every address the
+    /// name resolves to (`localhost`: both loopbacks).
     #[arg(long, env = "MSGW_GRPC_ADDR", default_value = "0.0.0.0:50051", value_parser = ListenAddr::parse)]
     pub grpc_addr: ListenAddr,
     /// The gateway's base URL; msgw posts to `{base_url}/api/json.php`. Unset: the built-in sandbox.
@@ -219,7 +220,8 @@ pub struct ServeArgs {
     /// HTTP listen address of the gateway's delivery webhooks (faces the internet).
     #[arg(long, env = "MSGW_HTTP_ADDR", default_value = "0.0.0.0:8080", value_parser = ListenAddr::parse)]
     pub http_addr: ListenAddr,
-    /// Admin listen address: `/metrics` (never on the webhook listener).
+    /// Admin listen address: `/metrics`, probes and, on the sandbox, its inbox
+    /// `/sandbox/` (never on the webhook listener).
     #[arg(long, env = "MSGW_ADMIN_ADDR", default_value = "0.0.0.0:9090", value_parser = ListenAddr::parse)]
     pub admin_addr: ListenAddr,
     /// gRPC port: time a connection has to finish its TLS handshake and send the

@@ -163,13 +163,33 @@ pub fn pieces(f: &Fields, channels: &[Channel], pipeline: bool) -> Vec<Piece> {
         .collect()
 }
 
+/// Words that say a text carries a one-time code (lower case).
+const CODE_WORDS: [&str; 8] = [
+    "code",
+    "otp",
+    "pin",
+    "password",
+    "passcode",
+    "код",
+    "пароль",
+    "kod",
+];
+
 /// The one-time code a message carries as its recipient reads it: a Telegram
-/// password, else the first run of 4 to 8 digits standing alone in a text.
+/// password, else the first run of 4 to 8 digits standing alone in a text that
+/// speaks of a code (`Your verification code is 482910`, not `Order 1042 shipped`).
 pub fn code_in(pieces: &[Piece]) -> Option<String> {
     for piece in pieces {
         let Some(text) = &piece.text else { continue };
         if piece.channel == Channel::Telegram {
             return Some(text.clone());
+        }
+        let lower = text.to_lowercase();
+        if !lower
+            .split(|c: char| !c.is_alphanumeric())
+            .any(|word| CODE_WORDS.contains(&word))
+        {
+            continue;
         }
         // A run standing alone: not part of a word, a number or a phone number.
         let mut run = String::new();

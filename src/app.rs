@@ -12,7 +12,6 @@ use tower_layer::Layer;
 use crate::auth::tls::{TlsFiles, TlsReloader};
 use crate::auth::{AuthLayer, Authenticator};
 use crate::config::{Config, Upstream};
-use crate::config::{Problem, Problems};
 use crate::dispatch::{Dispatcher, Tracking};
 use crate::events::EventLog;
 use crate::grpc::port::PortLimits;
@@ -20,7 +19,7 @@ use crate::grpc::{StampLayer, TooLargeLayer};
 use crate::hooks::{HookSigner, HookUrls};
 use crate::http_listener::{self, ListenerLimits};
 use crate::kept_secret;
-use crate::listen::{ListenAddr, Listeners};
+use crate::listen::Listeners;
 use crate::metrics::Metrics;
 use crate::periodic::Leased;
 use crate::reconcile::{ReconcileConfig, Reconciler};
@@ -87,7 +86,7 @@ impl Application {
             config.tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
         )
         .map_err(anyhow::Error::msg)?;
-        let [grpc, http, admin] = bind_ports([
+        let [grpc, http, admin] = crate::listen::bind_ports([
             ("grpc_addr", &config.grpc_addr),
             ("http_addr", &config.http_addr),
             ("admin_addr", &config.admin_addr),
@@ -293,13 +292,7 @@ impl Application {
         let admin_addr = self.admin_addr()?;
         // The first address of each port by name (what scripts read), and all of them:
         // a host name listens on each address it resolves to.
-        let all = |l: &Listeners| {
-            l.local_addrs()
-                .map(|a| format!("{a:?}"))
-                .unwrap_or_default()
-        };
-        let (grpc_addrs, http_addrs, admin_addrs) =
-            (all(&self.grpc), all(&self.http), all(&self.admin));
+        let all = [&self.grpc, &self.http, &self.admin].map(Listeners::describe);
 
         let mut admin_routes = crate::admin::router(self.webhooks.metrics.clone(), health.ready());
         // The sandbox's inbox: on the admin port, the one never exposed to the gateway
@@ -360,9 +353,9 @@ impl Application {
             %grpc_addr,
             %http_addr,
             %admin_addr,
-            grpc_addrs,
-            http_addrs,
-            admin_addrs,
+            grpc_addrs = %all[0],
+            http_addrs = %all[1],
+            admin_addrs = %all[2],
             "msgw serving"
         );
 
@@ -422,23 +415,6 @@ impl Application {
         tracing::info!("stopped");
         Ok(())
     }
-}
-
-/// Binds each port (`(arg, address)`: the option that names it), or says what is wrong
-/// with every one that cannot be bound, at once.
-fn bind_ports<const N: usize>(ports: [(&str, &ListenAddr); N]) -> Result<[Listeners; N], Problems> {
-    let mut bound = Vec::with_capacity(N);
-    let mut problems = Vec::new();
-    for (arg, addr) in ports {
-        match Listeners::bind(addr) {
-            Ok(listeners) => bound.push(listeners),
-            Err(e) => problems.push(Problem::listen(arg, addr, &e)),
-        }
-    }
-    Problems::check(problems)?;
-    Ok(bound
-        .try_into()
-        .unwrap_or_else(|_| unreachable!("one per port")))
 }
 
 /// The gRPC port's TLS from its files (a bad file refuses to start), logging which

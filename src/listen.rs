@@ -11,6 +11,8 @@ use std::task::Poll;
 
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
+use crate::config::{Problem, Problems};
+
 /// Connections the kernel holds for a listener before msgw accepts them. Beyond it new
 /// ones are dropped and their clients wait for a retransmission (a second or more), so
 /// it is well above the usual 128: clients that reconnect as soon as they are closed
@@ -142,6 +144,17 @@ impl Listeners {
         self.sockets.iter().map(TcpListener::local_addr).collect()
     }
 
+    /// The bound addresses, for a log line (`127.0.0.1:50051 [::1]:50051`).
+    pub fn describe(&self) -> String {
+        let addrs: Vec<String> = self
+            .sockets
+            .iter()
+            .filter_map(|s| s.local_addr().ok())
+            .map(|a| a.to_string())
+            .collect();
+        addrs.join(" ")
+    }
+
     /// The next connection on any of the sockets.
     pub async fn accept(&self) -> std::io::Result<(TcpStream, SocketAddr)> {
         let n = self.sockets.len();
@@ -165,6 +178,25 @@ impl From<TcpListener> for Listeners {
             next: AtomicUsize::new(0),
         }
     }
+}
+
+/// Binds each port (`(arg, address)`: the option that names it), or says what is wrong
+/// with every one that cannot be bound, at once.
+pub fn bind_ports<const N: usize>(
+    ports: [(&str, &ListenAddr); N],
+) -> Result<[Listeners; N], Problems> {
+    let mut bound = Vec::with_capacity(N);
+    let mut problems = Vec::new();
+    for (arg, addr) in ports {
+        match Listeners::bind(addr) {
+            Ok(listeners) => bound.push(listeners),
+            Err(e) => problems.push(Problem::listen(arg, addr, &e)),
+        }
+    }
+    Problems::check(problems)?;
+    Ok(bound
+        .try_into()
+        .unwrap_or_else(|_| unreachable!("one per port")))
 }
 
 /// For `axum::serve` (the `msgw sandbox` gateway): a failed accept other than a

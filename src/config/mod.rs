@@ -3,7 +3,6 @@
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
-use anyhow::{Context, bail};
 use secrecy::SecretString;
 
 use crate::auth::tls::TlsFiles;
@@ -17,7 +16,10 @@ use crate::sandbox::{DEFAULT_API_KEY, SandboxConfig};
 use crate::store::Retention;
 
 pub mod problems;
+mod secrets;
 pub use problems::{Problem, Problems};
+use secrets::secret_given;
+pub use secrets::{random_token, read_secret};
 
 /// Most gateway requests in flight that can be configured.
 const MAX_UPSTREAM_CONNECTIONS: usize = 1024;
@@ -472,47 +474,6 @@ impl ServeArgs {
             },
         })
     }
-}
-
-/// A secret from its option `arg` (trimmed) or from the file of `arg_file`; `None`
-/// when neither is set, or the file cannot be read (a problem then).
-fn secret_given(
-    arg: &str,
-    value: Option<String>,
-    file: Option<PathBuf>,
-    refuse: &mut dyn FnMut(Problem),
-) -> Option<String> {
-    match (value, file) {
-        (Some(v), _) => Some(v.trim().to_owned()),
-        (None, Some(path)) => read_secret(&path)
-            .map_err(|e| {
-                refuse(Problem::value(
-                    &format!("{arg}_file"),
-                    path.display(),
-                    format!("{e:#}"),
-                ))
-            })
-            .ok(),
-        (None, None) => None,
-    }
-}
-
-/// 32 random bytes, base64url: URL-safe and strong enough for an HMAC key.
-pub fn random_token() -> String {
-    use base64::Engine;
-    let bytes: [u8; 32] = rand::random();
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
-}
-
-/// Reads a secret from a file, trimming the newline editors and `kubectl create secret` leave.
-pub fn read_secret(path: &std::path::Path) -> anyhow::Result<String> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let text = text.trim();
-    if text.is_empty() {
-        bail!("{} is empty", path.display());
-    }
-    Ok(text.to_owned())
 }
 
 #[cfg(test)]

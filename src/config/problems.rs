@@ -292,7 +292,7 @@ fn explain(error: &clap::Error, command: &Command) -> Option<(Problem, Option<St
             .map(|a| a.get_id().to_string())
     };
     let arg = arg_of(&string(ContextKind::InvalidArg)?)?;
-    let name: &'static str = leak_name(command.get_name());
+    let name: &'static str = static_name(command.get_name());
     let problem = match error.kind() {
         ErrorKind::ValueValidation | ErrorKind::InvalidValue => {
             let value = string(ContextKind::InvalidValue).unwrap_or_default();
@@ -330,7 +330,7 @@ fn explain(error: &clap::Error, command: &Command) -> Option<(Problem, Option<St
 }
 
 /// The subcommand's name as the `'static` a [`Problem`] holds (one of `cli.rs`'s).
-fn leak_name(name: &str) -> &'static str {
+fn static_name(name: &str) -> &'static str {
     ["serve", "sandbox", "copy-store", "check"]
         .into_iter()
         .find(|n| *n == name)

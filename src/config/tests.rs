@@ -9,7 +9,9 @@ fn serve(args: &[&str]) -> anyhow::Result<Config> {
     let cli = Cli::try_parse_from(["msgw", "serve"].iter().chain(args))?;
     match cli.command {
         Command::Serve(args) => args.into_config(),
-        Command::Sandbox(_) | Command::CopyStore(_) | Command::Check(_) => bail!("not serve"),
+        Command::Sandbox(_) | Command::CopyStore(_) | Command::Check(_) => {
+            anyhow::bail!("not serve")
+        }
     }
 }
 

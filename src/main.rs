@@ -75,6 +75,11 @@ async fn run(cli: Cli, workers: usize, configured: bool) -> anyhow::Result<()> {
             let telemetry = msgw::telemetry::init(&args.log)?;
             let config = args.into_config()?;
             let app = Application::build(config).await?;
+            if env!("MSGW_OPT_LEVEL") == "0" {
+                tracing::info!(
+                    "this msgw is built without optimisation (the release profile: quick to build, to try msgw); deploy the dist build (cargo install --path . --profile dist, or the Docker image)"
+                );
+            }
             if telemetry.exports_traces() {
                 tracing::info!("exporting traces over OTLP (OTEL_EXPORTER_OTLP_ENDPOINT)");
             }

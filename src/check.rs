@@ -172,7 +172,7 @@ fn not_for_clients(pem: &str) -> Option<String> {
     .filter_map(|(set, name)| set.then_some(name))
     .collect();
     Some(format!(
-        "its extended key usage is {} without clientAuth (\"TLS Web Client Authentication\"), so msgw refuses it (UnsupportedCertificate). Issue the caller's certificate with extendedKeyUsage=clientAuth (docs/security.md has a recipe)",
+        "its extended key usage is {} without clientAuth (\"TLS Web Client Authentication\"), which msgw refuses in the handshake. Issue the caller's certificate with extendedKeyUsage=clientAuth (docs/security.md has a recipe)",
         if allowed.is_empty() {
             "only other purposes".to_owned()
         } else {

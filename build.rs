@@ -18,6 +18,11 @@ const PROTOS: &[&str] = &[
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto");
     println!("cargo:rustc-env=MSGW_REVISION={}", revision());
+    // What `msgw serve` says at start of a build not made to be deployed.
+    println!(
+        "cargo:rustc-env=MSGW_OPT_LEVEL={}",
+        env::var("OPT_LEVEL").unwrap_or_default()
+    );
     let fds = protox::compile(PROTOS, ["proto"])?;
     let out_dir = PathBuf::from(env::var("OUT_DIR")?);
     fs::write(out_dir.join("msgw_descriptor.bin"), fds.encode_to_vec())?;

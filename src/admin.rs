@@ -2,6 +2,8 @@
 //! (`MSGW_ADMIN_ADDR`), never on the webhook listener that faces the gateway from the
 //! internet: balance and traffic figures are not for the public. Also `/livez` and
 //! `/readyz` for probes that cannot speak gRPC over TLS (kubelet's gRPC probe cannot).
+//! On the sandbox, `app.rs` adds the sandbox's inbox (`/sandbox/`), whose live pages
+//! are bounded so that probes keep their room.
 //!
 //! Probes must be answered whatever else is connected: the listener is bounded like the
 //! webhook listener (at its cap the connection waiting for a request longest makes
@@ -22,8 +24,8 @@ use crate::metrics::Metrics;
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The admin listener's bounds: [`HEADER_TIMEOUT`], and
-/// [`ADMIN_CONNECTIONS`](crate::fd_limit::ADMIN_CONNECTIONS) at most (its routes read
-/// no body).
+/// [`ADMIN_CONNECTIONS`](crate::fd_limit::ADMIN_CONNECTIONS) at most (the only bodies
+/// it reads are the inbox buttons' few bytes).
 pub fn limits() -> ListenerLimits {
     ListenerLimits {
         header_timeout: HEADER_TIMEOUT,

@@ -5,7 +5,7 @@ use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::Context;
 use secrecy::SecretString;
-use tokio::{net::TcpListener, sync::watch};
+use tokio::sync::watch;
 use tonic_health::ServingStatus;
 use tower_layer::Layer;
 
@@ -19,6 +19,7 @@ use crate::grpc::{StampLayer, TooLargeLayer};
 use crate::hooks::{HookSigner, HookUrls};
 use crate::http_listener::{self, ListenerLimits};
 use crate::kept_secret;
+use crate::listen::Listeners;
 use crate::metrics::Metrics;
 use crate::periodic::Leased;
 use crate::reconcile::{ReconcileConfig, Reconciler};
@@ -33,7 +34,7 @@ const RETENTION_EVERY: Duration = Duration::from_secs(60);
 
 /// A built, not yet serving, msgw.
 pub struct Application {
-    grpc: TcpListener,
+    grpc: Listeners,
     /// TLS of the gRPC port; `None`: plaintext.
     tls: Option<Arc<TlsReloader>>,
     /// Who may call the gRPC port.
@@ -42,8 +43,8 @@ pub struct Application {
     grpc_limits: PortLimits,
     grpc_max_connections: usize,
     grpc_memory_budget: usize,
-    http: TcpListener,
-    admin: TcpListener,
+    http: Listeners,
+    admin: Listeners,
     dispatcher: Dispatcher,
     verifier: Verifier,
     store: Arc<dyn Store>,
@@ -85,10 +86,11 @@ impl Application {
             config.tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
         )
         .map_err(anyhow::Error::msg)?;
-        let http = http_listener::bind(config.http_addr)
-            .with_context(|| format!("cannot bind the HTTP address {}", config.http_addr))?;
-        let admin = http_listener::bind(config.admin_addr)
-            .with_context(|| format!("cannot bind the admin address {}", config.admin_addr))?;
+        let [grpc, http, admin] = crate::listen::bind_ports([
+            ("grpc_addr", &config.grpc_addr),
+            ("http_addr", &config.http_addr),
+            ("admin_addr", &config.admin_addr),
+        ])?;
         let public_url = match config.public_url {
             Some(url) => url,
             None => own_url(http.local_addr()?)?,
@@ -173,9 +175,6 @@ impl Application {
                 guard: config.verify.guard,
             },
         );
-        let grpc = TcpListener::bind(config.grpc_addr)
-            .await
-            .with_context(|| format!("cannot bind the gRPC address {}", config.grpc_addr))?;
         if auth.is_open() {
             if sandbox.is_none() {
                 tracing::warn!(
@@ -292,10 +291,21 @@ impl Application {
         let grpc_addr = self.grpc_addr()?;
         let http_addr = self.http_addr()?;
         let admin_addr = self.admin_addr()?;
+        // The first address of each port by name (what scripts read), and all of them:
+        // a host name listens on each address it resolves to.
+        let all = [&self.grpc, &self.http, &self.admin].map(Listeners::describe);
 
+        let mut admin_routes = crate::admin::router(self.webhooks.metrics.clone(), health.ready());
+        // The sandbox's inbox: on the admin port, the one never exposed to the gateway
+        // nor to callers; only when msgw runs on its sandbox.
+        if let Some(sandbox) = &self.sandbox {
+            admin_routes = admin_routes.merge(sandbox.sandbox.inbox(stop.clone()));
+            let inbox = own_url(admin_addr)?.join("/sandbox/")?;
+            tracing::info!(%inbox, "the sandbox's inbox: every message msgw sends, in a browser");
+        }
         let admin_task = tokio::spawn(http_listener::serve(
             self.admin,
-            crate::admin::router(self.webhooks.metrics.clone(), health.ready()),
+            admin_routes,
             crate::admin::limits(),
             "admin",
             metrics.clone(),
@@ -346,7 +356,15 @@ impl Application {
                 .clone()
                 .watch(self.store.clone(), stop.clone()),
         );
-        tracing::info!(%grpc_addr, %http_addr, %admin_addr, "msgw serving");
+        tracing::info!(
+            %grpc_addr,
+            %http_addr,
+            %admin_addr,
+            grpc_addrs = %all[0],
+            http_addrs = %all[1],
+            admin_addrs = %all[2],
+            "msgw serving"
+        );
 
         let (drain, draining) = watch::channel(false);
         tokio::spawn({

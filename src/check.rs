@@ -75,6 +75,8 @@ fn hint(chain: &str, tls: bool, identity: bool) -> Option<&'static str> {
             ])
         {
             "the server does not accept this client certificate: it must be signed by the server's client CA"
+        } else if tls && identity && has(&["unsupportedcertificate", "unsupported certificate"]) {
+            "the server refuses this client certificate's purpose: it must allow client authentication (extended key usage clientAuth)"
         } else if has(&["connection refused"]) {
             "nothing listens there: is msgw running, and is this its gRPC port (MSGW_GRPC_ADDR)?"
         } else {
@@ -137,14 +139,51 @@ fn tls(args: &CheckArgs) -> anyhow::Result<Option<ClientTlsConfig>> {
         tls = tls.domain_name(name.clone());
     }
     if let (Some(cert), Some(key)) = (&args.tls_cert_file, &args.tls_key_file) {
-        tls = tls.identity(Identity::from_pem(read(cert)?, read(key)?));
+        let pem = read(cert)?;
+        if let Some(why) = not_for_clients(&pem) {
+            bail!(
+                "--tls-cert-file {} cannot be used as a client certificate: {why}",
+                cert.display()
+            );
+        }
+        tls = tls.identity(Identity::from_pem(pem, read(key)?));
     }
     Ok(Some(tls))
 }
 
+/// Why the first certificate of `pem` cannot identify a TLS client, if it cannot: an
+/// extended key usage without `clientAuth` (a server certificate), which a server
+/// refuses with nothing more than an `UnsupportedCertificate` alert.
+fn not_for_clients(pem: &str) -> Option<String> {
+    let (_, pem) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).ok()?;
+    let cert = pem.parse_x509().ok()?;
+    let usage = cert.extended_key_usage().ok()??.value;
+    if usage.client_auth || usage.any {
+        return None;
+    }
+    let allowed: Vec<&str> = [
+        (usage.server_auth, "serverAuth"),
+        (usage.code_signing, "codeSigning"),
+        (usage.email_protection, "emailProtection"),
+        (usage.time_stamping, "timeStamping"),
+        (usage.ocsp_signing, "OCSPSigning"),
+    ]
+    .into_iter()
+    .filter_map(|(set, name)| set.then_some(name))
+    .collect();
+    Some(format!(
+        "its extended key usage is {} without clientAuth (\"TLS Web Client Authentication\"), which msgw refuses in the handshake. Issue the caller's certificate with extendedKeyUsage=clientAuth (docs/security.md has a recipe)",
+        if allowed.is_empty() {
+            "only other purposes".to_owned()
+        } else {
+            allowed.join(", ")
+        }
+    ))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::hint;
+    use super::{hint, not_for_clients};
 
     #[test]
     fn tls_mismatches_get_a_hint_that_says_what_to_do() {
@@ -187,6 +226,12 @@ mod tests {
             ),
             ("received fatal alert: UnknownCA", true, true, "client CA"),
             (
+                "received fatal alert: UnsupportedCertificate",
+                true,
+                true,
+                "clientAuth",
+            ),
+            (
                 "tcp connect error: Connection refused (os error 111)",
                 false,
                 false,
@@ -198,5 +243,24 @@ mod tests {
             assert!(got.contains(want), "{chain}: {got:?}");
         }
         assert_eq!(hint("status: NOT_SERVING", false, false), None);
+    }
+
+    #[test]
+    fn a_server_certificate_offered_as_a_client_certificate_is_explained() {
+        let issue = |usage: Vec<rcgen::ExtendedKeyUsagePurpose>| {
+            let mut params = rcgen::CertificateParams::new(vec!["probe".to_owned()]).unwrap();
+            params.extended_key_usages = usage;
+            let key = rcgen::KeyPair::generate().unwrap();
+            params.self_signed(&key).unwrap().pem()
+        };
+        let why = not_for_clients(&issue(vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth]))
+            .expect("refused");
+        assert!(why.contains("serverAuth without clientAuth"), "{why}");
+        assert_eq!(
+            not_for_clients(&issue(vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth])),
+            None
+        );
+        // No extended key usage at all: any purpose.
+        assert_eq!(not_for_clients(&issue(Vec::new())), None);
     }
 }

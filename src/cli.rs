@@ -2,9 +2,9 @@
 //! its environment variable (`msgw serve --help` documents each). `config/` turns
 //! `serve`'s flags into a validated `Config`.
 
-use std::{net::SocketAddr, path::PathBuf, time::Duration};
+use std::{path::PathBuf, time::Duration};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use secrecy::SecretString;
 
@@ -14,6 +14,7 @@ pub use guard::{GuardAction, GuardArgs, GuardCommandArgs};
 
 use crate::auth::tls::TlsFiles;
 use crate::config::read_secret;
+use crate::listen::ListenAddr;
 use crate::sandbox::{DEFAULT_API_KEY, SandboxConfig};
 
 /// msgw: a typed gRPC facade for a multi-channel messaging gateway.
@@ -129,8 +130,8 @@ impl SandboxTuning {
 #[derive(Debug, Clone, Args)]
 pub struct SandboxArgs {
     /// Listen address of the sandbox gateway.
-    #[arg(long, env = "MSGW_SANDBOX_ADDR", default_value = "0.0.0.0:8090", value_parser = listen_addr)]
-    pub addr: SocketAddr,
+    #[arg(long, env = "MSGW_SANDBOX_ADDR", default_value = "0.0.0.0:8090", value_parser = ListenAddr::parse)]
+    pub addr: ListenAddr,
     /// API key the sandbox accepts as `auth`.
     #[arg(long, env = "MSGW_SANDBOX_API_KEY", default_value = DEFAULT_API_KEY)]
     pub api_key: String,
@@ -149,7 +150,8 @@ impl SandboxArgs {
     /// The sandbox configuration these flags describe.
     pub fn config(&self) -> anyhow::Result<SandboxConfig> {
         if self.api_key.trim().is_empty() {
-            bail!("--api-key must not be empty");
+            let empty = crate::config::Problem::value("api_key", "", "must not be empty");
+            return Err(crate::config::Problems(vec![empty.for_command("sandbox")]).into());
         }
         Ok(SandboxConfig {
             account_webhook_url: self.account_webhook_url.as_ref().map(url::Url::to_string),
@@ -181,9 +183,10 @@ pub struct LogArgs {
 /// Flags of `msgw serve`.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
-    /// gRPC listen address.
-    #[arg(long, env = "MSGW_GRPC_ADDR", default_value = "0.0.0.0:50051", value_parser = listen_addr)]
-    pub grpc_addr: SocketAddr,
+    /// gRPC listen address: `IP:PORT`, or `HOST:PORT` to listen on every address the
+    /// name resolves to (`localhost`: both loopbacks).
+    #[arg(long, env = "MSGW_GRPC_ADDR", default_value = "0.0.0.0:50051", value_parser = ListenAddr::parse)]
+    pub grpc_addr: ListenAddr,
     /// The gateway's base URL; msgw posts to `{base_url}/api/json.php`. Unset: the built-in sandbox.
     #[arg(long, env = "MSGW_UPSTREAM_URL")]
     pub upstream_url: Option<url::Url>,
@@ -222,11 +225,12 @@ pub struct ServeArgs {
     #[arg(long, env = "MSGW_UPSTREAM_QUEUE_MAX", default_value_t = 10_000)]
     pub upstream_queue_max: usize,
     /// HTTP listen address of the gateway's delivery webhooks (faces the internet).
-    #[arg(long, env = "MSGW_HTTP_ADDR", default_value = "0.0.0.0:8080", value_parser = listen_addr)]
-    pub http_addr: SocketAddr,
-    /// Admin listen address: `/metrics` (never on the webhook listener).
-    #[arg(long, env = "MSGW_ADMIN_ADDR", default_value = "0.0.0.0:9090", value_parser = listen_addr)]
-    pub admin_addr: SocketAddr,
+    #[arg(long, env = "MSGW_HTTP_ADDR", default_value = "0.0.0.0:8080", value_parser = ListenAddr::parse)]
+    pub http_addr: ListenAddr,
+    /// Admin listen address: `/metrics`, probes and, on the sandbox, its inbox
+    /// `/sandbox/` (never on the webhook listener).
+    #[arg(long, env = "MSGW_ADMIN_ADDR", default_value = "0.0.0.0:9090", value_parser = ListenAddr::parse)]
+    pub admin_addr: ListenAddr,
     /// gRPC port: time a connection has to finish its TLS handshake and send the
     /// HTTP/2 preface; then it is closed.
     #[arg(long, env = "MSGW_GRPC_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = positive_duration)]
@@ -428,7 +432,7 @@ impl SecurityArgs {
     pub(crate) fn checked(
         self,
         real_gateway: bool,
-    ) -> anyhow::Result<(Option<TlsFiles>, Option<PathBuf>)> {
+    ) -> Result<(Option<TlsFiles>, Option<PathBuf>), crate::config::Problem> {
         let tls = match (self.grpc_tls_cert_file, self.grpc_tls_key_file) {
             (Some(cert), Some(key)) => Some(TlsFiles {
                 cert,
@@ -439,9 +443,11 @@ impl SecurityArgs {
         };
         let mtls = tls.as_ref().is_some_and(|t| t.client_ca.is_some());
         if real_gateway && self.callers_file.is_none() && !mtls && !self.allow_unauthenticated {
-            bail!(
-                "a real gateway is configured (MSGW_UPSTREAM_URL) but no caller authentication: anyone who reaches the gRPC port could send paid messages and read every delivery event. Set MSGW_CALLERS_FILE (bearer tokens) or MSGW_GRPC_TLS_CLIENT_CA_FILE (mTLS), or MSGW_ALLOW_UNAUTHENTICATED=true if something in front of msgw (a service mesh) already authenticates callers"
-            );
+            return Err(crate::config::Problem::unset(
+                "callers_file",
+                "a real gateway is configured (MSGW_UPSTREAM_URL) but no caller authentication: anyone who reaches the gRPC port could send paid messages and read every delivery event. Set MSGW_CALLERS_FILE (bearer tokens) or MSGW_GRPC_TLS_CLIENT_CA_FILE (mTLS), or MSGW_ALLOW_UNAUTHENTICATED=true if something in front of msgw (a service mesh) already authenticates callers",
+            )
+            .example("/etc/msgw/callers.toml"));
         }
         Ok((tls, self.callers_file))
     }
@@ -453,7 +459,8 @@ const LONGEST: Duration = Duration::from_secs(10 * 365 * 86_400);
 
 /// A duration (`10s`, `1500ms`, `5m`, `7d`) of at most ten years.
 fn duration(value: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(value).map_err(|e| e.to_string())?;
+    let d = humantime::parse_duration(value)
+        .map_err(|_| "not a duration: expected a number and a unit (ms, s, m, h, d)")?;
     if d > LONGEST {
         return Err("must be at most 3650d".into());
     }
@@ -466,23 +473,4 @@ fn positive_duration(value: &str) -> Result<Duration, String> {
         d if d.is_zero() => Err("must be above zero".into()),
         d => Ok(d),
     }
-}
-
-/// A listen address: `IP:PORT` or `HOST:PORT` (a host name is looked up once, at
-/// start: `localhost:50051` listens on loopback).
-fn listen_addr(value: &str) -> Result<SocketAddr, String> {
-    if let Ok(addr) = value.parse() {
-        return Ok(addr);
-    }
-    use std::net::ToSocketAddrs;
-    let mut found = value.to_socket_addrs().map_err(|e| {
-        format!("expected IP:PORT or HOST:PORT (e.g. 0.0.0.0:50051, localhost:50051): {e}")
-    })?;
-    // Of a name's addresses, IPv4 first: what `localhost` means to most clients.
-    let all: Vec<SocketAddr> = found.by_ref().collect();
-    all.iter()
-        .find(|a| a.is_ipv4())
-        .or_else(|| all.first())
-        .copied()
-        .ok_or_else(|| format!("{value} names no address"))
 }

@@ -12,13 +12,13 @@
 //!   a request is never closed for it. Until there is such a connection (every one is
 //!   serving a request, or has only just been accepted) the new one waits.
 
-use std::{net::SocketAddr, pin::pin, sync::Arc, time::Duration};
+use std::{pin::pin, sync::Arc, time::Duration};
 
 use axum::Router;
 use hyper::{body::Incoming, server::conn::http1};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::{
-    net::{TcpListener, TcpSocket, TcpStream},
+    net::TcpStream,
     sync::watch,
     time::{Instant, sleep_until},
 };
@@ -26,6 +26,7 @@ use tower_service::Service;
 
 use crate::auth::incoming::is_connection_error;
 use crate::conn_table::{Close, Conn, ConnMetrics, Table};
+use crate::listen::Listeners;
 use crate::metrics::Metrics;
 
 /// After an eviction, how long a connection has to finish what it was doing (a
@@ -42,24 +43,6 @@ const LEAST_IDLE: Duration = Duration::from_millis(100);
 /// Pause after a failed accept other than a client's: out of file descriptors,
 /// retrying at once would only spin.
 const ACCEPT_RETRY: Duration = Duration::from_millis(50);
-
-/// Connections the kernel holds for a listener before msgw accepts them. Beyond it new
-/// ones are dropped and their clients wait for a retransmission (a second or more), so
-/// it is well above the 128 of `TcpListener::bind`: clients that reconnect as soon as
-/// they are closed must not crowd a probe out of the queue.
-const BACKLOG: u32 = 1024;
-
-/// Binds an HTTP listener's address with a backlog of [`BACKLOG`].
-pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    let socket = if addr.is_ipv4() {
-        TcpSocket::new_v4()?
-    } else {
-        TcpSocket::new_v6()?
-    };
-    socket.set_reuseaddr(true)?;
-    socket.bind(addr)?;
-    socket.listen(BACKLOG)
-}
 
 /// Bounds of an HTTP listener.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,13 +69,14 @@ impl Default for ListenerLimits {
 /// until `shutdown` turns true: then stops accepting, closes idle connections and
 /// returns once the requests in progress have been answered.
 pub async fn serve(
-    listener: TcpListener,
+    listener: impl Into<Listeners>,
     router: Router,
     limits: ListenerLimits,
     name: &'static str,
     metrics: Arc<Metrics>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let listener = listener.into();
     let table = Table::with_least_idle(
         limits.max_connections.max(1),
         limits.header_timeout,

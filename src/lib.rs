@@ -24,6 +24,7 @@ pub mod grpc;
 pub mod hooks;
 pub mod http_listener;
 pub mod kept_secret;
+pub mod listen;
 pub mod memory;
 pub mod metrics;
 pub mod periodic;

@@ -1,16 +1,45 @@
-use clap::Parser;
-
 use msgw::app::{Application, shutdown_signal};
 use msgw::cli::{Cli, Command};
+use msgw::config::{Problem, Problems};
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = match msgw::config::problems::parse(std::env::args_os().collect()) {
+        Ok((Some(cli), problems)) if problems.is_empty() => cli,
+        // Every bad value at once, and what `serve`'s own checks find besides.
+        Ok((cli, mut problems)) => {
+            if let Some(Cli {
+                command: Command::Serve(args),
+            }) = cli
+                && let Err(error) = args.into_config()
+            {
+                match error.downcast::<Problems>() {
+                    Ok(more) => problems.extend(more.0),
+                    Err(error) => eprintln!("msgw: {}", one_line(&error)),
+                }
+            }
+            exit_with(&Problems(problems));
+        }
+        Err(error) => error.exit(),
+    };
     if let Err(error) = start(cli) {
-        // One line: what failed, its cause and the fix, each said once (a database
-        // error repeats its message at every layer of the chain).
-        eprintln!("msgw: {}", one_line(&error));
-        std::process::exit(1);
+        match error.downcast_ref::<Problems>() {
+            Some(problems) => exit_with(problems),
+            None => {
+                // One line: what failed, its cause and the fix, each said once (a
+                // database error repeats its message at every layer of the chain).
+                eprintln!("msgw: {}", one_line(&error));
+                std::process::exit(1);
+            }
+        }
     }
+}
+
+/// Prints each problem on a line of its own and exits with 2 (a usage error, as clap).
+fn exit_with(problems: &Problems) -> ! {
+    for line in problems.lines() {
+        eprintln!("msgw: {line}");
+    }
+    std::process::exit(2);
 }
 
 /// An error chain as one line, each cause that repeats what came before left out.
@@ -46,6 +75,11 @@ async fn run(cli: Cli, workers: usize, configured: bool) -> anyhow::Result<()> {
             let telemetry = msgw::telemetry::init(&args.log)?;
             let config = args.into_config()?;
             let app = Application::build(config).await?;
+            if env!("MSGW_OPT_LEVEL") == "0" {
+                tracing::info!(
+                    "this msgw is built without optimisation (the release profile: quick to build, to try msgw); deploy the dist build (cargo install --path . --profile dist, or the Docker image)"
+                );
+            }
             if telemetry.exports_traces() {
                 tracing::info!("exporting traces over OTLP (OTEL_EXPORTER_OTLP_ENDPOINT)");
             }
@@ -76,7 +110,11 @@ async fn run(cli: Cli, workers: usize, configured: bool) -> anyhow::Result<()> {
         Command::Sandbox(args) => {
             let _telemetry = msgw::telemetry::init(&args.log)?;
             let config = args.config()?;
-            let listener = tokio::net::TcpListener::bind(args.addr).await?;
+            let listener = msgw::listen::Listeners::bind(&args.addr).map_err(|e| {
+                Problems(vec![
+                    Problem::listen("addr", &args.addr, &e).for_command("sandbox"),
+                ])
+            })?;
             tracing::info!(api_key = %config.api_key, "sandbox gateway only: POST /api/json.php");
             msgw::sandbox::serve(
                 listener,

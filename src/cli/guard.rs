@@ -60,8 +60,8 @@ pub struct GuardArgs {
 }
 
 impl GuardArgs {
-    /// The guard's settings, checked against each other.
-    pub fn into_settings(self) -> anyhow::Result<Settings> {
+    /// The guard's settings; what is wrong with them goes to `refuse`.
+    pub fn into_settings(self, refuse: &mut impl FnMut(crate::config::Problem)) -> Settings {
         let settings = Settings {
             mode: self.verify_fraud_guard,
             prefix_digits: self.verify_guard_prefix_digits,
@@ -74,8 +74,10 @@ impl GuardArgs {
             country_limits: self.verify_country_limits,
             safe_prefixes: self.verify_safe_prefixes,
         };
-        settings.validate().map_err(anyhow::Error::msg)?;
-        Ok(settings)
+        for (arg, value, why) in settings.problems() {
+            refuse(crate::config::Problem::value(arg, value, why));
+        }
+        settings
     }
 }
 

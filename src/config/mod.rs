@@ -3,7 +3,6 @@
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
-use anyhow::{Context, bail};
 use secrecy::SecretString;
 
 use crate::auth::tls::TlsFiles;
@@ -11,9 +10,16 @@ use crate::cli::ServeArgs;
 use crate::dispatch::Limits;
 use crate::grpc::port::PortLimits;
 use crate::http_listener::ListenerLimits;
+use crate::listen::ListenAddr;
 use crate::reconcile::ReconcileConfig;
 use crate::sandbox::{DEFAULT_API_KEY, SandboxConfig};
 use crate::store::Retention;
+
+pub mod problems;
+mod secrets;
+pub use problems::{Problem, Problems};
+use secrets::secret_given;
+pub use secrets::{random_token, read_secret};
 
 /// Most gateway requests in flight that can be configured.
 const MAX_UPSTREAM_CONNECTIONS: usize = 1024;
@@ -40,11 +46,11 @@ pub enum Upstream {
 #[derive(Debug, Clone)]
 pub struct Config {
     /// gRPC listen address (port 0: any free port).
-    pub grpc_addr: SocketAddr,
+    pub grpc_addr: ListenAddr,
     /// HTTP listen address (port 0: any free port).
-    pub http_addr: SocketAddr,
+    pub http_addr: ListenAddr,
     /// Admin listen address (`/metrics`; port 0: any free port).
-    pub admin_addr: SocketAddr,
+    pub admin_addr: ListenAddr,
     /// Base URL of the HTTP listener as the gateway sees it; `None`: the listener's own address.
     pub public_url: Option<url::Url>,
     /// HMAC key of hook tokens; `None`: generated and kept next to the SQLite file
@@ -129,13 +135,13 @@ impl Config {
     /// secrets, no authentication and background refreshes off: what tests and
     /// benchmarks start from, changing only what they are about.
     pub fn for_tests(upstream: Upstream, store_url: String) -> Self {
-        let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+        let loopback = ListenAddr::from(SocketAddr::from(([127, 0, 0, 1], 0)));
         let defaults = Self::serve_defaults()
             // config/tests.rs checks that the flags' defaults are valid.
             .expect("msgw serve's defaults make a valid configuration");
         Self {
-            grpc_addr: loopback,
-            http_addr: loopback,
+            grpc_addr: loopback.clone(),
+            http_addr: loopback.clone(),
             admin_addr: loopback,
             webhook_secret: Some("test-webhook-secret-0123456789".to_owned().into()),
             account_token: "test-account-token-0123456789".to_owned().into(),
@@ -152,61 +158,93 @@ impl Config {
 }
 
 impl ServeArgs {
-    /// Checks the flags and reads secret files.
+    /// Checks the flags and reads secret files. Every problem found is reported, in
+    /// one [`Problems`] error, not only the first.
     pub fn into_config(self) -> anyhow::Result<Config> {
-        if self.upstream_timeout.is_zero() {
-            bail!("--upstream-timeout must be greater than zero");
-        }
-        for (flag, d) in [
-            ("--webhook-header-timeout", self.webhook_header_timeout),
-            ("--webhook-body-timeout", self.webhook_body_timeout),
+        let mut problems = Vec::new();
+        let mut refuse = |problem: Problem| problems.push(problem);
+        let shown = |d: Duration| humantime::format_duration(d).to_string();
+        for (arg, d) in [
+            ("upstream_timeout", self.upstream_timeout),
+            ("webhook_header_timeout", self.webhook_header_timeout),
+            ("webhook_body_timeout", self.webhook_body_timeout),
+            ("reconcile_after", self.reconcile_after),
+            ("reconcile_interval", self.reconcile_interval),
+            ("reconcile_max_backoff", self.reconcile_max_backoff),
+            ("event_retention", self.event_retention),
+            ("idempotency_retention", self.idempotency_retention),
         ] {
             if d.is_zero() {
-                bail!("{flag} must be greater than zero");
+                refuse(Problem::value(arg, shown(d), "must be greater than zero"));
             }
         }
         if self.webhook_max_connections == 0 {
-            bail!("--webhook-max-connections must be at least 1");
+            refuse(Problem::value(
+                "webhook_max_connections",
+                0,
+                "must be at least 1",
+            ));
         }
         if !(1..=MAX_UPSTREAM_CONNECTIONS).contains(&self.upstream_connections) {
-            bail!(
-                "--upstream-connections must be between 1 and {MAX_UPSTREAM_CONNECTIONS}, got {}",
-                self.upstream_connections
-            );
+            refuse(Problem::value(
+                "upstream_connections",
+                self.upstream_connections,
+                format!("must be between 1 and {MAX_UPSTREAM_CONNECTIONS}"),
+            ));
         }
         if !(1..=MAX_UPSTREAM_BATCH).contains(&self.upstream_batch_max) {
-            bail!(
-                "--upstream-batch-max must be between 1 and {MAX_UPSTREAM_BATCH}, got {}",
-                self.upstream_batch_max
-            );
+            refuse(Problem::value(
+                "upstream_batch_max",
+                self.upstream_batch_max,
+                format!("must be between 1 and {MAX_UPSTREAM_BATCH}"),
+            ));
         }
         if self.upstream_queue_max < self.upstream_batch_max
             || self.upstream_queue_max > MAX_UPSTREAM_QUEUE
         {
-            bail!(
-                "--upstream-queue-max must be between --upstream-batch-max ({}) and {MAX_UPSTREAM_QUEUE}, got {}",
-                self.upstream_batch_max,
-                self.upstream_queue_max
-            );
+            refuse(Problem::value(
+                "upstream_queue_max",
+                self.upstream_queue_max,
+                format!(
+                    "must be between MSGW_UPSTREAM_BATCH_MAX ({}) and {MAX_UPSTREAM_QUEUE}",
+                    self.upstream_batch_max
+                ),
+            ));
         }
-        let key = match (self.api_key, self.api_key_file) {
-            (Some(key), _) => Some(key),
-            (None, Some(path)) => Some(read_secret(&path).context("--api-key-file")?),
-            (None, None) => None,
-        };
+        if self.event_retention_count == 0 {
+            refuse(Problem::value(
+                "event_retention_count",
+                0,
+                "must be at least 1",
+            ));
+        }
+        if self.verify_resend_interval > Duration::from_secs(3600) {
+            refuse(Problem::value(
+                "verify_resend_interval",
+                shown(self.verify_resend_interval),
+                "must be at most 1h",
+            ));
+        }
+        let key = secret_given("api_key", self.api_key, self.api_key_file, &mut refuse);
         let upstream = match self.upstream_url {
             Some(url) => {
                 if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-                    bail!("--upstream-url must be an absolute http(s) URL, got {url}");
+                    refuse(Problem::value(
+                        "upstream_url",
+                        &url,
+                        "must be an absolute http(s) URL",
+                    ));
                 }
-                let Some(key) = key.filter(|k| !k.trim().is_empty()) else {
-                    bail!(
-                        "a gateway URL is set but no API key: set MSGW_API_KEY or MSGW_API_KEY_FILE"
-                    );
-                };
+                let key = key.filter(|k| !k.is_empty()).unwrap_or_else(|| {
+                    refuse(Problem::unset(
+                        "api_key",
+                        "a gateway URL (MSGW_UPSTREAM_URL) is set: it needs its API key (or MSGW_API_KEY_FILE)",
+                    ));
+                    String::new()
+                });
                 Upstream::Gateway {
                     url,
-                    api_key: SecretString::from(key.trim().to_owned()),
+                    api_key: SecretString::from(key),
                 }
             }
             // An API key without a gateway becomes the sandbox's key, so a deployment's
@@ -219,145 +257,175 @@ impl ServeArgs {
         if let Some(url) = &self.public_url
             && (!matches!(url.scheme(), "http" | "https") || url.host_str().is_none())
         {
-            bail!("--public-url must be an absolute http(s) URL, got {url}");
+            refuse(Problem::value(
+                "public_url",
+                url,
+                "must be an absolute http(s) URL",
+            ));
         }
-        for (name, d) in [
-            ("--reconcile-after", self.reconcile_after),
-            ("--reconcile-interval", self.reconcile_interval),
-            ("--reconcile-max-backoff", self.reconcile_max_backoff),
-            ("--event-retention", self.event_retention),
-            ("--idempotency-retention", self.idempotency_retention),
-        ] {
-            if d.is_zero() {
-                bail!("{name} must be greater than zero");
-            }
-        }
-        if self.event_retention_count == 0 {
-            bail!("--event-retention-count must be at least 1");
-        }
-        let (tls, callers_file) = self
+        let (tls, callers_file) = match self
             .security
-            .checked(matches!(upstream, Upstream::Gateway { .. }))?;
+            .checked(matches!(upstream, Upstream::Gateway { .. }))
+        {
+            Ok(checked) => checked,
+            Err(problem) => {
+                refuse(problem);
+                (None, None)
+            }
+        };
         let shared_store = crate::store::is_shared(&self.store_url);
         if !shared_store && !self.store_url.starts_with("sqlite:") {
-            bail!(
-                "--store-url must be sqlite://PATH, sqlite::memory: or postgres://..., got {:?}",
-                self.store_url.split(':').next().unwrap_or_default()
-            );
+            refuse(Problem::value(
+                "store_url",
+                &self.store_url,
+                "must be sqlite://PATH, sqlite::memory: or postgres://USER@HOST/DB",
+            ));
         }
         let store_password = match &self.store_password_file {
-            Some(_) if !shared_store => {
-                bail!("--store-password-file is for a postgres:// store URL only")
+            Some(path) if !shared_store => {
+                refuse(Problem::value(
+                    "store_password_file",
+                    path.display(),
+                    "is for a postgres:// MSGW_STORE_URL only",
+                ));
+                None
             }
-            Some(path) => Some(SecretString::from(
-                read_secret(path).context("--store-password-file")?,
-            )),
+            Some(path) => match read_secret(path) {
+                Ok(password) => Some(SecretString::from(password)),
+                Err(e) => {
+                    refuse(Problem::value(
+                        "store_password_file",
+                        path.display(),
+                        format!("{e:#}"),
+                    ));
+                    None
+                }
+            },
             None => None,
         };
-        let webhook_secret = secret_if_set(
-            "webhook secret (MSGW_WEBHOOK_SECRET)",
-            self.webhook_secret,
-            self.webhook_secret_file.as_deref(),
-            |s| s.len() >= 16,
-            "at least 16 characters",
-        )?;
-        let verify_secret = match (self.verify_secret, self.verify_secret_file) {
-            (Some(v), _) => Some(v.trim().to_owned()),
-            (None, Some(path)) => Some(read_secret(&path).context("--verify-secret-file")?),
-            (None, None) => None,
+        let at_least_16 = |arg: &str, given: Option<String>, refuse: &mut dyn FnMut(Problem)| {
+            given.filter(|s| {
+                let long_enough = s.len() >= 16;
+                if !long_enough {
+                    refuse(Problem::secret(
+                        arg,
+                        s.len(),
+                        "must be at least 16 characters",
+                    ));
+                }
+                long_enough
+            })
         };
-        if verify_secret.as_ref().is_some_and(|s| s.len() < 16) {
-            bail!("the verification secret (MSGW_VERIFY_SECRET) must be at least 16 characters");
-        }
+        let webhook_secret = secret_given(
+            "webhook_secret",
+            self.webhook_secret,
+            self.webhook_secret_file,
+            &mut refuse,
+        );
+        let webhook_secret = at_least_16("webhook_secret", webhook_secret, &mut refuse);
+        let verify_secret = secret_given(
+            "verify_secret",
+            self.verify_secret,
+            self.verify_secret_file,
+            &mut refuse,
+        );
+        let verify_secret = at_least_16("verify_secret", verify_secret, &mut refuse);
         let verify_allowed_prefixes = self
             .verify_allowed_prefixes
             .iter()
             .map(|p| p.trim())
             .filter(|p| !p.is_empty())
-            .map(|p| {
+            .filter_map(|p| {
                 let digits = p.strip_prefix('+').unwrap_or(p);
                 if digits.is_empty()
                     || digits.len() > 6
                     || !digits.bytes().all(|b| b.is_ascii_digit())
                     || digits.starts_with('0')
                 {
-                    bail!(
-                        "--verify-allowed-prefixes: {p:?} is not a country prefix (1 to 6 digits, not starting with 0)"
-                    );
+                    refuse(Problem::value(
+                        "verify_allowed_prefixes",
+                        p,
+                        "is not a country prefix (1 to 6 digits, not starting with 0)",
+                    ));
+                    return None;
                 }
-                Ok(digits.to_owned())
+                Some(digits.to_owned())
             })
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        let guard = self.guard.into_settings()?;
-        if self.verify_resend_interval > Duration::from_secs(3600) {
-            bail!("--verify-resend-interval must be at most 1h");
-        }
-        let webhook_secret_previous = match (
+            .collect();
+        let guard = self.guard.into_settings(&mut refuse);
+        let previous = secret_given(
+            "webhook_secret_previous",
             self.webhook_secret_previous,
             self.webhook_secret_previous_file,
-        ) {
-            (Some(v), _) => Some(v.trim().to_owned()),
-            (None, Some(path)) => {
-                Some(read_secret(&path).context("--webhook-secret-previous-file")?)
-            }
-            (None, None) => None,
-        };
-        if let Some(previous) = &webhook_secret_previous {
-            if previous.len() < 16 {
-                bail!(
-                    "the previous webhook secret (MSGW_WEBHOOK_SECRET_PREVIOUS) must be at least 16 characters"
-                );
-            }
-            if webhook_secret.is_none() {
-                bail!(
-                    "MSGW_WEBHOOK_SECRET_PREVIOUS is set but MSGW_WEBHOOK_SECRET is not: a rotation needs the new secret"
-                );
-            }
+            &mut refuse,
+        );
+        let webhook_secret_previous = at_least_16("webhook_secret_previous", previous, &mut refuse);
+        if webhook_secret_previous.is_some() && webhook_secret.is_none() {
+            refuse(Problem::unset(
+                "webhook_secret",
+                "MSGW_WEBHOOK_SECRET_PREVIOUS is set: a rotation needs the new secret",
+            ));
         }
-        let (account_token, account_token_generated) = secret_or_random(
-            "account webhook token (MSGW_ACCOUNT_TOKEN)",
+        let account_token = secret_given(
+            "account_token",
             self.account_token,
-            self.account_token_file.as_deref(),
-            |s| {
-                s.len() >= 16
-                    && s.bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b"-_.~".contains(&b))
-            },
-            "at least 16 of A-Z a-z 0-9 - _ . ~",
-        )?;
-        // Replicas sharing a store verify each other's hook tokens: a secret generated
-        // per start would make every webhook of a message another replica sent a 401.
+            self.account_token_file,
+            &mut refuse,
+        )
+        .filter(|s| {
+            let valid = s.len() >= 16
+                && s.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.~".contains(&b));
+            if !valid {
+                refuse(Problem::secret(
+                    "account_token",
+                    s.len(),
+                    "must be at least 16 of A-Z a-z 0-9 - _ . ~",
+                ));
+            }
+            valid
+        });
+        let account_token_generated = account_token.is_none();
+        let account_token = SecretString::from(account_token.unwrap_or_else(random_token));
+        // Replicas sharing a store verify each other's hook tokens and check each
+        // other's codes: a secret generated per start (or per replica) would make every
+        // webhook or code of another replica's message a refusal. SQLite generates them
+        // and keeps them next to the database.
         if shared_store {
-            for (name, generated) in [
+            for (arg, missing, why) in [
                 (
-                    "MSGW_WEBHOOK_SECRET (or MSGW_WEBHOOK_SECRET_FILE)",
+                    "webhook_secret",
                     webhook_secret.is_none(),
+                    "verify each other's webhooks",
                 ),
                 (
-                    "MSGW_ACCOUNT_TOKEN (or MSGW_ACCOUNT_TOKEN_FILE)",
+                    "account_token",
                     account_token_generated,
+                    "verify each other's webhooks",
+                ),
+                (
+                    "verify_secret",
+                    verify_secret.is_none(),
+                    "check each other's one-time codes",
                 ),
             ] {
-                if generated {
-                    bail!(
-                        "a PostgreSQL store is shared by replicas, which must verify each other's webhooks: set {name} to the same value on every replica"
-                    );
+                if missing {
+                    refuse(Problem::unset(
+                        arg,
+                        format!(
+                            "a PostgreSQL store is shared by replicas, which must {why}: set it (or its _FILE variable) to the same value on every replica"
+                        ),
+                    ));
                 }
             }
         }
-        // Replicas check each other's codes: a key per replica would refuse every code
-        // another replica sent. SQLite generates one and keeps it (see --verify-secret).
-        if shared_store && verify_secret.is_none() {
-            bail!(
-                "a PostgreSQL store is shared by replicas, which must check each other's one-time codes: set MSGW_VERIFY_SECRET (or MSGW_VERIFY_SECRET_FILE) to the same value on every replica"
-            );
-        }
+        Problems::check(problems)?;
         Ok(Config {
             grpc_addr: self.grpc_addr,
             http_addr: self.http_addr,
             admin_addr: self.admin_addr,
             public_url: self.public_url,
-            webhook_secret,
+            webhook_secret: webhook_secret.map(SecretString::from),
             webhook_secret_previous: webhook_secret_previous.map(SecretString::from),
             account_token,
             generated_secrets: account_token_generated
@@ -412,59 +480,6 @@ impl ServeArgs {
             },
         })
     }
-}
-
-/// A secret from its flag or file, checked; `None` when neither is set.
-fn secret_if_set(
-    what: &str,
-    value: Option<String>,
-    file: Option<&std::path::Path>,
-    valid: impl Fn(&str) -> bool,
-    rule: &str,
-) -> anyhow::Result<Option<SecretString>> {
-    let given = match (value, file) {
-        (Some(v), _) => Some(v.trim().to_owned()),
-        (None, Some(path)) => Some(read_secret(path).with_context(|| what.to_owned())?),
-        (None, None) => None,
-    };
-    match given {
-        Some(v) if valid(&v) => Ok(Some(SecretString::from(v))),
-        Some(_) => bail!("the {what} must be {rule}"),
-        None => Ok(None),
-    }
-}
-
-/// A secret from its flag or file, checked; a random one when neither is set
-/// (the flag says so, for the startup log).
-fn secret_or_random(
-    what: &str,
-    value: Option<String>,
-    file: Option<&std::path::Path>,
-    valid: impl Fn(&str) -> bool,
-    rule: &str,
-) -> anyhow::Result<(SecretString, bool)> {
-    Ok(match secret_if_set(what, value, file, valid, rule)? {
-        Some(secret) => (secret, false),
-        None => (SecretString::from(random_token()), true),
-    })
-}
-
-/// 32 random bytes, base64url: URL-safe and strong enough for an HMAC key.
-pub fn random_token() -> String {
-    use base64::Engine;
-    let bytes: [u8; 32] = rand::random();
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
-}
-
-/// Reads a secret from a file, trimming the newline editors and `kubectl create secret` leave.
-pub fn read_secret(path: &std::path::Path) -> anyhow::Result<String> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let text = text.trim();
-    if text.is_empty() {
-        bail!("{} is empty", path.display());
-    }
-    Ok(text.to_owned())
 }
 
 #[cfg(test)]

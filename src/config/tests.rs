@@ -10,7 +10,7 @@ fn serve(args: &[&str]) -> anyhow::Result<Config> {
     match cli.command {
         Command::Serve(args) => args.into_config(),
         Command::Sandbox(_) | Command::CopyStore(_) | Command::Check(_) | Command::Guard(_) => {
-            bail!("not serve")
+            anyhow::bail!("not serve")
         }
     }
 }
@@ -39,10 +39,15 @@ fn listen_addresses_take_host_names() {
         "[::1]:9091",
     ])
     .unwrap();
-    assert!(config.grpc_addr.ip().is_loopback(), "{}", config.grpc_addr);
-    assert_eq!(config.grpc_addr.port(), 58351);
-    assert_eq!(config.http_addr, "127.0.0.1:0".parse().unwrap());
-    assert_eq!(config.admin_addr, "[::1]:9091".parse().unwrap());
+    let grpc = config.grpc_addr.addrs();
+    assert!(
+        grpc.iter()
+            .all(|a| a.ip().is_loopback() && a.port() == 58351),
+        "{grpc:?}"
+    );
+    assert!(grpc[0].is_ipv4(), "{grpc:?}");
+    assert_eq!(config.http_addr.addrs(), ["127.0.0.1:0".parse().unwrap()]);
+    assert_eq!(config.admin_addr.addrs(), ["[::1]:9091".parse().unwrap()]);
     let error = serve(&["--grpc-addr", "localhost"])
         .unwrap_err()
         .to_string();
@@ -50,20 +55,22 @@ fn listen_addresses_take_host_names() {
 }
 
 #[test]
-fn a_postgres_store_needs_the_secrets_every_replica_shares() {
+fn a_postgres_store_needs_the_secrets_every_replica_shares_all_named_at_once() {
     let pg = ["--store-url", "postgres://msgw@db/msgw"];
     let error = serve(&pg).unwrap_err().to_string();
-    assert!(error.contains("MSGW_WEBHOOK_SECRET"), "{error}");
+    for missing in [
+        "MSGW_WEBHOOK_SECRET",
+        "MSGW_ACCOUNT_TOKEN",
+        "MSGW_VERIFY_SECRET",
+    ] {
+        assert!(
+            error.contains(&format!("{missing} (")),
+            "{missing}: {error}"
+        );
+    }
+    assert_eq!(error.lines().count(), 3, "{error}");
     let secret = ["--webhook-secret", "0123456789abcdef0123"];
-    let error = serve(&[&pg[..], &secret[..]].concat())
-        .unwrap_err()
-        .to_string();
-    assert!(error.contains("MSGW_ACCOUNT_TOKEN"), "{error}");
     let token = ["--account-token", "0123456789abcdef0123"];
-    let error = serve(&[&pg[..], &secret[..], &token[..]].concat())
-        .unwrap_err()
-        .to_string();
-    assert!(error.contains("MSGW_VERIFY_SECRET"), "{error}");
     let verify = ["--verify-secret", "fedcba9876543210fedc"];
     let config = serve(&[&pg[..], &secret[..], &token[..], &verify[..]].concat()).unwrap();
     assert_eq!(config.store_url, "postgres://msgw@db/msgw");
@@ -162,7 +169,10 @@ fn store_urls_and_password_files_are_checked() {
     let error = serve(&["--store-password-file", "/nonexistent"])
         .unwrap_err()
         .to_string();
-    assert!(error.contains("postgres:// store URL only"), "{error}");
+    assert!(
+        error.contains("for a postgres:// MSGW_STORE_URL only"),
+        "{error}"
+    );
 }
 
 #[test]

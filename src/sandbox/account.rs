@@ -55,8 +55,19 @@ pub fn call_otp(inner: &Arc<Inner>, f: &Fields) -> Result<Value, OpError> {
     let (id, phone) = (f.id()?, f.phone()?);
     let mut plan = SendPlan::new(id, phone, vec![Channel::Voice], 1);
     plan.price = CALL_OTP_PRICE;
+    let caller = 380_445_000_000 + phone.wrapping_add(id) % 1_000_000;
+    let code = format!("{:04}", caller % 10_000);
+    // What the phone shows: a missed call from a number that ends with the code.
+    plan.pieces = vec![super::inbox::Piece {
+        channel: Channel::Voice,
+        sender: Some(format!("+{caller}")),
+        text: Some(format!(
+            "Incoming call from +{caller}: the code is its last 4 digits"
+        )),
+        extras: Vec::new(),
+    }];
+    plan.code = Some(code.clone());
     sends::accept(inner, plan)?;
-    let code = format!("{:04}", phone.wrapping_add(id) % 10_000);
     // The calling number ends with the code, which is never logged.
     tracing::debug!(id, "sandbox voice OTP call");
     Ok(json!({"code": code, "price": billing::amount_json(CALL_OTP_PRICE)}))

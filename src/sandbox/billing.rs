@@ -73,6 +73,12 @@ pub struct SmsSize {
     pub parts: u32,
 }
 
+/// Whether `text` fits GSM-7 (else it goes as UCS-2).
+pub fn is_gsm7(text: &str) -> bool {
+    text.chars()
+        .all(|c| GSM7_BASIC.contains(c) || GSM7_EXTENSION.contains(c))
+}
+
 /// Measures `text` the way SMS is billed: GSM-7 fits 160 chars in one part and
 /// 153 per part when concatenated; anything else is UCS-2 with 70 and 67.
 pub fn sms_size(text: &str) -> SmsSize {

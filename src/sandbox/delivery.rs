@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 use super::Inner;
 use super::channel::Channel;
 use super::magic::Magic;
+use super::state::MessageRecord;
 use super::status::{self, ACCEPTED, DELIVERED, EXPIRED, READ, REJECTED, REPLIED, ROUTING};
 use super::webhook;
 
@@ -175,10 +176,23 @@ async fn deliver(inner: &Inner, delivery: &Delivery, done: usize) {
             None => return,
         },
     };
+    let two_way = delivery.magic == Magic::TwoWay;
+    let body = webhook_body(delivery.id, &record, delivery.dtmf, two_way);
+    // The webhook tells the final status: it goes once that status is saved, so a
+    // restart never takes back what it told.
+    while inner.durable().await.is_err() {
+        tokio::time::sleep(inner.config.webhook_backoff).await;
+    }
+    webhook::post(inner, &url, &body).await;
+}
+
+/// The webhook of message `id` at its final `record`: as the gateway posts it. A voice
+/// call that collects a digit (`dtmf`) gets `reply: "1"` from a `two_way` number.
+pub(super) fn webhook_body(id: u64, record: &MessageRecord, dtmf: bool, two_way: bool) -> Value {
     let mut body = json!({
         "success": status::is_success(record.status),
-        "id": delivery.id.to_string(),
-        "msg_id": delivery.msg_id.to_string(),
+        "id": id.to_string(),
+        "msg_id": record.msg_id.to_string(),
         "type": record.channel.name(),
         "status": record.status,
         "updated": record.updated,
@@ -188,19 +202,14 @@ async fn deliver(inner: &Inner, delivery: &Delivery, done: usize) {
     }
     if record.channel == Channel::Voice && status::is_success(record.status) {
         body["duration"] = json!(VOICE_CALL_SECONDS);
-        if delivery.dtmf && delivery.magic == Magic::TwoWay {
+        if dtmf && two_way {
             body["reply"] = json!("1");
         }
     }
-    if let Some(replies) = record.replies {
-        body["replies"] = replies;
+    if let Some(replies) = &record.replies {
+        body["replies"] = replies.clone();
     }
-    // The webhook tells the final status: it goes once that status is saved, so a
-    // restart never takes back what it told.
-    while inner.durable().await.is_err() {
-        tokio::time::sleep(inner.config.webhook_backoff).await;
-    }
-    webhook::post(inner, &url, &body).await;
+    body
 }
 
 /// The replies of a two-way Viber conversation: one text, one media.

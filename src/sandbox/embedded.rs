@@ -11,6 +11,8 @@ use crate::store::Store;
 
 /// The in-process sandbox gateway and the handle that stops it.
 pub struct EmbeddedSandbox {
+    /// The account, for the inbox on the admin port.
+    pub sandbox: Sandbox,
     stop: watch::Sender<bool>,
     task: JoinHandle<std::io::Result<()>>,
 }
@@ -46,10 +48,17 @@ impl EmbeddedSandbox {
         let sandbox = Sandbox::kept_in(config, store)
             .await
             .context("cannot restore the sandbox's account from the store")?;
-        let task = tokio::spawn(super::serve(listener, sandbox, async move {
+        let task = tokio::spawn(super::serve(listener, sandbox.clone(), async move {
             let _ = stopped.wait_for(|s| *s).await;
         }));
-        Ok((base_url, Self { stop, task }))
+        Ok((
+            base_url,
+            Self {
+                sandbox,
+                stop,
+                task,
+            },
+        ))
     }
 
     /// Stops the sandbox and waits until it has saved its account.

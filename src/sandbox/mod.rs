@@ -14,6 +14,7 @@ mod error;
 mod fields;
 mod hlr;
 mod http;
+mod inbox;
 mod magic;
 mod ops;
 mod persist;
@@ -170,16 +171,21 @@ impl Sandbox {
 /// The sandbox stays stopped afterwards: later sends are still answered but
 /// their statuses no longer move.
 pub async fn serve(
-    listener: tokio::net::TcpListener,
+    listener: impl Into<crate::listen::Listeners>,
     sandbox: Sandbox,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    if let Ok(addr) = listener.local_addr() {
-        tracing::info!(%addr, "sandbox gateway listening on /api/json.php");
+    let listener = listener.into();
+    if let Ok(addrs) = listener.local_addrs() {
+        tracing::info!(?addrs, "sandbox gateway listening on /api/json.php");
     }
     let keeping = tokio::spawn(persist::keep(sandbox.inner.clone()));
     let stopper = sandbox.clone();
-    let result = axum::serve(listener, sandbox.router())
+    // Its inbox too (`/sandbox/`), whose live updates end when it stops.
+    let routes = sandbox
+        .router()
+        .merge(sandbox.inbox(sandbox.inner.stopped.subscribe()));
+    let result = axum::serve(listener, routes)
         .with_graceful_shutdown(async move {
             shutdown.await;
             stopper.stop();

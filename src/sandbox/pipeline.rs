@@ -52,6 +52,7 @@ pub fn send(inner: &Arc<Inner>, f: &Fields) -> Result<Value, OpError> {
     let mut plan = SendPlan::new(id, phone, channels, parts);
     plan.signatures = signatures;
     plan.target = Target::Account;
+    plan.pieces = super::inbox::pieces(f, &plan.channels, true);
     sends::send_result(inner, plan)
 }
 

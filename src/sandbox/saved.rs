@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use super::channel::Channel;
 use super::delivery::Delivery;
+use super::inbox::{Letter, Moment};
 use super::state::{MessageRecord, SmsTemplate, State, ViberTemplate};
 use super::status;
 use crate::store::StoreError;
@@ -41,6 +42,13 @@ pub(super) struct SavedMessage {
     /// The delivery under way, with the steps it made.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     delivery: Option<(Delivery, usize)>,
+    /// What it says, for the inbox (records saved before the inbox have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    letter: Option<Letter>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    timeline: Vec<Moment>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    by_hand: bool,
 }
 
 /// A message in a document of the earlier shape.
@@ -123,6 +131,9 @@ pub(super) fn message(state: &State, id: u64) -> Option<SavedMessage> {
         updated: m.updated.clone(),
         replies: m.replies.clone(),
         delivery: state.deliveries.get(&id).cloned(),
+        letter: m.letter.as_deref().cloned(),
+        timeline: m.timeline.clone(),
+        by_hand: m.by_hand,
     })
 }
 
@@ -146,13 +157,16 @@ pub(super) fn restore(
         if let Some(delivery) = saved.delivery {
             state.deliveries.insert(id, delivery);
         }
-        let record = record_of(
+        let mut record = record_of(
             saved.msg_id,
             saved.channel,
             &saved.status,
             saved.updated,
             saved.replies,
         )?;
+        record.letter = saved.letter.map(std::sync::Arc::new);
+        record.timeline = saved.timeline;
+        record.by_hand = saved.by_hand;
         state.messages.insert(id, record);
     }
     Ok(())
@@ -223,6 +237,9 @@ fn record_of(
         status,
         updated,
         replies,
+        letter: None,
+        timeline: Vec::new(),
+        by_hand: false,
     })
 }
 

@@ -10,6 +10,7 @@ use super::channel::Channel;
 use super::delivery::{self, Delivery, Target};
 use super::error::OpError;
 use super::fields::Fields;
+use super::inbox::{self, Letter, Piece};
 use super::magic::Magic;
 use super::viber;
 
@@ -40,6 +41,11 @@ pub struct SendPlan<'a> {
     pub signatures: Vec<&'a str>,
     pub target: Target,
     pub dtmf: bool,
+    /// What each channel shows, for the inbox.
+    pub pieces: Vec<Piece>,
+    /// The one-time code it carries, when the sandbox made it (`call/otp`); else
+    /// found in the texts.
+    pub code: Option<String>,
 }
 
 impl<'a> SendPlan<'a> {
@@ -55,6 +61,8 @@ impl<'a> SendPlan<'a> {
             signatures: Vec::new(),
             target: Target::None,
             dtmf: false,
+            pieces: Vec::new(),
+            code: None,
         }
     }
 }
@@ -68,6 +76,7 @@ pub fn sms(inner: &Arc<Inner>, f: &Fields) -> Result<Value, OpError> {
     let mut plan = SendPlan::new(id, phone, vec![Channel::Sms], sms_parts(message));
     plan.signatures = vec![signature];
     plan.target = hook(f)?;
+    plan.pieces = inbox::pieces(f, &plan.channels, false);
     send_result(inner, plan)
 }
 
@@ -84,6 +93,7 @@ pub fn viber(inner: &Arc<Inner>, f: &Fields, with_sms: bool) -> Result<Value, Op
         plan.channels.push(Channel::Sms);
     }
     plan.target = hook(f)?;
+    plan.pieces = inbox::pieces(f, &plan.channels, false);
     send_result(inner, plan)
 }
 
@@ -110,6 +120,7 @@ pub fn rcs(inner: &Arc<Inner>, f: &Fields, fallback: RcsFallback) -> Result<Valu
         plan.channels.push(Channel::Sms);
     }
     plan.target = hook(f)?;
+    plan.pieces = inbox::pieces(f, &plan.channels, false);
     send_result(inner, plan)
 }
 
@@ -120,6 +131,7 @@ pub fn telegram(inner: &Arc<Inner>, f: &Fields) -> Result<Value, OpError> {
     f.lifetime("telegram_lifetime", MIN_CHANNEL_LIFETIME, u64::MAX)?;
     let mut plan = SendPlan::new(id, phone, vec![Channel::Telegram], 1);
     plan.target = hook(f)?;
+    plan.pieces = inbox::pieces(f, &plan.channels, false);
     send_result(inner, plan)
 }
 
@@ -131,6 +143,7 @@ pub fn voice(inner: &Arc<Inner>, f: &Fields) -> Result<Value, OpError> {
     let mut plan = SendPlan::new(id, phone, vec![Channel::Voice], 1);
     plan.dtmf = f.opt_bool("dtmf")?.unwrap_or(false);
     plan.target = hook(f)?;
+    plan.pieces = inbox::pieces(f, &plan.channels, false);
     send_result(inner, plan)
 }
 
@@ -203,10 +216,19 @@ pub fn accept(inner: &Arc<Inner>, plan: SendPlan) -> Result<u64, OpError> {
         .channels
         .first()
         .ok_or_else(|| OpError::missing("pipeline"))?;
+    let letter = Letter {
+        received: super::status::now_rfc3339(),
+        phone: plan.phone,
+        code: plan.code.clone().or_else(|| inbox::code_in(&plan.pieces)),
+        pieces: plan.pieces,
+        cost: plan.price,
+        target: plan.target.clone(),
+        dtmf: plan.dtmf,
+    };
     let msg_id = {
         let mut state = inner.state();
         state.charge(plan.price)?;
-        state.start_message(plan.id, first)
+        state.start_message(plan.id, first, Some(letter))
     };
     tracing::info!(
         id = plan.id,

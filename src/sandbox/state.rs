@@ -1,7 +1,10 @@
 //! In-memory account state: balance, message records and templates.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Instant;
+
+use tokio::sync::broadcast;
 
 use serde_json::{Value, json};
 
@@ -9,6 +12,7 @@ use super::billing::Units;
 use super::channel::Channel;
 use super::delivery::Delivery;
 use super::error::OpError;
+use super::inbox::{Letter, Moment};
 use super::status;
 
 /// First gateway message id handed out; large, like real gateway ids.
@@ -26,6 +30,12 @@ pub struct MessageRecord {
     pub updated: String,
     /// Two-way Viber replies, once the message reached REPLIED.
     pub replies: Option<Value>,
+    /// What the message says, for the inbox (`None`: received before it was kept).
+    pub letter: Option<Arc<Letter>>,
+    /// The statuses it went through, oldest first.
+    pub timeline: Vec<Moment>,
+    /// Whether it was ended by hand (its delivery then stops).
+    pub by_hand: bool,
 }
 
 /// A stored SMS template.
@@ -67,7 +77,7 @@ pub struct State {
 
 /// The changes a save has not covered yet. Every change goes through a method of
 /// [`State`], which counts it here, so an answer can wait for the save of what it shows.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Changes {
     /// Counts every change; a save covers the version it saw.
     pub version: u64,
@@ -78,6 +88,30 @@ pub struct Changes {
     /// Whether the account is saved: an account kept in memory only never drains
     /// `messages`, so it does not fill it.
     pub tracked: bool,
+    /// Tells the inbox pages which message changed.
+    inbox: broadcast::Sender<u64>,
+}
+
+/// Changed messages an inbox page may fall behind by before it reloads.
+const INBOX_BACKLOG: usize = 1024;
+
+impl Default for Changes {
+    fn default() -> Self {
+        Self {
+            version: 0,
+            messages: HashSet::new(),
+            account: false,
+            tracked: false,
+            inbox: broadcast::channel(INBOX_BACKLOG).0,
+        }
+    }
+}
+
+impl Changes {
+    /// The ids of messages that change from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<u64> {
+        self.inbox.subscribe()
+    }
 }
 
 impl State {
@@ -105,6 +139,8 @@ impl State {
     /// Counts a change of the message or delivery of client id `id`.
     fn message_changed(&mut self, id: u64) {
         self.changes.version += 1;
+        // Nobody listening is no error.
+        let _ = self.changes.inbox.send(id);
         if self.changes.tracked {
             self.changes.messages.insert(id);
         }
@@ -156,22 +192,57 @@ impl State {
     }
 
     /// Creates (or replaces, for a reused client id) the record of a new send.
-    pub fn start_message(&mut self, id: u64, channel: Channel) -> u64 {
+    pub fn start_message(&mut self, id: u64, channel: Channel, letter: Option<Letter>) -> u64 {
         let msg_id = self.next_msg_id;
         self.next_msg_id += 1;
         self.account_changed();
-        self.message_changed(id);
+        let updated = status::now_rfc3339();
         self.messages.insert(
             id,
             MessageRecord {
                 msg_id,
                 channel,
                 status: status::ACCEPTED,
-                updated: status::now_rfc3339(),
+                timeline: vec![Moment {
+                    time: updated.clone(),
+                    channel,
+                    status: status::ACCEPTED.to_owned(),
+                }],
+                updated,
                 replies: None,
+                letter: letter.map(Arc::new),
+                by_hand: false,
             },
         );
+        self.message_changed(id);
         msg_id
+    }
+
+    /// Ends the message of `id` by hand with `status` (and `replies`), stopping its
+    /// delivery; returns the updated record.
+    pub fn end_by_hand(
+        &mut self,
+        id: u64,
+        status: &'static str,
+        replies: Option<Value>,
+    ) -> Option<MessageRecord> {
+        let msg_id = self.messages.get(&id)?.msg_id;
+        self.end_delivery(id, msg_id);
+        let record = self.messages.get_mut(&id)?;
+        record.by_hand = true;
+        record.status = status;
+        record.updated = status::now_rfc3339();
+        record.timeline.push(Moment {
+            time: record.updated.clone(),
+            channel: record.channel,
+            status: status.to_owned(),
+        });
+        if replies.is_some() {
+            record.replies = replies;
+        }
+        let record = record.clone();
+        self.message_changed(id);
+        Some(record)
     }
 
     /// Moves the record of `id` to a new status, unless it was replaced by a
@@ -184,18 +255,29 @@ impl State {
         status: &'static str,
         replies: Option<Value>,
     ) -> Option<MessageRecord> {
-        if self.messages.get(&id).is_none_or(|r| r.msg_id != msg_id) {
+        // Replaced by a later send, or ended by hand.
+        if self
+            .messages
+            .get(&id)
+            .is_none_or(|r| r.msg_id != msg_id || r.by_hand)
+        {
             return None;
         }
-        self.message_changed(id);
         let record = self.messages.get_mut(&id)?;
         record.channel = channel;
         record.status = status;
         record.updated = status::now_rfc3339();
+        record.timeline.push(Moment {
+            time: record.updated.clone(),
+            channel,
+            status: status.to_owned(),
+        });
         if replies.is_some() {
             record.replies = replies;
         }
-        Some(record.clone())
+        let record = record.clone();
+        self.message_changed(id);
+        Some(record)
     }
 
     /// The record of client id `id`.

@@ -1,12 +1,14 @@
 //! msgw end to end over real gRPC and HTTP on loopback.
 
 mod admin;
+mod browser;
 mod builders;
 mod coalescing;
 mod connections;
 mod errors;
 mod events;
 mod examples;
+mod first_hour;
 mod fixtures;
 #[path = "../common/h2frames.rs"]
 mod frames;

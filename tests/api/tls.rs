@@ -417,6 +417,25 @@ async fn msgw_check_checks_an_mtls_msgw_with_its_client_certificate() {
     );
     let wrong_ca = check_with(Some(&other_ca), true).await.unwrap();
     assert!(stderr(wrong_ca).contains("does not sign the server's certificate"));
+    // A server certificate (serverAuth only) offered as the client's.
+    let (server_cert, server_key) = ca.server_cert();
+    let server_only = Command::new(env!("CARGO_BIN_EXE_msgw"))
+        .args(["check", "--addr", &format!("localhost:{}", app.addr.port())])
+        .arg("--tls-ca-file")
+        .arg(&ca_file)
+        .arg("--tls-cert-file")
+        .arg(write(dir.path(), "server-as-client.pem", &server_cert))
+        .arg("--tls-key-file")
+        .arg(write(dir.path(), "server-as-client.key", &server_key))
+        .output()
+        .await
+        .unwrap();
+    let explained = stderr(server_only);
+    assert!(
+        explained.contains("cannot be used as a client certificate")
+            && explained.contains("serverAuth without clientAuth"),
+        "{explained}"
+    );
 }
 
 /// The certificate recipe of docs/security.md, as written: its shell block run in `dir`.

@@ -4,4 +4,5 @@ mod account;
 mod api;
 mod common;
 mod delivery;
+mod inbox;
 mod validation;

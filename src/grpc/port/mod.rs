@@ -26,11 +26,12 @@ use std::{convert::Infallible, sync::Arc, time::Duration};
 
 use hyper::body::{Body as HttpBody, Bytes};
 
-use tokio::{net::TcpListener, sync::watch, time::Instant};
+use tokio::{sync::watch, time::Instant};
 
 use crate::auth::incoming::is_connection_error;
 use crate::auth::tls::TlsReloader;
 use crate::conn_table::{ConnMetrics, Table};
+use crate::listen::Listeners;
 use crate::metrics::Metrics;
 
 pub use crate::conn_table::{CLOSING_SHARE, Close, OPEN_PATH_STREAMS, STREAM_COST};
@@ -114,7 +115,7 @@ impl Default for PortLimits {
 /// and `memory_budget` are the resolved bounds.
 #[allow(clippy::too_many_arguments)]
 pub async fn serve<S>(
-    listener: TcpListener,
+    listener: impl Into<Listeners>,
     tls: Option<Arc<TlsReloader>>,
     service: S,
     limits: PortLimits,
@@ -125,6 +126,7 @@ pub async fn serve<S>(
 ) where
     S: GrpcRoutes,
 {
+    let listener = listener.into();
     let table = Table::new(
         max_connections,
         limits.idle_timeout,

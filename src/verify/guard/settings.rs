@@ -261,31 +261,57 @@ impl Default for Settings {
 }
 
 impl Settings {
-    /// Checks the figures against each other: a message that names the options.
-    pub fn validate(&self) -> Result<(), String> {
+    /// What is wrong with the figures, each against its option: the option's id (its
+    /// field in `msgw serve`'s flags), the value given, and why it is wrong.
+    pub fn problems(&self) -> Vec<(&'static str, String, String)> {
+        let d = |d: Duration| humantime::format_duration(d).to_string();
+        let mut problems = Vec::new();
         if !PREFIX_DIGITS.contains(&self.prefix_digits) {
-            return Err("MSGW_VERIFY_GUARD_PREFIX_DIGITS must be from 2 to 12 (e.g. 6)".into());
+            problems.push((
+                "verify_guard_prefix_digits",
+                self.prefix_digits.to_string(),
+                "must be from 2 to 12".to_owned(),
+            ));
         }
         if self.window < Duration::from_secs(1) || self.window > MAX_WINDOW {
-            return Err("MSGW_VERIFY_GUARD_WINDOW must be from 1s to 7d (e.g. 1h)".into());
+            problems.push((
+                "verify_guard_window",
+                d(self.window),
+                "must be from 1s to 7d".to_owned(),
+            ));
         }
         if self.grace >= self.window {
-            return Err(format!(
-                "MSGW_VERIFY_GUARD_GRACE ({}) must be shorter than MSGW_VERIFY_GUARD_WINDOW ({}), e.g. 2m",
-                humantime::format_duration(self.grace),
-                humantime::format_duration(self.window)
+            problems.push((
+                "verify_guard_grace",
+                d(self.grace),
+                format!(
+                    "must be shorter than MSGW_VERIFY_GUARD_WINDOW ({})",
+                    d(self.window)
+                ),
             ));
         }
         if !(0.0..=1.0).contains(&self.min_conversion) {
-            return Err("MSGW_VERIFY_GUARD_MIN_CONVERSION must be from 0 to 1 (e.g. 0.2)".into());
+            problems.push((
+                "verify_guard_min_conversion",
+                self.min_conversion.to_string(),
+                "must be from 0 to 1".to_owned(),
+            ));
         }
         if self.min_starts == 0 {
-            return Err("MSGW_VERIFY_GUARD_MIN_STARTS must be at least 1 (e.g. 20)".into());
+            problems.push((
+                "verify_guard_min_starts",
+                "0".to_owned(),
+                "must be at least 1".to_owned(),
+            ));
         }
         if self.hold < Duration::from_secs(1) || self.hold > Duration::from_secs(30 * 86_400) {
-            return Err("MSGW_VERIFY_GUARD_HOLD must be from 1s to 30d (e.g. 1h)".into());
+            problems.push((
+                "verify_guard_hold",
+                d(self.hold),
+                "must be from 1s to 30d".to_owned(),
+            ));
         }
-        Ok(())
+        problems
     }
 
     /// Settings that are valid but likely to hurt: said in the log at start.
@@ -384,16 +410,12 @@ mod tests {
 
     #[test]
     fn validates_figures_against_each_other() {
-        assert!(Settings::default().validate().is_ok());
+        assert!(Settings::default().problems().is_empty());
         let bad = Settings {
             grace: Duration::from_secs(7200),
             ..Settings::default()
         };
-        assert!(
-            bad.validate()
-                .unwrap_err()
-                .contains("MSGW_VERIFY_GUARD_GRACE")
-        );
+        assert_eq!(bad.problems()[0].0, "verify_guard_grace");
         let longest = Settings {
             key_limits: "ip=10/1d".parse().unwrap(),
             ..Settings::default()

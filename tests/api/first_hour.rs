@@ -1,0 +1,166 @@
+//! The README's first page as a new user meets it: its quick start runs as written,
+//! twice in a row against one msgw, and prints what the README shows (ids, times and
+//! codes aside); what msgw leaves in a clone stays out of `git status`.
+
+use std::time::Duration;
+
+use tokio::process::Command;
+
+use crate::helpers::spawn_sandboxed_app;
+use crate::tools::grpcurl;
+
+/// The quick start's blocks: each command block with the output block that follows
+/// it, if any. Installing msgw and grpcurl and starting msgw are left out: the test
+/// has its own msgw, and grpcurl from `.ci/install-tools`.
+fn quick_start() -> Vec<(String, Option<String>)> {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    let section = readme
+        .split("\n## Quick start\n")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("the README's quick start");
+    let mut blocks: Vec<(String, String)> = Vec::new();
+    let mut lines = section.lines();
+    while let Some(line) = lines.next() {
+        if let Some(kind) = line.strip_prefix("```") {
+            let body: Vec<&str> = lines.by_ref().take_while(|l| *l != "```").collect();
+            blocks.push((kind.to_owned(), body.join("\n")));
+        }
+    }
+    let mut steps = Vec::new();
+    for (i, (kind, body)) in blocks.iter().enumerate() {
+        let setup = ["cargo install", "python3 -m venv"]
+            .iter()
+            .any(|s| body.contains(s))
+            || body.trim() == "msgw serve";
+        if kind != "sh" || setup {
+            continue;
+        }
+        let output = blocks
+            .get(i + 1)
+            .filter(|(kind, _)| kind == "text")
+            .map(|(_, body)| body.clone());
+        steps.push((body.clone(), output));
+    }
+    assert!(steps.len() >= 6, "the quick start's steps: {steps:#?}");
+    steps
+}
+
+/// `text` with every number (ids, times, cursors, codes) as `N`.
+fn shape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut in_number = false;
+    for c in text.trim().chars() {
+        if c.is_ascii_digit() || (in_number && c == '.') {
+            if !in_number {
+                out.push('N');
+            }
+            in_number = true;
+        } else {
+            in_number = false;
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn the_readmes_quick_start_runs_as_written_twice_and_prints_what_it_shows() {
+    let steps = quick_start();
+    // The sandbox's default pace: statuses move every second, as for a user.
+    let app = spawn_sandboxed_app(Duration::from_secs(1)).await;
+    let mut script = String::new();
+    for (i, (commands, _)) in steps.iter().enumerate() {
+        script.push_str(&format!("echo '@@step {i}'\n{commands}\n"));
+    }
+    let script = script
+        .replace("localhost:50051", &app.addr.to_string())
+        .replace("localhost:9090", &app.admin_addr.to_string());
+    let path = format!(
+        "{}:{}",
+        grpcurl().parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    for run in ["first", "second"] {
+        let out = tokio::time::timeout(
+            Duration::from_secs(60),
+            Command::new("bash")
+                .args(["-euo", "pipefail", "-c", &script])
+                .env("PATH", &path)
+                .output(),
+        )
+        .await
+        .expect("the quick start finishes")
+        .expect("bash runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{run} run failed:\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let printed: Vec<&str> = stdout.split("@@step ").skip(1).collect();
+        assert_eq!(printed.len(), steps.len(), "{run} run:\n{stdout}");
+        for ((commands, shown), printed) in steps.iter().zip(printed) {
+            let printed = printed.split_once('\n').map_or("", |(_, rest)| rest);
+            if let Some(shown) = shown {
+                assert_eq!(
+                    shape(printed),
+                    shape(shown),
+                    "{run} run of\n{commands}\nprinted\n{printed}\nwhere the README shows\n{shown}"
+                );
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn what_msgw_leaves_in_a_clone_is_ignored_by_git() {
+    let clone = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/.gitignore"),
+        clone.path().join(".gitignore"),
+    )
+    .unwrap();
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .current_dir(clone.path())
+            .output()
+            .expect("git runs")
+    };
+    assert!(git(&["init", "-q"]).status.success());
+    // `msgw serve` as the README runs it: the default store, ./msgw.db.
+    let dir = clone.path().to_owned();
+    let (mut msgw, _) = tokio::task::spawn_blocking(move || {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_msgw"));
+        command
+            .args(["serve", "--log-format", "json"])
+            .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
+            .args(["--admin-addr", "127.0.0.1:0"])
+            .current_dir(dir)
+            .env_remove("MSGW_STORE_URL")
+            .env_remove("MSGW_WEBHOOK_SECRET")
+            .env_remove("MSGW_VERIFY_SECRET");
+        crate::helpers::serving_binary(command)
+    })
+    .await
+    .unwrap();
+    msgw.kill().unwrap();
+    msgw.wait().unwrap();
+    let made: Vec<String> = std::fs::read_dir(clone.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        made.iter().any(|f| f == "msgw.db.verify-secret")
+            && made.iter().any(|f| f == "msgw.db.webhook-secret"),
+        "{made:?}"
+    );
+    let status = git(&["status", "--porcelain", "--untracked-files=all"]);
+    assert_eq!(
+        String::from_utf8_lossy(&status.stdout).trim(),
+        "?? .gitignore",
+        "files msgw made: {made:?}"
+    );
+}

@@ -221,8 +221,9 @@ async fn drive(channel: Channel, callers: usize, length: Duration, ids: Arc<Atom
                     // Numbers spread over 10 calling codes and 1000 ranges in each, as
                     // real traffic is: no range nears a hold, no budget fills.
                     let code = CODES[(id % CODES.len() as u64) as usize];
-                    let rest = 12 - code.len();
-                    let phone = format!("+{code}{:0rest$}", id / 10 % 10u64.pow(rest as u32));
+                    let rest = 12 - code.len() - 3;
+                    let (range, number) = (id / 10 % 1000, id / 10_000 % 10u64.pow(rest as u32));
+                    let phone = format!("+{code}{range:03}{number:0rest$}");
                     let request = StartVerificationRequest {
                         id,
                         phone,

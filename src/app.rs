@@ -350,12 +350,7 @@ impl Application {
             .clone()
             .map(|tls| tokio::spawn(tls.watch(stop.clone(), metrics.clone())));
         let callers_task = tokio::spawn(self.auth.clone().watch(stop.clone(), metrics.clone()));
-        let guard_task = tokio::spawn(
-            self.verifier
-                .guard()
-                .clone()
-                .watch(self.store.clone(), stop.clone()),
-        );
+        let guard_task = tokio::spawn(self.verifier.watch_guard(stop.clone()));
         tracing::info!(
             %grpc_addr,
             %http_addr,

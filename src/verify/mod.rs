@@ -156,6 +156,14 @@ impl Verifier {
         &self.guard
     }
 
+    /// Keeps the fraud guard's gauge of held ranges up to date until `stop`.
+    pub fn watch_guard(
+        &self,
+        stop: tokio::sync::watch::Receiver<bool>,
+    ) -> impl Future<Output = ()> + std::marker::Send + 'static {
+        self.guard.clone().watch(self.store.clone(), stop)
+    }
+
     /// The metrics verifications count into.
     pub fn metrics(&self) -> &Arc<Metrics> {
         self.dispatcher.metrics()

@@ -20,7 +20,7 @@ pub enum UnavailableCause {
     Timeout,
     /// The gateway answered with an HTTP error status.
     HttpStatus(u16),
-    /// The gateway's answer was not the JSON envelope of the spec.
+    /// The gateway's answer was not its JSON envelope (docs/gateway.md#envelope).
     BadResponse,
     /// msgw's own store failed.
     Store,
@@ -44,7 +44,8 @@ pub enum UnavailableCause {
 /// Everything that can go wrong with an operation.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {
-    /// The request breaks the spec's rules; nothing was sent.
+    /// The request breaks the gateway's rules (docs/gateway.md#validation-rules);
+    /// nothing was sent.
     #[error("invalid request: {}", summary(.0))]
     InvalidArgument(Vec<FieldViolation>),
     /// The gateway refused msgw's API key.

@@ -1,4 +1,5 @@
-//! Validated gateway operations. Constructing one means every rule of the spec holds.
+//! Validated gateway operations. Constructing one means every rule of
+//! docs/gateway.md#validation-rules holds.
 
 use super::{ClientId, HttpUrl, Lifetime, OtpCode, Phone, Text};
 

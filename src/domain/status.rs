@@ -29,7 +29,8 @@ impl Channel {
     ];
 
     /// How long the gateway keeps trying a message on this channel when the send names
-    /// no lifetime (the spec's defaults; voice calls have none and end within the hour).
+    /// no lifetime (the gateway's defaults, docs/gateway.md#limits; voice calls have none
+    /// and end within the hour).
     pub fn default_lifetime(self) -> std::time::Duration {
         std::time::Duration::from_secs(match self {
             Self::Viber => 86_400,

@@ -1,4 +1,4 @@
-//! The one mapping of the domain error to gRPC statuses (architecture.md, Errors).
+//! The one mapping of the domain error to gRPC statuses (docs/api.md#errors).
 
 use std::collections::HashMap;
 

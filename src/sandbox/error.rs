@@ -3,7 +3,8 @@
 /// Why a whole request was refused (`{"success":false,"error":...}`).
 #[derive(Debug, thiserror::Error)]
 pub enum EnvelopeError {
-    /// The gateway refuses anything but `Content-Type: application/json` (spec §7.5).
+    /// The gateway refuses anything but `Content-Type: application/json`
+    /// (docs/gateway.md#errors, rule 5).
     #[error("Content-Type must be application/json")]
     ContentType,
     #[error("Request body is larger than 1 MiB")]
@@ -16,7 +17,7 @@ pub enum EnvelopeError {
     MissingAuth,
     #[error("auth must be a string")]
     AuthNotString,
-    /// Exact gateway text (spec §5.4).
+    /// Exact gateway text (docs/gateway.md#authentication, rule 2).
     #[error("Access denied")]
     AccessDenied,
     #[error("Missing data")]
@@ -30,7 +31,7 @@ pub enum EnvelopeError {
 pub enum OpError {
     #[error("Invalid operation: expected an object")]
     NotObject,
-    /// Exact gateway text for `whatsapp` and unknown types (spec §7.4).
+    /// Exact gateway text for `whatsapp` and unknown types (docs/gateway.md#errors, rule 4).
     #[error("Invalid message type")]
     InvalidType,
     /// A required field is absent, `null` or an empty string.
@@ -47,7 +48,7 @@ pub enum OpError {
     RepeatedChannel(String),
     #[error("Missing id or template")]
     MissingIdOrTemplate,
-    /// Exact gateway text (spec §7.3).
+    /// Exact gateway text (docs/gateway.md#errors, rule 3).
     #[error("Error in Sender-name")]
     SenderName,
     #[error("Phone number is blocked")]

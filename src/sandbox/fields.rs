@@ -51,7 +51,7 @@ impl<'a> Fields<'a> {
             .ok_or_else(|| OpError::invalid(self.path("id")))
     }
 
-    /// Phone number: a JSON integer of 7 to 15 digits, no plus sign (spec §2.4).
+    /// Phone number: a JSON integer of 7 to 15 digits, no plus sign (docs/gateway.md#identity).
     pub fn phone(&self) -> Result<u64, OpError> {
         let value = self
             .get("phone")

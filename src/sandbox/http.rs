@@ -26,7 +26,8 @@ pub(super) fn router(inner: Arc<Inner>) -> Router {
         .with_state(inner)
 }
 
-/// Always HTTP 200: the gateway reports every failure inside the envelope (spec §7.1).
+/// Always HTTP 200: the gateway reports every failure inside the envelope
+/// (docs/gateway.md#errors, rule 1).
 /// Except for the magic number whose answer is lost: every operation is carried out,
 /// then the request is answered with HTTP 502.
 async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Body) -> Response {

@@ -1,7 +1,7 @@
 //! In-process emulator of the gateway's JSON endpoint (`POST /api/json.php`).
 //!
 //! It is msgw's default upstream and the upstream of its tests. It follows the
-//! gateway spec on its own terms and shares no code with msgw's request
+//! gateway's API (docs/gateway.md) on its own terms and shares no code with msgw's request
 //! builder, so that a mistake there shows up as an error here.
 
 mod account;

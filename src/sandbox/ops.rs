@@ -22,7 +22,7 @@ pub(super) fn run(inner: &std::sync::Arc<Inner>, item: &Value) -> Value {
         Err(err) => {
             tracing::debug!(op = kind, error = %err, "sandbox operation failed");
             let mut out = json!({"success": false, "error": err.to_string()});
-            // A failed operation echoes the client's id (spec §7.3).
+            // A failed operation echoes the client's id (docs/gateway.md#errors, rule 3).
             if let Some(id) = item.get("id").filter(|id| id.is_number() || id.is_string()) {
                 out["data"] = json!({"id": id});
             }
@@ -59,7 +59,7 @@ fn dispatch(inner: &std::sync::Arc<Inner>, obj: &Map<String, Value>) -> Result<V
         "template/viber/create" => templates::create_viber(inner, &fields),
         "template/viber/list" => Ok(templates::list_viber(inner)),
         "template/viber/delete" => templates::delete_viber(inner, &fields),
-        // `whatsapp` is only reachable through `pipeline` (spec §4.2 pipeline rule 4).
+        // `whatsapp` is only reachable through `pipeline` (docs/gateway.md#pipeline, rule 4).
         _ => Err(OpError::InvalidType),
     }
 }

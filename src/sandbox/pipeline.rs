@@ -17,7 +17,7 @@ use super::viber::VIBER_TYPES;
 pub fn send(inner: &Arc<Inner>, f: &Fields) -> Result<Value, OpError> {
     let (id, phone) = (f.id()?, f.phone()?);
     let channels = channels(f)?;
-    // Validated for type only: the gateway never calls it (spec §4.2 pipeline rule 3).
+    // Validated for type only: the gateway never calls it (docs/gateway.md#pipeline, rule 3).
     f.opt_link("hook")?;
     let mut signatures = Vec::new();
     let mut parts = 1;
@@ -45,7 +45,7 @@ pub fn send(inner: &Arc<Inner>, f: &Fields) -> Result<Value, OpError> {
                 signatures.push(settings.req_str("signature")?);
                 settings.req_str("message")?;
             }
-            // Not validated, even without a signature (spec §4.2 pipeline rule 2).
+            // Not validated, even without a signature (docs/gateway.md#pipeline, rule 2).
             Channel::Whatsapp => {}
         }
     }

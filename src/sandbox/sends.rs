@@ -14,10 +14,10 @@ use super::inbox::{self, Letter, Piece};
 use super::magic::Magic;
 use super::viber;
 
-/// Bounds of `sms_lifetime` in seconds (spec §8).
+/// Bounds of `sms_lifetime` in seconds (docs/gateway.md#limits).
 const SMS_LIFETIME: (u64, u64) = (3_600, 259_200);
 
-/// Least lifetime of Viber, RCS and Telegram messages in seconds (spec §8).
+/// Least lifetime of Viber, RCS and Telegram messages in seconds (docs/gateway.md#limits).
 const MIN_CHANNEL_LIFETIME: u64 = 60;
 
 /// Fallback chain of an RCS send.
@@ -135,7 +135,7 @@ pub fn telegram(inner: &Arc<Inner>, f: &Fields) -> Result<Value, OpError> {
     send_result(inner, plan)
 }
 
-/// `voice` (text-to-speech call, shape from upstream-facts.md).
+/// `voice` (text-to-speech call, shape in docs/gateway.md#voice).
 pub fn voice(inner: &Arc<Inner>, f: &Fields) -> Result<Value, OpError> {
     let (id, phone) = (f.id()?, f.phone()?);
     f.req_str("message")?;

@@ -1,4 +1,4 @@
-//! Message status values (the gateway's complete list is in upstream-facts.md).
+//! Message status values (the gateway's complete list: docs/gateway.md#message-statuses).
 
 pub const ACCEPTED: &str = "ACCEPTED";
 pub const ROUTING: &str = "ROUTING";

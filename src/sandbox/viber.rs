@@ -8,7 +8,7 @@ use super::fields::Fields;
 /// Valid `viber_type` values (also accepted as the pipeline's `viber.type`).
 pub const VIBER_TYPES: [&str; 5] = ["text", "image", "text+link", "text+image+link", "carousel"];
 
-/// Number of slides a carousel may have (spec §8).
+/// Number of slides a carousel may have (docs/gateway.md#limits).
 const SLIDES: std::ops::RangeInclusive<usize> = 2..=5;
 
 /// Validates `viber_type` and the fields it requires; optional Viber fields

@@ -50,7 +50,7 @@ pub enum UpstreamError {
     /// The gateway answered with an HTTP error status.
     #[error("the gateway answered HTTP {0}")]
     HttpStatus(u16),
-    /// The body is not the envelope of the spec.
+    /// The body is not the gateway's envelope (docs/gateway.md#envelope).
     #[error("the gateway's answer is not a valid envelope: {0}")]
     BadEnvelope(String),
     /// The gateway refused the key (`Access denied`).

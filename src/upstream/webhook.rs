@@ -1,4 +1,4 @@
-//! The gateway's delivery webhook body (spec section 6), parsed tolerantly like
+//! The gateway's delivery webhook body (docs/gateway.md#webhook), parsed tolerantly like
 //! every other gateway answer.
 
 use crate::domain::ClientId;

@@ -1,4 +1,4 @@
-//! Error mapping (architecture.md, Errors): every gateway failure mode → its gRPC status.
+//! Error mapping (docs/api.md#errors): every gateway failure mode → its gRPC status.
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! The gateway's published fixtures (upstream-facts.md), decoded into typed responses.
+//! The gateway's published fixtures (docs/gateway.md#fixtures), decoded into typed responses.
 
 use msgw::proto::*;
 use serde_json::{Value, json};

@@ -595,7 +595,8 @@ async fn batch_sends_one_envelope_and_answers_in_order() {
 
 #[tokio::test]
 async fn documented_sms_request_is_reproduced_exactly() {
-    // upstream-facts.md, "SMS request as documented", minus the hook msgw injects itself.
+    // The gateway's documented SMS request (docs/gateway.md#sms), minus the hook msgw
+    // injects itself.
     let app = spawn_app().await;
     app.messaging()
         .send_sms(proto::SendSmsRequest {

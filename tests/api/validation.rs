@@ -1,5 +1,5 @@
-//! Every validation rule of the spec: INVALID_ARGUMENT naming every violated field,
-//! and not a single request to the gateway.
+//! Every validation rule of docs/gateway.md#validation-rules: INVALID_ARGUMENT naming
+//! every violated field, and not a single request to the gateway.
 
 use msgw::proto::*;
 use prost_types::Duration;

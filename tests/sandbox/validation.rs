@@ -1,4 +1,4 @@
-//! Every validation rule of the spec, one named case each.
+//! Every validation rule of docs/gateway.md#validation-rules, one named case each.
 
 use crate::common::*;
 use serde_json::{Value, json};

@@ -1,6 +1,6 @@
-//! Proto requests → validated domain operations. Every rule of the spec is checked
-//! here (through the domain's parsers) and every violation is reported with its
-//! proto field path.
+//! Proto requests → validated domain operations. Every rule of the gateway's API
+//! (docs/gateway.md#validation-rules) is checked here (through the domain's parsers)
+//! and every violation is reported with its proto field path.
 
 use prost_types::Duration;
 

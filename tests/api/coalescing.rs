@@ -72,9 +72,7 @@ async fn occupy(app: &TestApp, id: u64) -> tokio::task::JoinHandle<Result<u64, C
             .map(|r| r.into_inner().receipt.unwrap().id)
             .map_err(|s| s.code())
     });
-    while app.gateway.requests().is_empty() {
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    app.gateway.first_request().await;
     call
 }
 

@@ -113,6 +113,18 @@ impl FakeGateway {
             .collect()
     }
 
+    /// Waits until the gateway has received a request; fails the test after 10 s.
+    pub async fn first_request(&self) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while self.requests().is_empty() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no request reached the fake gateway within 10 s"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
     pub fn requests(&self) -> Vec<Recorded> {
         self.state.requests.lock().unwrap().clone()
     }

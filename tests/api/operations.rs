@@ -255,9 +255,7 @@ async fn sigterm_drains_an_in_flight_call_and_ends_streams_cleanly() {
         .into_inner();
     let mut account = msgw::proto::account_service_client::AccountServiceClient::new(channel);
     let call = tokio::spawn(async move { account.get_balance(GetBalanceRequest {}).await });
-    while gateway.requests().is_empty() {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    gateway.first_request().await;
 
     let killed = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])

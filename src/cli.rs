@@ -458,7 +458,7 @@ impl SecurityArgs {
 const LONGEST: Duration = Duration::from_secs(10 * 365 * 86_400);
 
 /// A duration (`10s`, `1500ms`, `5m`, `7d`) of at most ten years.
-fn duration(value: &str) -> Result<Duration, String> {
+pub(crate) fn duration(value: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(value)
         .map_err(|_| "not a duration: expected a number and a unit (ms, s, m, h, d)")?;
     if d > LONGEST {

@@ -31,10 +31,10 @@ pub struct GuardArgs {
     #[arg(long, env = "MSGW_VERIFY_GUARD_PREFIX_DIGITS", default_value_t = 6)]
     pub verify_guard_prefix_digits: usize,
     /// The sliding window a range's verifications and approvals are counted over.
-    #[arg(long, env = "MSGW_VERIFY_GUARD_WINDOW", default_value = "1h", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "MSGW_VERIFY_GUARD_WINDOW", default_value = "1h", value_parser = super::duration)]
     pub verify_guard_window: Duration,
     /// A verification this old and not approved counts as unconverted.
-    #[arg(long, env = "MSGW_VERIFY_GUARD_GRACE", default_value = "2m", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "MSGW_VERIFY_GUARD_GRACE", default_value = "2m", value_parser = super::duration)]
     pub verify_guard_grace: Duration,
     /// A range is held from this many unconverted verifications in the window...
     #[arg(long, env = "MSGW_VERIFY_GUARD_MIN_STARTS", default_value_t = 20)]
@@ -43,7 +43,7 @@ pub struct GuardArgs {
     #[arg(long, env = "MSGW_VERIFY_GUARD_MIN_CONVERSION", default_value = "0.2", value_parser = share)]
     pub verify_guard_min_conversion: f64,
     /// How long a held range stays held (new verifications to it: PERMISSION_DENIED).
-    #[arg(long, env = "MSGW_VERIFY_GUARD_HOLD", default_value = "1h", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "MSGW_VERIFY_GUARD_HOLD", default_value = "1h", value_parser = super::duration)]
     pub verify_guard_hold: Duration,
     /// Starts per caller-supplied rate-limit key name (StartVerification's
     /// `rate_limit_keys`), e.g. `ip=10/1h,user=5/1h`. Default: none.

@@ -322,6 +322,8 @@ impl ServeArgs {
             self.webhook_secret_file,
             &mut refuse,
         );
+        // A secret given but refused is not also "not set" below.
+        let webhook_secret_given = webhook_secret.is_some();
         let webhook_secret = at_least_16("webhook_secret", webhook_secret, &mut refuse);
         let verify_secret = secret_given(
             "verify_secret",
@@ -329,6 +331,7 @@ impl ServeArgs {
             self.verify_secret_file,
             &mut refuse,
         );
+        let verify_secret_given = verify_secret.is_some();
         let verify_secret = at_least_16("verify_secret", verify_secret, &mut refuse);
         let verify_allowed_prefixes = self
             .verify_allowed_prefixes
@@ -395,7 +398,7 @@ impl ServeArgs {
             for (arg, missing, why) in [
                 (
                     "webhook_secret",
-                    webhook_secret.is_none(),
+                    !webhook_secret_given,
                     "verify each other's webhooks",
                 ),
                 (
@@ -405,7 +408,7 @@ impl ServeArgs {
                 ),
                 (
                     "verify_secret",
-                    verify_secret.is_none(),
+                    !verify_secret_given,
                     "check each other's one-time codes",
                 ),
             ] {

@@ -133,11 +133,9 @@ impl Problem {
         };
         let hidden = arg.is_some_and(Arg::is_hide_env_values_set);
         let given = match &self.given {
-            Given::Value(v) if hidden => {
-                format!("is set ({} characters, not shown)", v.chars().count())
-            }
+            Given::Value(v) if hidden => hidden_length(v.chars().count()),
             Given::Value(v) => format!("is {v:?}"),
-            Given::Secret(len) => format!("is set ({len} characters, not shown)"),
+            Given::Secret(len) => hidden_length(*len),
             Given::Set => "is set".to_owned(),
             Given::Unset => "is not set".to_owned(),
         };
@@ -358,3 +356,9 @@ fn drop_flag(argv: &mut Vec<OsString>, flag: &str) {
 
 #[cfg(test)]
 mod tests;
+
+/// How a hidden value is shown: its length only.
+fn hidden_length(len: usize) -> String {
+    let s = if len == 1 { "" } else { "s" };
+    format!("is set ({len} character{s}, not shown)")
+}

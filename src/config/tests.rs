@@ -281,3 +281,24 @@ fn fraud_guard_flags_are_parsed_and_checked_together() {
         assert!(error.contains(named), "{args:?}: {error}");
     }
 }
+
+#[test]
+fn a_short_secret_on_postgres_is_too_short_not_also_unset() {
+    let error = serve(&[
+        "--store-url",
+        "postgres://msgw@127.0.0.1/msgw",
+        "--webhook-secret",
+        "x",
+        "--account-token",
+        "account-token-0123456789",
+        "--verify-secret",
+        "verify-secret-0123456789",
+    ])
+    .unwrap_err()
+    .to_string();
+    assert!(
+        error.contains("is set (1 character, not shown): must be at least 16 characters"),
+        "{error}"
+    );
+    assert!(!error.contains("is not set"), "{error}");
+}

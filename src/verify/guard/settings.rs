@@ -62,15 +62,18 @@ impl FromStr for Rate {
         let (max, per) = s
             .trim()
             .split_once('/')
-            .ok_or_else(|| format!("{s:?} is not a rate like 10/1h"))?;
+            .ok_or_else(|| format!("{s:?} is not a rate: COUNT/WINDOW, e.g. 10/1h"))?;
         let max: u32 = max.trim().parse().ok().filter(|m| *m > 0).ok_or_else(|| {
             format!(
                 "{s:?}: the count must be a whole number from 1 to {}",
                 u32::MAX
             )
         })?;
-        let per = humantime::parse_duration(per.trim())
-            .map_err(|e| format!("{s:?}: the window is not a duration like 1h ({e})"))?;
+        let per = humantime::parse_duration(per.trim()).map_err(|_| {
+            format!(
+                "{s:?}: the window is not a duration (a number and a unit: s, m, h, d), e.g. 10/1h"
+            )
+        })?;
         if per < Duration::from_secs(1) || per > MAX_WINDOW {
             return Err(format!("{s:?}: the window must be from 1s to 7d"));
         }

@@ -228,21 +228,8 @@ impl State {
     ) -> Option<MessageRecord> {
         let msg_id = self.messages.get(&id)?.msg_id;
         self.end_delivery(id, msg_id);
-        let record = self.messages.get_mut(&id)?;
-        record.by_hand = true;
-        record.status = status;
-        record.updated = status::now_rfc3339();
-        record.timeline.push(Moment {
-            time: record.updated.clone(),
-            channel: record.channel,
-            status: status.to_owned(),
-        });
-        if replies.is_some() {
-            record.replies = replies;
-        }
-        let record = record.clone();
-        self.message_changed(id);
-        Some(record)
+        self.messages.get_mut(&id)?.by_hand = true;
+        self.set_status(id, None, status, replies)
     }
 
     /// Moves the record of `id` to a new status, unless it was replaced by a
@@ -263,13 +250,28 @@ impl State {
         {
             return None;
         }
+        self.set_status(id, Some(channel), status, replies)
+    }
+
+    /// Records `status` (and `replies`, when given) on the record of `id`, reached on
+    /// `channel` (`None`: the record's own), in its timeline, and tells whoever
+    /// follows the sandbox's messages; returns the updated record.
+    fn set_status(
+        &mut self,
+        id: u64,
+        channel: Option<Channel>,
+        status: &'static str,
+        replies: Option<Value>,
+    ) -> Option<MessageRecord> {
         let record = self.messages.get_mut(&id)?;
-        record.channel = channel;
+        if let Some(channel) = channel {
+            record.channel = channel;
+        }
         record.status = status;
         record.updated = status::now_rfc3339();
         record.timeline.push(Moment {
             time: record.updated.clone(),
-            channel,
+            channel: record.channel,
             status: status.to_owned(),
         });
         if replies.is_some() {

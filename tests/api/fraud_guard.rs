@@ -420,12 +420,8 @@ async fn only_admin_callers_may_see_or_release_holds() {
         ..guarded(quick_guard())
     })
     .await;
-    let as_caller = |token: &str| {
-        let mut r = tonic::Request::new(ListHeldRangesRequest::default());
-        r.metadata_mut()
-            .insert("authorization", format!("Bearer {token}").parse().unwrap());
-        r
-    };
+    let as_caller =
+        |token: &str| crate::helpers::as_caller(token, ListHeldRangesRequest::default());
     let denied = app
         .fraud_guard()
         .list_held_ranges(as_caller("signup-token"))

@@ -643,6 +643,16 @@ async fn wait_serving(channel: Channel) -> Channel {
 }
 
 /// The field paths of a status's BadRequest, in order.
+/// A request carrying `authorization: Bearer <token>`.
+pub fn as_caller<T>(token: &str, message: T) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {token}").parse().expect("ASCII token"),
+    );
+    request
+}
+
 pub fn violations(status: &tonic::Status) -> Vec<String> {
     use tonic_types::StatusExt;
     assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");

@@ -9,7 +9,7 @@ use tokio_stream::StreamExt;
 use tonic::{Code, Request, Streaming};
 use tonic_types::StatusExt;
 
-use crate::helpers::{Options, TestApp, error_info, sha256_hex, sms, spawn};
+use crate::helpers::{Options, TestApp, as_caller, error_info, sha256_hex, sms, spawn};
 
 const BILLING: &str = "billing-token-7f3a9c";
 const ORDERS: &str = "orders-token-1b2c3d";
@@ -59,16 +59,6 @@ async fn app_with_callers(text: &str) -> (TestApp, tempfile::TempDir, PathBuf) {
     })
     .await;
     (app, dir, path)
-}
-
-/// A request carrying `authorization: Bearer <token>`.
-fn as_caller<T>(token: &str, message: T) -> Request<T> {
-    let mut request = Request::new(message);
-    request.metadata_mut().insert(
-        "authorization",
-        format!("Bearer {token}").parse().expect("ASCII token"),
-    );
-    request
 }
 
 fn webhook(id: u64) -> String {

@@ -9,11 +9,11 @@ use msgw::proto::{
     StartVerificationRequest, Verification, VerificationStatus, VoiceGender, VoiceProfile,
 };
 use serde_json::{Value, json};
-use tonic::{Code, Request};
+use tonic::Code;
 
 use crate::helpers::{
-    FakeGateway, Options, Reply, TestApp, default_reply, error_info, sha256_hex, spawn, spawn_app,
-    spawn_sandboxed_app,
+    FakeGateway, Options, Reply, TestApp, as_caller, default_reply, error_info, sha256_hex, spawn,
+    spawn_app, spawn_sandboxed_app,
 };
 
 const PHONE: &str = "+380971234567";
@@ -324,14 +324,6 @@ async fn a_canceled_verification_is_canceled_and_then_not_found() {
 
 const ALICE: &str = "alice-token-0123456789";
 const BOB: &str = "bob-token-0123456789";
-
-fn as_caller<T>(token: &str, message: T) -> Request<T> {
-    let mut request = Request::new(message);
-    request
-        .metadata_mut()
-        .insert("authorization", format!("Bearer {token}").parse().unwrap());
-    request
-}
 
 #[tokio::test]
 async fn callers_see_and_check_only_their_own_verifications() {

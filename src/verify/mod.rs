@@ -354,13 +354,13 @@ impl Verifier {
             match created {
                 Created::Started(record) => {
                     // Shadow mode: what it found is counted, nothing refused.
-                    self.guard.judge(&findings, now)?;
+                    self.guard.judge(&findings)?;
                     return self
                         .send(caller, request, record, Send::FRESH, deadline)
                         .await;
                 }
                 Created::Refused => {
-                    self.guard.judge(&findings, now)?;
+                    self.guard.judge(&findings)?;
                     return Err(Error::Internal(
                         "the fraud guard refused a start without a reason".into(),
                     ));

@@ -2,7 +2,7 @@
 //! approvals that keep it open, limits exact across replicas starting at once, a
 //! release that judges the range afresh, and prune.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use chrono::Utc;
 use futures_util::future::join_all;
@@ -139,6 +139,20 @@ pub async fn a_range_is_held_by_its_unconverted_starts_and_approvals_keep_it_ope
     );
 }
 
+/// Starts `ids` all at once, on the two handles in turn.
+async fn at_once(
+    a: &Arc<dyn Store>,
+    b: &Arc<dyn Store>,
+    ids: std::ops::RangeInclusive<u64>,
+    guard: &GuardCheck,
+) -> Vec<(Created, Vec<GuardFinding>)> {
+    join_all(ids.map(|n| {
+        let store = if n % 2 == 0 { a } else { b };
+        async move { start(&**store, n, guard).await }
+    }))
+    .await
+}
+
 fn count_started(results: &[(Created, Vec<GuardFinding>)]) -> usize {
     results
         .iter()
@@ -163,12 +177,7 @@ pub async fn limits_count_exactly_across_replicas_starting_at_once(fixture: Fixt
         min_starts: 1000,
         ..check(vec![key], None)
     };
-    let starts = (1..=20).map(|n| {
-        let store = if n % 2 == 0 { a.clone() } else { b.clone() };
-        let guard = by_key.clone();
-        async move { start(&*store, n, &guard).await }
-    });
-    let results = join_all(starts).await;
+    let results = at_once(&a, &b, 1..=20, &by_key).await;
     let started = count_started(&results);
     assert_eq!(started, 5, "{results:?}");
     for (created, findings) in &results {
@@ -183,12 +192,7 @@ pub async fn limits_count_exactly_across_replicas_starting_at_once(fixture: Fixt
         range: "881299".into(),
         ..check(Vec::new(), Some(Window { max: 8, ..window }))
     };
-    let starts = (100..=120).map(|n| {
-        let store = if n % 2 == 0 { a.clone() } else { b.clone() };
-        let guard = by_country.clone();
-        async move { start(&*store, n, &guard).await }
-    });
-    let results = join_all(starts).await;
+    let results = at_once(&a, &b, 100..=120, &by_country).await;
     let started = count_started(&results);
     // The key's five starts were of calling code 881 too.
     assert_eq!(started, 3, "{results:?}");

@@ -3,6 +3,7 @@
 
 use chrono::{DateTime, Utc};
 
+use super::super::store_error;
 use crate::domain::{Error, ValueError};
 use crate::store::{RangeHold, Store};
 
@@ -19,10 +20,6 @@ pub fn parse_range(input: &str) -> Result<String, ValueError> {
         return Err(ValueError("must be a range: 1 to 15 digits".into()));
     }
     Ok(digits.to_owned())
-}
-
-fn store_error(e: crate::store::StoreError) -> Error {
-    e.unavailable("msgw's store is unavailable")
 }
 
 /// One page of the ranges held at `now`, after the range `after`; with the token of

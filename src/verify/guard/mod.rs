@@ -16,6 +16,7 @@ use chrono::{DateTime, Utc};
 
 pub use settings::{CountryLimits, KeyLimits, Mode, Rate, SafePrefixes, Settings};
 
+use super::chrono;
 use super::code::Codes;
 use crate::domain::{Error, Phone};
 use crate::metrics::Metrics;
@@ -41,13 +42,10 @@ pub struct Guard {
     metrics: Arc<Metrics>,
 }
 
-fn chrono(d: Duration) -> chrono::Duration {
-    chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
-}
-
-/// Time from `now` until `oldest` leaves a window of `per` (at least a second).
-fn retry_after(oldest: DateTime<Utc>, per: Duration, now: DateTime<Utc>) -> Duration {
-    (oldest + chrono(per) - now)
+/// Time until `oldest` leaves a window that began at `since` when it was counted (at
+/// least a second): the window slides as far as `oldest` is past its start.
+fn retry_after(oldest: DateTime<Utc>, since: DateTime<Utc>) -> Duration {
+    (oldest - since)
         .to_std()
         .unwrap_or_default()
         .max(Duration::from_secs(1))
@@ -145,7 +143,7 @@ impl Guard {
 
     /// Counts and logs what the store found against a start, and the error that
     /// refuses it when the guard is on (the first finding; shadow refuses nothing).
-    pub fn judge(&self, findings: &[GuardFinding], now: DateTime<Utc>) -> Result<(), Error> {
+    pub fn judge(&self, findings: &[GuardFinding]) -> Result<(), Error> {
         let mode = self.settings.mode;
         let findings: Vec<&GuardFinding> = findings
             .iter()
@@ -164,7 +162,7 @@ impl Guard {
             self.count_refusal(reason(finding), mode);
         }
         match (mode, findings.first()) {
-            (Mode::On, Some(finding)) => Err(refusal(finding, now)),
+            (Mode::On, Some(finding)) => Err(refusal(finding)),
             _ => Ok(()),
         }
     }
@@ -184,8 +182,8 @@ impl Guard {
         let found = store
             .judge_range(&check, now, false)
             .await
-            .map_err(|e| e.unavailable("msgw's store is unavailable"))?;
-        self.judge(&found.into_iter().collect::<Vec<_>>(), now)
+            .map_err(super::store_error)?;
+        self.judge(found.as_slice())
     }
 
     /// After an approval of a verification of `phone`: a hold on its range ends at
@@ -285,7 +283,7 @@ fn reason(finding: &GuardFinding) -> &'static str {
 }
 
 /// The error that refuses a start for `finding`.
-fn refusal(finding: &GuardFinding, now: DateTime<Utc>) -> Error {
+fn refusal(finding: &GuardFinding) -> Error {
     match finding {
         GuardFinding::Held { hold, .. } | GuardFinding::Lifted { hold } => Error::SuspectedFraud {
             range: hold.range.clone(),
@@ -297,7 +295,7 @@ fn refusal(finding: &GuardFinding, now: DateTime<Utc>) -> Error {
             oldest,
         } => Error::KeyRateLimited {
             name: name.clone(),
-            retry_after: retry_after(*oldest, window_length(window, now), now),
+            retry_after: retry_after(*oldest, window.since),
         },
         GuardFinding::CountryLimited {
             code,
@@ -305,12 +303,7 @@ fn refusal(finding: &GuardFinding, now: DateTime<Utc>) -> Error {
             oldest,
         } => Error::CountryRateLimited {
             calling_code: code.clone(),
-            retry_after: retry_after(*oldest, window_length(window, now), now),
+            retry_after: retry_after(*oldest, window.since),
         },
     }
-}
-
-/// How long a window is, from when it began to `now`.
-fn window_length(window: &Window, now: DateTime<Utc>) -> Duration {
-    (now - window.since).to_std().unwrap_or_default()
 }

@@ -26,6 +26,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let fds = protox::compile(PROTOS, ["proto"])?;
     let out_dir = PathBuf::from(env::var("OUT_DIR")?);
     fs::write(out_dir.join("msgw_descriptor.bin"), fds.encode_to_vec())?;
+    fs::write(out_dir.join("msgw_rpcs.rs"), rpc_names(&fds))?;
     tonic_prost_build::configure()
         .extern_path(".google.rpc", "::tonic_types::pb")
         // google.type.Money is written by hand in src/proto.rs: prost would generate it
@@ -33,6 +34,53 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .extern_path(".google.type", "crate::proto::google_type")
         .compile_fds(fds)?;
     Ok(())
+}
+
+/// A module per `msgw.v1` service with a constant per RPC (`SEND_SMS = "SendSms"`),
+/// and `ALL`, every RPC of the package: code names RPCs through these, so a renamed or
+/// removed RPC fails the build instead of a string copy going stale.
+fn rpc_names(fds: &prost_types::FileDescriptorSet) -> String {
+    let mut out = String::new();
+    let mut all = Vec::new();
+    for file in fds.file.iter().filter(|f| f.package() == "msgw.v1") {
+        for service in &file.service {
+            out += &format!(
+                "/// `msgw.v1.{0}`.\npub mod {1} {{\n    /// The service's full name.\n    pub const SERVICE: &str = \"msgw.v1.{0}\";\n",
+                service.name(),
+                snake(service.name())
+            );
+            let mut names = String::new();
+            for method in &service.method {
+                out += &format!(
+                    "    /// `{0}`.\n    pub const {1}: &str = \"{0}\";\n",
+                    method.name(),
+                    snake(method.name()).to_uppercase()
+                );
+                names += &format!("{}, ", snake(method.name()).to_uppercase());
+                all.push(method.name().to_owned());
+            }
+            out += &format!(
+                "    /// Every RPC of the service.\n    pub const ALL: &[&str] = &[{names}];\n}}\n"
+            );
+        }
+    }
+    out += "/// Every RPC of `msgw.v1`, by method name.\npub const ALL: &[&str] = &[\n";
+    for name in all {
+        out += &format!("    \"{name}\",\n");
+    }
+    out + "];\n"
+}
+
+/// `SendSms` → `send_sms`.
+fn snake(name: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in name.chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            out.push('_');
+        }
+        out.push(c.to_ascii_lowercase());
+    }
+    out
 }
 
 /// The source revision: `MSGW_REVISION` when set (an image build without `.git`), else

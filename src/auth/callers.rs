@@ -23,50 +23,7 @@ use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
 use crate::domain::CallerName;
-
-/// What a caller may do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Permission {
-    /// Every send (and `Batch` items that send).
-    Send,
-    /// Message status, balance, senders, HLR lookups.
-    Query,
-    /// SMS and Viber templates.
-    Templates,
-    /// The delivery event stream.
-    Events,
-    /// Operators' RPCs: the fraud guard's held ranges (FraudGuardService). Never
-    /// granted by leaving `permissions` out of a callers file.
-    Admin,
-}
-
-impl Permission {
-    const ALL: [Self; 5] = [
-        Self::Send,
-        Self::Query,
-        Self::Templates,
-        Self::Events,
-        Self::Admin,
-    ];
-    /// What a caller whose entry lists no permissions may do: all but `admin`.
-    const DEFAULT: [Self; 4] = [Self::Send, Self::Query, Self::Templates, Self::Events];
-
-    /// The name used in the callers file.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Send => "send",
-            Self::Query => "query",
-            Self::Templates => "templates",
-            Self::Events => "events",
-            Self::Admin => "admin",
-        }
-    }
-
-    fn bit(self) -> u8 {
-        1 << self as u8
-    }
-}
+pub use crate::domain::Permission;
 
 /// Whose delivery events a caller streams.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]

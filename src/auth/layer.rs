@@ -161,24 +161,6 @@ impl Authenticator {
     }
 }
 
-/// Every RPC of `msgw.v1` by name, read once from the descriptor set msgw serves: a
-/// new RPC needs no entry anywhere else for its calls to be named in metrics and logs.
-static METHODS: std::sync::LazyLock<Vec<&'static str>> = std::sync::LazyLock::new(|| {
-    use prost::Message;
-    prost_types::FileDescriptorSet::decode(crate::proto::FILE_DESCRIPTOR_SET)
-        .map(|set| {
-            set.file
-                .iter()
-                .filter(|f| f.package() == "msgw.v1")
-                .flat_map(|f| &f.service)
-                .flat_map(|s| &s.method)
-                // Leaked once: a few dozen names that live as long as the process.
-                .map(|m| &*Box::leak(m.name().to_owned().into_boxed_str()))
-                .collect()
-        })
-        .unwrap_or_default()
-});
-
 /// The RPC a call is to (by its `msgw.v1` method name, `"unknown"` for any other
 /// path), put into each authenticated call's extensions for its handler.
 #[derive(Debug, Clone, Copy)]
@@ -188,7 +170,7 @@ pub struct RpcMethod(pub &'static str);
 fn method_label(path: &str) -> &'static str {
     path.strip_prefix("/msgw.v1.")
         .and_then(|rest| rest.split_once('/'))
-        .and_then(|(_, method)| METHODS.iter().find(|m| **m == method))
+        .and_then(|(_, method)| crate::rpcs::ALL.iter().find(|m| **m == method))
         .copied()
         .unwrap_or("unknown")
 }
@@ -309,10 +291,10 @@ mod tests {
             .flat_map(|f| &f.service)
             .flat_map(|s| s.method.iter().map(|m| m.name().to_owned()))
             .collect();
-        let mut listed: Vec<String> = METHODS.iter().map(|m| m.to_string()).collect();
+        let mut listed: Vec<String> = crate::rpcs::ALL.iter().map(|m| m.to_string()).collect();
         rpcs.sort();
         listed.sort();
-        assert_eq!(listed, rpcs, "METHODS lists every RPC of msgw.v1");
+        assert_eq!(listed, rpcs, "rpcs::ALL lists every RPC of msgw.v1");
         assert!(listed.len() >= 19 && listed.contains(&"StreamStatusEvents".to_owned()));
         assert_eq!(method_label("/msgw.v1.MessagingService/SendSms"), "SendSms");
         assert_eq!(

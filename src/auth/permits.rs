@@ -4,36 +4,13 @@
 use super::callers::{Caller, Permission};
 use crate::domain::{Error, Operation};
 
-/// The permission an operation needs.
-fn permission(op: &Operation) -> Permission {
-    match op {
-        Operation::SendSms(_)
-        | Operation::SendViber(_)
-        | Operation::SendRcs(_)
-        | Operation::SendTelegramOtp(_)
-        | Operation::SendVoice(_)
-        | Operation::SendVoiceOtp(_)
-        | Operation::SendPipeline(_) => Permission::Send,
-        Operation::GetMessageStatus(_)
-        | Operation::GetBalance
-        | Operation::ListSenders
-        | Operation::LookupHlr(_) => Permission::Query,
-        Operation::CreateSmsTemplate { .. }
-        | Operation::ListSmsTemplates
-        | Operation::DeleteSmsTemplates(_)
-        | Operation::CreateViberTemplate { .. }
-        | Operation::ListViberTemplates
-        | Operation::DeleteViberTemplates(_) => Permission::Templates,
-    }
-}
-
 /// Admits the operations of one call (`batch`: a `Batch`, whose items are named in
 /// errors): every one must be permitted, and its sends must fit the caller's rate.
 /// Nothing of a refused call runs.
 pub fn admit(caller: &Caller, ops: &[Operation], batch: bool) -> Result<(), Error> {
     let mut sends = 0u32;
     for (i, op) in ops.iter().enumerate() {
-        let needed = permission(op);
+        let needed = op.facts().permission;
         if !caller.may(needed) {
             let what = if batch {
                 format!("items[{i}] ({})", op.rpc_name())
@@ -71,7 +48,8 @@ pub fn admit_events(caller: &Caller) -> Result<(), Error> {
         Ok(())
     } else {
         Err(Error::PermissionDenied(format!(
-            "StreamStatusEvents needs the \"events\" permission, which caller {} does not have",
+            "{} needs the \"events\" permission, which caller {} does not have",
+            crate::rpcs::event_service::STREAM_STATUS_EVENTS,
             caller.label()
         )))
     }

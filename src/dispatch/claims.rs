@@ -26,7 +26,7 @@ use tokio::{sync::watch, time::Instant};
 use super::Executed;
 use super::lookups::{Resolving, lookup_later};
 use crate::domain::{
-    CallerName, ClientId, Error, Operation, Output, SendReceipt, UnavailableCause,
+    CallerName, ClientId, Error, Idempotency, Operation, Output, SendReceipt, UnavailableCause,
 };
 use crate::metrics::Metrics;
 use crate::store::{
@@ -416,7 +416,7 @@ pub fn replay(op: &Operation, id: ClientId, outcome: AcceptedOutcome) -> Result<
         upstream::parse_output(op, outcome.payload).map_err(|e| {
             Error::Internal(format!("the stored answer of id {id} is unreadable: {e}"))
         })?
-    } else if matches!(op, Operation::SendVoiceOtp(_)) {
+    } else if op.facts().idempotency == Idempotency::ClientIdAnswerOnce {
         return Err(Error::ResultLost(format!(
             "the voice OTP call with id {id} was placed, but the gateway's answer with its code was lost; place a new call with a new id"
         )));

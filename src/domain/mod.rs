@@ -5,9 +5,11 @@
 mod caller;
 mod error;
 mod events;
+mod facts;
 mod money;
 mod ops;
 mod outputs;
+mod permission;
 mod status;
 mod values;
 mod verification;
@@ -17,6 +19,7 @@ pub use error::{Error, FieldViolation, Scope, UnavailableCause, Violations};
 pub use events::{
     Cursor, DeliveryReport, EventSource, MAX_DURATION_SECS, NewEvent, StatusEvent, representable,
 };
+pub use facts::{Facts, Idempotency, OpKind};
 pub use money::{Money, MoneyError};
 pub use ops::{
     CAROUSEL_SLIDES, Gender, Operation, PipelineSend, PipelineStep, RcsFallback, RcsSend,
@@ -27,6 +30,7 @@ pub use outputs::{
     Balance, HlrReport, Media, Network, Output, Reply, SendReceipt, Sender, SmsTemplate,
     StatusReport, ViberTemplate, VoiceOtpCall, Waited,
 };
+pub use permission::Permission;
 pub use status::{Channel, ReportedStatus, Status};
 pub use values::{ClientId, HttpUrl, Lifetime, OtpCode, Phone, Text, TextKind, ValueError};
 pub use verification::VerificationStatus;

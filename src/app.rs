@@ -126,7 +126,7 @@ impl Application {
         };
         // After the sandbox's warning: that one is the first line a user sees.
         tracing::info!(store = %redact(&config.store_url), "store open");
-        let metrics = Metrics::new();
+        let metrics = Metrics::new()?;
         let gateway = Gateway::new(
             GatewayConfig {
                 base_url,

@@ -4,13 +4,12 @@
 //! verifies them.
 
 use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
-use hmac::{Hmac, Mac};
+use hmac::Mac;
+
+use crate::mac::HmacSha256;
 use secrecy::{ExposeSecret, SecretSlice, SecretString};
-use sha2::Sha256;
 
 use crate::domain::ClientId;
-
-type HmacSha256 = Hmac<Sha256>;
 
 /// Signs and verifies per-message hook tokens.
 #[derive(Clone)]
@@ -43,9 +42,7 @@ impl HookSigner {
     }
 
     fn mac(key: &SecretSlice<u8>, client_id: ClientId) -> HmacSha256 {
-        // HMAC takes keys of any length, so this cannot fail.
-        let mut mac = HmacSha256::new_from_slice(key.expose_secret())
-            .unwrap_or_else(|_| unreachable!("HMAC accepts every key length"));
+        let mut mac = crate::mac::keyed(key.expose_secret());
         mac.update(client_id.get().to_string().as_bytes());
         mac
     }

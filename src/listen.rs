@@ -194,9 +194,15 @@ pub fn bind_ports<const N: usize>(
         }
     }
     Problems::check(problems)?;
-    Ok(bound
-        .try_into()
-        .unwrap_or_else(|_| unreachable!("one per port")))
+    // One per port when no port had a problem; said as a problem rather than assumed.
+    let count = bound.len();
+    bound.try_into().map_err(|_| {
+        Problems(vec![Problem::value(
+            "ports",
+            count,
+            format!("{N} ports were asked for"),
+        )])
+    })
 }
 
 /// For `axum::serve` (the `msgw sandbox` gateway): a failed accept other than a

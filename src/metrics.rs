@@ -7,7 +7,7 @@ use std::{sync::Arc, time::Duration};
 
 use prometheus::{
     Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
-    IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+    IntGauge, IntGaugeVec, Opts, Registry, Result, TextEncoder,
 };
 
 /// Latency buckets from 1 ms to 30 s, seconds.
@@ -102,59 +102,55 @@ impl std::fmt::Debug for Metrics {
     }
 }
 
-fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
-    let metric = IntCounterVec::new(Opts::new(name, help), labels)
-        .unwrap_or_else(|e| unreachable!("metric {name}: {e}"));
+fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> Result<IntCounterVec> {
+    let metric = IntCounterVec::new(Opts::new(name, help), labels)?;
     register(registry, metric)
 }
 
-fn histogram(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> HistogramVec {
+fn histogram(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> Result<HistogramVec> {
     let opts = HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec());
-    let metric =
-        HistogramVec::new(opts, labels).unwrap_or_else(|e| unreachable!("metric {name}: {e}"));
+    let metric = HistogramVec::new(opts, labels)?;
     register(registry, metric)
 }
 
-fn gauges(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
-    let metric = IntGaugeVec::new(Opts::new(name, help), labels)
-        .unwrap_or_else(|e| unreachable!("metric {name}: {e}"));
+fn gauges(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> Result<IntGaugeVec> {
+    let metric = IntGaugeVec::new(Opts::new(name, help), labels)?;
     register(registry, metric)
 }
 
-fn gauge(registry: &Registry, name: &str, help: &str) -> IntGauge {
-    let metric = IntGauge::new(name, help).unwrap_or_else(|e| unreachable!("metric {name}: {e}"));
+fn gauge(registry: &Registry, name: &str, help: &str) -> Result<IntGauge> {
+    let metric = IntGauge::new(name, help)?;
     register(registry, metric)
 }
 
-fn register<M: prometheus::core::Collector + Clone + 'static>(registry: &Registry, metric: M) -> M {
-    // Names are fixed and distinct, so registration cannot fail.
-    registry
-        .register(Box::new(metric.clone()))
-        .unwrap_or_else(|e| unreachable!("registering a metric: {e}"));
-    metric
+fn register<M: prometheus::core::Collector + Clone + 'static>(
+    registry: &Registry,
+    metric: M,
+) -> Result<M> {
+    registry.register(Box::new(metric.clone()))?;
+    Ok(metric)
 }
 
 impl Metrics {
-    /// A fresh registry with every metric at zero.
-    pub fn new() -> Arc<Self> {
+    /// A fresh registry with every metric at zero. Fails only on a metric msgw defines wrongly (a bad or repeated name), which
+    /// the tests would catch.
+    pub fn new() -> Result<Arc<Self>> {
         let registry = Registry::new();
         let plain_histogram = |name: &str, help: &str, buckets: &[f64]| {
-            let metric =
-                Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets.to_vec()))
-                    .unwrap_or_else(|e| unreachable!("metric {name}: {e}"));
-            register(&registry, metric)
+            let opts = HistogramOpts::new(name, help).buckets(buckets.to_vec());
+            register(&registry, Histogram::with_opts(opts)?)
         };
         let metrics = Arc::new(Self {
             envelope_operations: plain_histogram(
                 "msgw_upstream_envelope_operations",
                 "Operations per gateway request.",
                 ENVELOPE_BUCKETS,
-            ),
+            )?,
             queue_seconds: plain_histogram(
                 "msgw_upstream_queue_seconds",
                 "Time a call waited for its envelope.",
                 LATENCY_BUCKETS,
-            ),
+            )?,
             store_write_rows: {
                 let metric = HistogramVec::new(
                     HistogramOpts::new(
@@ -164,207 +160,203 @@ impl Metrics {
                     .buckets(ENVELOPE_BUCKETS.to_vec()),
                     &["stage"],
                 )
-                .unwrap_or_else(|e| unreachable!("metric: {e}"));
-                register(&registry, metric)
+                ?;
+                register(&registry, metric)?
             },
             queue_depth: gauge(
                 &registry,
                 "msgw_upstream_queue_operations",
                 "Operations waiting for an envelope.",
-            ),
+            )?,
             requests_in_flight: gauge(
                 &registry,
                 "msgw_upstream_requests_in_flight",
                 "Gateway requests in flight.",
-            ),
+            )?,
             queue_rejected: register(
                 &registry,
                 IntCounter::new(
                     "msgw_upstream_queue_rejected_total",
                     "Calls refused with RESOURCE_EXHAUSTED because the queue was full.",
-                )
-                .unwrap_or_else(|e| unreachable!("metric: {e}")),
-            ),
+                )?,
+            )?,
             rpc_total: counter(
                 &registry,
                 "msgw_rpc_requests_total",
                 "gRPC calls by method, caller and status code (caller \"unknown\": refused before authentication, \"anonymous\": no caller authentication).",
                 &["method", "caller", "code"],
-            ),
+            )?,
             rpc_seconds: histogram(
                 &registry,
                 "msgw_rpc_duration_seconds",
                 "gRPC call latency, by method, caller and status code.",
                 &["method", "caller", "code"],
-            ),
+            )?,
             config_reloads: counter(
                 &registry,
                 "msgw_config_reloads_total",
                 "Reloads of files msgw watches (file: callers, grpc_tls) after they changed, by outcome: loaded, or failed (what was loaded before stays).",
                 &["file", "outcome"],
-            ),
+            )?,
             operations_total: counter(
                 &registry,
                 "msgw_operations_total",
                 "Operations by kind (the RPC that asks for it alone), status code and ErrorInfo reason: each item of a Batch counts on its own.",
                 &["operation", "code", "reason"],
-            ),
+            )?,
             upstream_total: counter(
                 &registry,
                 "msgw_upstream_requests_total",
                 "Gateway requests by operation type (`batch` for several) and outcome.",
                 &["operation", "outcome"],
-            ),
+            )?,
             upstream_seconds: histogram(
                 &registry,
                 "msgw_upstream_duration_seconds",
                 "Gateway request latency, by operation type and outcome.",
                 &["operation", "outcome"],
-            ),
+            )?,
             verifications_total: counter(
                 &registry,
                 "msgw_verifications_total",
                 "Verifications by event (started, approved, failed, expired, canceled) and first channel.",
                 &["event", "channel"],
-            ),
+            )?,
             verification_checks_total: counter(
                 &registry,
                 "msgw_verification_checks_total",
                 "Verification checks by outcome (approved, wrong, failed: the last wrong one, not_found).",
                 &["outcome"],
-            ),
+            )?,
             guard_refusals_total: counter(
                 &registry,
                 "msgw_verify_guard_refusals_total",
                 "Verification starts and resends the fraud guard refused (mode on) or would have refused (mode shadow), by reason (suspected_fraud, key_rate_limited, country_rate_limited).",
                 &["reason", "mode"],
-            ),
+            )?,
             guard_holds_total: counter(
                 &registry,
                 "msgw_verify_guard_holds_total",
                 "Number ranges the fraud guard held (mode shadow: held only in its figures).",
                 &["mode"],
-            ),
+            )?,
             guard_ranges_held: gauges(
                 &registry,
                 "msgw_verify_guard_ranges_held",
                 "Number ranges held now, by mode, as the store has them (every replica reports the same figure).",
                 &["mode"],
-            ),
+            )?,
             verifications_by_country_total: counter(
                 &registry,
                 "msgw_verifications_by_country_total",
                 "Verifications started and approved, by calling code (ITU E.164; unassigned): approved over started is the conversion by country.",
                 &["calling_code", "event"],
-            ),
+            )?,
             billed_parts_total: counter(
                 &registry,
                 "msgw_billed_parts_total",
                 "Message parts billed by the gateway.",
                 &["channel"],
-            ),
+            )?,
             webhooks_total: counter(
                 &registry,
                 "msgw_webhooks_total",
                 "Delivery webhooks received, by endpoint and result.",
                 &["endpoint", "result"],
-            ),
+            )?,
             events_total: counter(
                 &registry,
                 "msgw_events_total",
                 "Status events appended to the log, by source and result.",
                 &["source", "result"],
-            ),
+            )?,
             grpc_connections_open: gauge(
                 &registry,
                 "msgw_grpc_connections_open",
                 "Connections to the gRPC port open now (with or without a stream).",
-            ),
+            )?,
             grpc_connections_max: gauge(
                 &registry,
                 "msgw_grpc_connections_max",
                 "Connections the gRPC port holds at most (MSGW_GRPC_MAX_CONNECTIONS).",
-            ),
+            )?,
             grpc_connections_closed: counter(
                 &registry,
                 "msgw_grpc_connections_closed_total",
                 "Connections to the gRPC port closed, by reason: client (the client closed it or it failed), handshake_timeout (no TLS handshake and HTTP/2 preface in time), idle (no open stream for MSGW_GRPC_IDLE_TIMEOUT), evicted (the longest idle, closed to make room at the cap), memory_budget (it held the most when the port reached MSGW_GRPC_MEMORY_BUDGET), send_timeout (its socket took nothing for MSGW_GRPC_SEND_TIMEOUT), keepalive_timeout (no answer to a ping), shutdown.",
                 &["reason"],
-            ),
+            )?,
             grpc_connections_refused: register(
                 &registry,
                 IntCounter::new(
                     "msgw_grpc_connections_refused_total",
                     "Connections to the gRPC port refused at the cap because every open one had a stream open.",
-                )
-                .unwrap_or_else(|e| unreachable!("metric: {e}")),
-            ),
+                )?,
+            )?,
             grpc_held_bytes: gauge(
                 &registry,
                 "msgw_grpc_held_bytes",
                 "What the gRPC port's open streams hold now, bytes: a fixed cost per stream, request headers and bodies, answers not yet sent (counted against MSGW_GRPC_MEMORY_BUDGET).",
-            ),
+            )?,
             grpc_memory_budget: gauge(
                 &registry,
                 "msgw_grpc_memory_budget_bytes",
                 "What the gRPC port's streams may hold in all (MSGW_GRPC_MEMORY_BUDGET).",
-            ),
+            )?,
             grpc_streams_stalled: gauge(
                 &registry,
                 "msgw_grpc_streams_stalled",
                 "gRPC streams whose client has left its flow-control window shut for a second or more, now.",
-            ),
+            )?,
             grpc_streams_refused: counter(
                 &registry,
                 "msgw_grpc_streams_refused_total",
                 "gRPC streams refused with RESOURCE_EXHAUSTED, by reason: memory_budget (the port held MSGW_GRPC_MEMORY_BUDGET), open_path_streams (the connection had its share of health and reflection streams open).",
                 &["reason"],
-            ),
+            )?,
             grpc_streams_reset: counter(
                 &registry,
                 "msgw_grpc_streams_reset_total",
                 "gRPC streams reset by msgw, by reason: send_timeout (the client read nothing of the answer for MSGW_GRPC_SEND_TIMEOUT).",
                 &["reason"],
-            ),
+            )?,
             http_connections_open: gauges(
                 &registry,
                 "msgw_http_connections_open",
                 "Connections to the HTTP listeners open now, by listener (webhook, admin).",
                 &["listener"],
-            ),
+            )?,
             http_connections_max: gauges(
                 &registry,
                 "msgw_http_connections_max",
                 "Connections each HTTP listener holds at most (webhook: MSGW_WEBHOOK_MAX_CONNECTIONS, or less under a low file limit; admin: 64).",
                 &["listener"],
-            ),
+            )?,
             http_connections_closed: counter(
                 &registry,
                 "msgw_http_connections_closed_total",
                 "Connections to the HTTP listeners closed, by listener (webhook, admin) and reason: client (the client closed it or it failed), header_timeout (no complete request headers within the header timeout, on a new connection or between requests), evicted (waiting for a request longest, closed to make room at the cap), shutdown.",
                 &["listener", "reason"],
-            ),
+            )?,
             open_streams: gauge(
                 &registry,
                 "msgw_event_streams_open",
                 "Open StreamStatusEvents streams.",
-            ),
+            )?,
             balance: register(
                 &registry,
                 GaugeVec::new(
                     Opts::new("msgw_balance", "Account balance at the gateway."),
                     &["currency"],
-                )
-                .unwrap_or_else(|e| unreachable!("metric: {e}")),
-            ),
+                )?,
+            )?,
             balance_refreshed: register(
                 &registry,
                 Gauge::new(
                     "msgw_balance_refreshed_timestamp_seconds",
                     "When the balance was last read.",
-                )
-                .unwrap_or_else(|e| unreachable!("metric: {e}")),
-            ),
+                )?,
+            )?,
             registry,
         });
         let build_info = GaugeVec::new(
@@ -373,12 +365,11 @@ impl Metrics {
                 "Always 1; the labels say which msgw build runs.",
             ),
             &["version", "revision"],
-        )
-        .unwrap_or_else(|e| unreachable!("metric: {e}"));
+        )?;
         build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION"), env!("MSGW_REVISION")])
             .set(1.0);
-        register(&metrics.registry, build_info);
+        register(&metrics.registry, build_info)?;
         // CPU, memory, open files, start time of this process (Linux).
         #[cfg(target_os = "linux")]
         if let Err(e) = metrics.registry.register(Box::new(
@@ -386,7 +377,7 @@ impl Metrics {
         )) {
             tracing::warn!(error = %e, "no process metrics");
         }
-        metrics
+        Ok(metrics)
     }
 
     /// Counts a finished gRPC call of `caller`.

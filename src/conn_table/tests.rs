@@ -9,7 +9,7 @@ async fn at_the_cap_the_longest_idle_connection_makes_room() {
         2,
         Duration::from_secs(60),
         usize::MAX,
-        ConnMetrics::grpc(&Metrics::new()),
+        ConnMetrics::grpc(&Metrics::new().unwrap()),
     );
     let first = table.admit().unwrap();
     tokio::time::advance(Duration::from_secs(1)).await;
@@ -34,7 +34,7 @@ async fn streams_needing_no_token_do_not_keep_a_connection_at_the_cap() {
         2,
         Duration::from_secs(60),
         usize::MAX,
-        ConnMetrics::grpc(&Metrics::new()),
+        ConnMetrics::grpc(&Metrics::new().unwrap()),
     );
     let watcher = table.admit().unwrap();
     let _watch = watcher.stream_opened(false, false, 0).unwrap();
@@ -51,7 +51,7 @@ async fn a_connection_is_idle_from_its_last_stream_on() {
         8,
         Duration::from_secs(60),
         usize::MAX,
-        ConnMetrics::grpc(&Metrics::new()),
+        ConnMetrics::grpc(&Metrics::new().unwrap()),
     );
     let conn = table.admit().unwrap();
     let start = Instant::now();
@@ -72,7 +72,7 @@ async fn at_the_ceiling_the_oldest_closing_connection_is_dropped_at_once() {
         8,
         Duration::from_secs(60),
         usize::MAX,
-        ConnMetrics::grpc(&Metrics::new()),
+        ConnMetrics::grpc(&Metrics::new().unwrap()),
     );
     let mut conns: Vec<_> = (0..8).map(|_| table.admit().unwrap()).collect();
     conns.push(table.admit().unwrap()); // evicts conns[0]
@@ -94,7 +94,7 @@ async fn a_connection_whose_streams_are_all_stalled_makes_room_at_the_cap() {
         2,
         Duration::from_secs(60),
         usize::MAX,
-        ConnMetrics::grpc(&Metrics::new()),
+        ConnMetrics::grpc(&Metrics::new().unwrap()),
     );
     let reading = table.admit().unwrap();
     let _call = reading.stream_opened(true, false, 0).unwrap();
@@ -115,7 +115,7 @@ async fn a_connection_has_few_open_path_streams_but_any_number_of_checks_and_its
         8,
         Duration::from_secs(60),
         usize::MAX,
-        ConnMetrics::grpc(&Metrics::new()),
+        ConnMetrics::grpc(&Metrics::new().unwrap()),
     );
     let conn = table.admit().unwrap();
     let open: Vec<_> = (0..OPEN_PATH_STREAMS)
@@ -139,7 +139,7 @@ async fn a_connection_has_few_open_path_streams_but_any_number_of_checks_and_its
 
 #[tokio::test(start_paused = true)]
 async fn at_the_memory_budget_streams_are_refused_and_the_heaviest_connection_goes() {
-    let metrics = Metrics::new();
+    let metrics = Metrics::new().unwrap();
     let budget = 10 * STREAM_COST;
     let table = Table::new(
         8,
@@ -196,7 +196,7 @@ async fn a_connection_idle_less_than_the_least_idle_time_does_not_make_room_yet(
         1,
         Duration::from_secs(60),
         least,
-        ConnMetrics::http(&Metrics::new(), "admin"),
+        ConnMetrics::http(&Metrics::new().unwrap(), "admin"),
     );
     let first = table.admit().unwrap();
     let admitted = Instant::now();
@@ -213,7 +213,7 @@ async fn a_connection_that_stops_serving_frees_room_for_the_one_waiting() {
         1,
         Duration::from_secs(60),
         Duration::ZERO,
-        ConnMetrics::http(&Metrics::new(), "webhook"),
+        ConnMetrics::http(&Metrics::new().unwrap(), "webhook"),
     );
     let serving = table.admit().unwrap();
     let request = serving.stream_opened(true, false, 0).unwrap();

@@ -14,9 +14,7 @@
 
 use std::sync::Arc;
 
-use hmac::{Hmac, Mac};
 use serde_json::Value;
-use sha2::Sha256;
 
 use crate::domain::Operation;
 use crate::store::{AcceptedOutcome, Fingerprint, Settlement};
@@ -42,10 +40,7 @@ impl Confidential {
 
     /// The keyed fingerprint of `op`.
     pub fn fingerprint(&self, op: &Operation) -> Fingerprint {
-        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.key[..])
-            .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
-        mac.update(&upstream::canonical(op));
-        Fingerprint(mac.finalize().into_bytes().into())
+        Fingerprint(crate::mac::tag(&self.key[..], &[&upstream::canonical(op)]))
     }
 
     /// The settlement as it may be stored: an accepted answer without its `code`.

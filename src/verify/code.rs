@@ -4,14 +4,13 @@
 //! cannot be tried without the key, and the seal is the code XOR a keystream that is
 //! an HMAC of a random nonce under the key.
 
-use hmac::{Hmac, Mac};
 use rand::Rng;
 use secrecy::{ExposeSecret, SecretString};
-use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
 use crate::dispatch::Confidential;
 use crate::domain::ClientId;
+use crate::mac::tag as hmac;
 use crate::store::StoredCode;
 
 /// Digits of a code, at most (msgw's own are 4 to 8; the gateway's voice codes are 4).
@@ -63,15 +62,6 @@ impl std::fmt::Debug for Codes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Codes(..)")
     }
-}
-
-fn hmac(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
-    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key)
-        .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
-    for part in parts {
-        mac.update(part);
-    }
-    mac.finalize().into_bytes().into()
 }
 
 impl Codes {

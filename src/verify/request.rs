@@ -49,13 +49,13 @@ impl Template {
         Ok(Self(input.to_owned()))
     }
 
-    /// The message with `code` in it.
-    fn with(&self, code: &Code) -> Text {
+    /// The message with `code` in it (a message the gateway takes: it was checked with
+    /// the longest code in).
+    fn with(&self, code: &Code) -> Result<Text, ValueError> {
         Text::parse(
             &self.0.replace(PLACEHOLDER, code.as_str()),
             TextKind::Message,
         )
-        .unwrap_or_else(|_| unreachable!("checked with the longest code"))
     }
 }
 
@@ -102,7 +102,10 @@ impl StartVerification {
         }
         let code = code.ok_or_else(|| missing("code"))?;
         let signature = || self.signature.clone().ok_or_else(|| missing("signature"));
-        let message = self.message.with(code);
+        let message = self
+            .message
+            .with(code)
+            .map_err(|e| crate::domain::Error::Internal(format!("a verification message: {e}")))?;
         let otp = || OtpCode::parse(code.as_str()).map_err(|_| missing("code of 4 to 8 digits"));
         Ok(match self.channels[..] {
             [Channel::Sms] => Operation::SendSms(SmsSend {

@@ -180,7 +180,8 @@ async fn at_the_cap_the_longest_idle_connection_makes_room_and_busy_ones_stay() 
     .await;
     let mut idle = TcpStream::connect(app.addr).await.unwrap();
     idle.write_all(PREFACE).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The server's SETTINGS: the handshake is done and the connection counted.
+    assert_eq!(next_frame(&mut idle).await, Some(crate::frames::SETTINGS));
     // The harness's connection carries a stream: it is busy, `idle` is not.
     let mut stream = subscribe(&app, StreamStatusEventsRequest::default()).await;
 

@@ -5,7 +5,7 @@ use std::{path::PathBuf, time::Duration};
 
 use tokio::process::Command;
 
-use crate::helpers::{Options, TestApp, spawn};
+use crate::helpers::{Callers, Entry, Options, TestApp, spawn};
 
 /// The token the examples authenticate with (`MSGW_TOKEN`).
 const TOKEN: &str = "example-token-2c9d8e";
@@ -14,13 +14,9 @@ const TOKEN: &str = "example-token-2c9d8e";
 /// runs in production authenticates, and the examples must too.
 async fn app() -> (TestApp, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    let hash = crate::helpers::sha256_hex(TOKEN);
-    let callers = dir.path().join("callers.toml");
-    std::fs::write(
-        &callers,
-        format!("[[caller]]\nname = \"examples\"\ntoken_sha256 = \"{hash}\"\n"),
-    )
-    .unwrap();
+    let callers = Callers::new()
+        .caller(Entry::token("examples", TOKEN))
+        .write(dir.path());
     let app = spawn(Options {
         sandbox_step: Some(Duration::from_millis(20)),
         callers_file: Some(callers),

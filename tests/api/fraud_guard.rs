@@ -14,7 +14,7 @@ use msgw::verify::guard::{Mode, Settings};
 use tonic::{Code, Status};
 use tonic_types::StatusExt;
 
-use crate::helpers::{FakeGateway, Options, TestApp, error_info, spawn};
+use crate::helpers::{Callers, Entry, FakeGateway, Options, TestApp, error_info, spawn};
 
 /// A satellite range (GMSS, +881): where pumping sends its codes.
 pub const PUMPED: &str = "881234";
@@ -404,17 +404,10 @@ async fn a_held_range_refuses_resends_until_released_by_rpc_or_command_line() {
 #[tokio::test]
 async fn only_admin_callers_may_see_or_release_holds() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("callers.toml");
-    std::fs::write(
-        &path,
-        format!(
-            "[[caller]]\nname = \"signup\"\ntoken_sha256 = \"{}\"\n\n\
-             [[caller]]\nname = \"oncall\"\ntoken_sha256 = \"{}\"\npermissions = [\"admin\"]\n",
-            crate::helpers::sha256_hex("signup-token"),
-            crate::helpers::sha256_hex("oncall-token"),
-        ),
-    )
-    .unwrap();
+    let path = Callers::new()
+        .caller(Entry::token("signup", "signup-token"))
+        .caller(Entry::token("oncall", "oncall-token").permissions(&["admin"]))
+        .write(dir.path());
     let app = spawn(Options {
         callers_file: Some(path),
         ..guarded(quick_guard())

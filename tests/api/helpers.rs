@@ -1,15 +1,8 @@
 //! Test harness: a fake gateway on loopback that records every request, and the
 //! real msgw started on port 0 against it.
 
-use std::{
-    net::SocketAddr,
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
-use axum::{
-    Router, body::Bytes, extract::State, http::HeaderMap, response::IntoResponse, routing::post,
-};
 use msgw::{
     app::Application,
     config::{Config, Upstream},
@@ -24,217 +17,11 @@ use msgw::{
     dispatch::Limits, grpc::port::PortLimits, hooks::HookSigner, http_listener::ListenerLimits,
     reconcile::ReconcileConfig, sandbox::SandboxConfig, store::Retention,
 };
-use serde_json::{Value, json};
-use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
+use tokio::{sync::oneshot, task::JoinHandle};
 use tonic::transport::Channel;
 
-/// The API key the tests configure.
-pub const API_KEY: &str = "test-key-5f0c";
-
-/// One request as the fake gateway received it.
-#[derive(Debug, Clone)]
-pub struct Recorded {
-    pub path: String,
-    pub content_type: Option<String>,
-    pub body: Value,
-}
-
-/// What the fake gateway answers.
-pub enum Reply {
-    /// HTTP 200 with this JSON.
-    Json(Value),
-    /// This HTTP status and raw body.
-    Http(u16, &'static str),
-    /// Wait, then answer.
-    After(Duration, Box<Reply>),
-    /// Queue the request, then decide the answer (what the gateway does happens then,
-    /// even if msgw has hung up meanwhile, as a real gateway's queue would).
-    Later(Duration, Box<dyn FnOnce() -> Reply + Send>),
-    /// Break the connection after the request arrived: headers, then a body that fails.
-    Reset,
-}
-
-type Responder = Arc<dyn Fn(&Value) -> Reply + Send + Sync>;
-
-#[derive(Clone)]
-struct GatewayState {
-    requests: Arc<Mutex<Vec<Recorded>>>,
-    responder: Arc<Mutex<Responder>>,
-    /// Requests being answered now, and the most at once.
-    concurrency: Arc<Mutex<(usize, usize)>>,
-}
-
-/// A gateway stand-in on 127.0.0.1:0.
-pub struct FakeGateway {
-    pub url: String,
-    state: GatewayState,
-}
-
-impl FakeGateway {
-    pub async fn start() -> Self {
-        let state = GatewayState {
-            requests: Arc::default(),
-            responder: Arc::new(Mutex::new(Arc::new(default_reply))),
-            concurrency: Arc::default(),
-        };
-        let app = Router::new()
-            .route("/api/json.php", post(handle))
-            .fallback(|| async { (axum::http::StatusCode::NOT_FOUND, "no such path") })
-            .with_state(state.clone());
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        Self {
-            url: format!("http://{addr}"),
-            state,
-        }
-    }
-
-    /// Answers every request with `f(request body)`.
-    pub fn respond_with(&self, f: impl Fn(&Value) -> Reply + Send + Sync + 'static) {
-        *self.state.responder.lock().unwrap() = Arc::new(f);
-    }
-
-    /// Answers every request with this JSON.
-    pub fn respond_json(&self, v: Value) {
-        self.respond_with(move |_| Reply::Json(v.clone()));
-    }
-
-    /// The most requests the gateway was answering at once.
-    pub fn most_concurrent(&self) -> usize {
-        self.state.concurrency.lock().unwrap().1
-    }
-
-    /// The operations of every request so far, request by request.
-    pub fn envelopes(&self) -> Vec<Vec<Value>> {
-        self.requests()
-            .iter()
-            .map(|r| r.body["data"].as_array().cloned().unwrap_or_default())
-            .collect()
-    }
-
-    /// Waits until the gateway has received a request; fails the test after 10 s.
-    pub async fn first_request(&self) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while self.requests().is_empty() {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "no request reached the fake gateway within 10 s"
-            );
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    }
-
-    pub fn requests(&self) -> Vec<Recorded> {
-        self.state.requests.lock().unwrap().clone()
-    }
-
-    /// The only operation object msgw sent, after checking the envelope around it.
-    pub fn only_item(&self) -> Value {
-        let requests = self.requests();
-        assert_eq!(
-            requests.len(),
-            1,
-            "expected one upstream request, got {requests:#?}"
-        );
-        let r = &requests[0];
-        assert_eq!(r.path, "/api/json.php");
-        assert_eq!(r.content_type.as_deref(), Some("application/json"));
-        assert_eq!(r.body["auth"], json!(API_KEY));
-        let data = r.body["data"].as_array().expect("data is an array");
-        assert_eq!(data.len(), 1, "expected one operation: {data:#?}");
-        data[0].clone()
-    }
-}
-
-async fn handle(
-    State(state): State<GatewayState>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> axum::response::Response {
-    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    state.requests.lock().unwrap().push(Recorded {
-        path: "/api/json.php".into(),
-        content_type: headers
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned),
-        body: body.clone(),
-    });
-    let responder = state.responder.lock().unwrap().clone();
-    let mut reply = responder(&body);
-    {
-        let mut c = state.concurrency.lock().unwrap();
-        c.0 += 1;
-        c.1 = c.1.max(c.0);
-    }
-    struct Done(Arc<Mutex<(usize, usize)>>);
-    impl Drop for Done {
-        fn drop(&mut self) {
-            self.0.lock().unwrap().0 -= 1;
-        }
-    }
-    let _done = Done(state.concurrency.clone());
-    loop {
-        match reply {
-            Reply::Json(v) => return axum::Json(v).into_response(),
-            Reply::Http(code, text) => {
-                return (axum::http::StatusCode::from_u16(code).unwrap(), text).into_response();
-            }
-            Reply::After(d, next) => {
-                tokio::time::sleep(d).await;
-                reply = *next;
-            }
-            Reply::Later(d, decide) => {
-                let (done, decided) = oneshot::channel();
-                tokio::spawn(async move {
-                    tokio::time::sleep(d).await;
-                    let _ = done.send(decide());
-                });
-                reply = decided
-                    .await
-                    .unwrap_or(Reply::Http(500, "the fake gateway lost its queue"));
-            }
-            Reply::Reset => {
-                let broken = futures_util::stream::once(async {
-                    Err::<Bytes, _>(std::io::Error::other(
-                        "the fake gateway resets the connection",
-                    ))
-                });
-                return axum::response::Response::builder()
-                    .header("content-type", "application/json")
-                    .body(axum::body::Body::from_stream(broken))
-                    .unwrap();
-            }
-        }
-    }
-}
-
-/// A plausible success for every operation of the request, in order.
-pub fn default_reply(body: &Value) -> Reply {
-    let items = body["data"].as_array().cloned().unwrap_or_default();
-    let results: Vec<Value> = items
-        .iter()
-        .map(|item| {
-            let payload = match item["type"].as_str().unwrap_or_default() {
-                "balance" => json!({"amount": 31.1683, "currency": "UAH"}),
-                "sender" => json!([{"name": "msgw", "status": "Verified by operator"}]),
-                "status" => {
-                    json!({"id": item["id"], "msg_id": 99, "type": "sms", "status": "DELIVERED"})
-                }
-                "hlr" => json!({"phone": item["phone"], "status": "DELIVERED"}),
-                "call/otp" => json!({"code": "0471", "price": 0.2}),
-                "template/create" => json!({"id": 1, "template": item["template"]}),
-                "template/viber/create" => json!({"id": 1, "status": "moderation"}),
-                "template/list" | "template/viber/list" => json!([]),
-                "template/delete" | "template/viber/delete" => json!({"deleted": 1}),
-                _ => json!({"id": item["id"], "msg_id": 123456789, "data": 1, "parts": 1}),
-            };
-            json!({"success": true, "data": payload})
-        })
-        .collect();
-    Reply::Json(json!({"success": true, "data": results}))
-}
+pub use crate::callers::{Callers, Entry, sha256_hex};
+pub use crate::gateway::{API_KEY, FakeGateway, Reply, default_reply};
 
 /// The webhook HMAC key the tests configure.
 pub const WEBHOOK_SECRET: &str = "test-webhook-secret-0123456789";
@@ -684,15 +471,6 @@ pub fn money(currency: &str, units: i64, nanos: i32) -> Option<msgw::proto::goog
 
 /// A valid SMS with client id `id`.
 pub use crate::builders::sms;
-
-/// The hex SHA-256 of a bearer token, as the callers file lists it.
-pub fn sha256_hex(token: &str) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(token.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
 
 /// Arguments of `msgw serve` on free loopback ports, logging JSON, with its SQLite
 /// store in `dir` (for tests that run the binary).

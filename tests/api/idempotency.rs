@@ -140,13 +140,7 @@ async fn a_call_whose_deadline_passes_while_another_sends_is_aborted() {
     });
     let mut first = app.messaging();
     let sending = tokio::spawn(async move { first.send_sms(sms_saying(11, "slow")).await });
-    // Wait until the first call's request is at the gateway.
-    for _ in 0..200 {
-        if !app.gateway.requests().is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    app.gateway.first_request().await;
     let mut request = Request::new(sms_saying(11, "slow"));
     request.set_timeout(Duration::from_millis(200));
     let status = app.messaging().send_sms(request).await.unwrap_err();

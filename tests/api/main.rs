@@ -3,6 +3,8 @@
 mod admin;
 mod browser;
 mod builders;
+#[path = "../common/callers.rs"]
+mod callers;
 mod coalescing;
 mod connections;
 mod errors;
@@ -13,6 +15,8 @@ mod fixtures;
 #[path = "../common/h2frames.rs"]
 mod frames;
 mod fraud_guard;
+#[path = "../common/gateway.rs"]
+mod gateway;
 mod guard_bursts;
 mod helpers;
 mod hostile;

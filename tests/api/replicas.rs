@@ -445,8 +445,15 @@ async fn a_replica_killed_mid_load_loses_nothing_acknowledged_and_its_subscriber
         }
     };
     let first_half = tokio::spawn(post(&replicas, 1..=EVENTS / 2));
-    // Kill replica 2 while webhooks are in flight on it.
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    // Kill replica 2 while webhooks are in flight on it: once some are acknowledged.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while acknowledged.lock().unwrap().len() < 20 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no webhook acknowledged in 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
     replicas[2].kill();
     first_half.await.expect("first half posted");
     let survivors = &replicas[..2];

@@ -9,7 +9,9 @@ use tokio_stream::StreamExt;
 use tonic::{Code, Request, Streaming};
 use tonic_types::StatusExt;
 
-use crate::helpers::{Options, TestApp, as_caller, error_info, sha256_hex, sms, spawn};
+use crate::helpers::{
+    Callers, Entry, Options, TestApp, as_caller, error_info, sha256_hex, sms, spawn,
+};
 
 const BILLING: &str = "billing-token-7f3a9c";
 const ORDERS: &str = "orders-token-1b2c3d";
@@ -17,35 +19,20 @@ const READER: &str = "reader-token-9e8d7c";
 const AUDIT: &str = "audit-token-5a6b7c";
 
 /// The callers every test here starts with.
+fn callers() -> Callers {
+    Callers::new()
+        .caller(Entry::token("billing", BILLING).rate(1.0, 2))
+        .caller(Entry::token("orders", ORDERS))
+        .caller(Entry::token("reader", READER).permissions(&["query"]))
+        .caller(
+            Entry::token("audit", AUDIT)
+                .permissions(&["events"])
+                .all_events(),
+        )
+}
+
 fn callers_toml() -> String {
-    format!(
-        r#"
-[[caller]]
-name = "billing"
-token_sha256 = "{}"
-sends_per_second = 1
-burst = 2
-
-[[caller]]
-name = "orders"
-token_sha256 = "{}"
-
-[[caller]]
-name = "reader"
-token_sha256 = "{}"
-permissions = ["query"]
-
-[[caller]]
-name = "audit"
-token_sha256 = "{}"
-permissions = ["events"]
-events = "all"
-"#,
-        sha256_hex(BILLING),
-        sha256_hex(ORDERS),
-        sha256_hex(READER),
-        sha256_hex(AUDIT),
-    )
+    callers().toml()
 }
 
 /// msgw with a callers file; the file's directory lives as long as the returned guard.
@@ -209,11 +196,15 @@ async fn a_token_removed_from_the_callers_file_stops_working_without_a_restart()
         .await
         .expect("an empty file changes nothing");
 
-    let without_orders: String = callers_toml()
-        .split("[[caller]]")
-        .filter(|entry| !entry.contains("\"orders\""))
-        .collect::<Vec<_>>()
-        .join("[[caller]]");
+    let without_orders = Callers::new()
+        .caller(Entry::token("billing", BILLING).rate(1.0, 2))
+        .caller(Entry::token("reader", READER).permissions(&["query"]))
+        .caller(
+            Entry::token("audit", AUDIT)
+                .permissions(&["events"])
+                .all_events(),
+        )
+        .toml();
     std::fs::write(&path, without_orders).unwrap();
     wait_for_metric(
         &app,

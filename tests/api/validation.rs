@@ -43,251 +43,214 @@ fn carousel(slides: Vec<ViberCarouselSlide>) -> send_viber_request::Content {
     })
 }
 
-#[tokio::test]
-async fn rejects_id_zero() {
-    let f = refused!(|app| app.messaging().send_sms(SendSmsRequest { id: 0, ..sms(1) }));
-    assert_eq!(f, ["id"]);
-}
-
-#[tokio::test]
-async fn rejects_phone_with_letters() {
-    let f = refused!(|app| app.messaging().send_sms(SendSmsRequest {
-        phone: "38097abc4567".into(),
-        ..sms(1)
-    }));
-    assert_eq!(f, ["phone"]);
-}
-
-#[tokio::test]
-async fn rejects_phone_too_short_or_too_long() {
-    let f = refused!(|app| app.messaging().send_sms(SendSmsRequest {
-        phone: "+123456".into(),
-        ..sms(1)
-    }));
-    assert_eq!(f, ["phone"]);
-    let f = refused!(|app| app.messaging().send_sms(SendSmsRequest {
-        phone: "1234567890123456".into(),
-        ..sms(1)
-    }));
-    assert_eq!(f, ["phone"]);
-}
-
-#[tokio::test]
-async fn rejects_phone_with_leading_zero() {
-    let f = refused!(|app| app.messaging().send_sms(SendSmsRequest {
-        phone: "0971234567".into(),
-        ..sms(1)
-    }));
-    assert_eq!(f, ["phone"]);
-}
-
-#[tokio::test]
-async fn rejects_empty_sms_text_and_signature() {
-    let f = refused!(|app| app.messaging().send_sms(SendSmsRequest {
-        message: " ".into(),
-        signature: String::new(),
-        ..sms(1)
-    }));
-    assert_eq!(f, ["message", "signature"]);
-}
-
-#[tokio::test]
-async fn rejects_sms_lifetime_out_of_bounds() {
-    for bad in [3599, 259_201] {
-        let f = refused!(|app| app.messaging().send_sms(SendSmsRequest {
-            lifetime: secs(bad),
-            ..sms(1)
-        }));
-        assert_eq!(f, ["lifetime"], "{bad}");
+/// Sends each request to one msgw: every one is refused INVALID_ARGUMENT naming
+/// exactly `fields`, and the gateway sees nothing.
+async fn refuses_each<R, F, Fut>(cases: Vec<(&str, R, &[&str])>, call: F)
+where
+    F: Fn(&TestApp, R) -> Fut,
+    Fut: std::future::Future<Output = Result<(), tonic::Status>>,
+{
+    let app: TestApp = spawn_app().await;
+    for (case, request, fields) in cases {
+        let status = call(&app, request).await.expect_err(case);
+        assert_eq!(violations(&status), fields, "{case}");
     }
-}
-
-#[tokio::test]
-async fn rejects_fractional_or_negative_lifetime() {
-    let f = refused!(|app| app.messaging().send_sms(SendSmsRequest {
-        lifetime: Some(Duration {
-            seconds: 3600,
-            nanos: 5
-        }),
-        ..sms(1)
-    }));
-    assert_eq!(f, ["lifetime"]);
-    let f = refused!(|app| app.messaging().send_sms(SendSmsRequest {
-        lifetime: secs(-3600),
-        ..sms(1)
-    }));
-    assert_eq!(f, ["lifetime"]);
-}
-
-#[tokio::test]
-async fn rejects_viber_lifetime_under_a_minute() {
-    let f = refused!(|app| app.messaging().send_viber(SendViberRequest {
-        lifetime: secs(59),
-        ..viber(send_viber_request::Content::Text(ViberText {
-            message: "m".into()
-        }))
-    }));
-    assert_eq!(f, ["lifetime"]);
-}
-
-#[tokio::test]
-async fn rejects_viber_without_content() {
-    let f = refused!(|app| app.messaging().send_viber(SendViberRequest {
-        content: None,
-        ..viber(carousel(vec![]))
-    }));
-    assert_eq!(f, ["content"]);
-}
-
-#[tokio::test]
-async fn rejects_viber_text_without_message() {
-    let f = refused!(|app| app
-        .messaging()
-        .send_viber(viber(send_viber_request::Content::Text(
-            ViberText::default()
-        ))));
-    assert_eq!(f, ["text.message"]);
-}
-
-#[tokio::test]
-async fn rejects_viber_image_without_image() {
-    let f = refused!(|app| app
-        .messaging()
-        .send_viber(viber(send_viber_request::Content::Image(
-            ViberImage::default()
-        ))));
-    assert_eq!(f, ["image.image_url"]);
-}
-
-#[tokio::test]
-async fn rejects_viber_text_link_missing_fields() {
-    let f =
-        refused!(|app| app
-            .messaging()
-            .send_viber(viber(send_viber_request::Content::TextLink(
-                ViberTextLink::default()
-            ))));
-    assert_eq!(
-        f,
-        [
-            "text_link.message",
-            "text_link.link_url",
-            "text_link.button"
-        ]
+    assert!(
+        app.gateway.requests().is_empty(),
+        "nothing may reach the gateway"
     );
 }
 
-#[tokio::test]
-async fn rejects_viber_text_image_link_missing_fields() {
-    let f = refused!(|app| app.messaging().send_viber(viber(
-        send_viber_request::Content::TextImageLink(ViberTextImageLink::default())
-    )));
-    assert_eq!(
-        f,
-        [
-            "text_image_link.message",
-            "text_image_link.image_url",
-            "text_image_link.link_url",
-            "text_image_link.button"
-        ]
-    );
+fn send_sms(
+    app: &TestApp,
+    r: SendSmsRequest,
+) -> impl Future<Output = Result<(), tonic::Status>> + use<> {
+    let mut client = app.messaging();
+    async move { client.send_sms(r).await.map(drop) }
+}
+
+fn send_viber(
+    app: &TestApp,
+    r: SendViberRequest,
+) -> impl Future<Output = Result<(), tonic::Status>> + use<> {
+    let mut client = app.messaging();
+    async move { client.send_viber(r).await.map(drop) }
 }
 
 #[tokio::test]
-async fn rejects_links_that_are_not_absolute_http_urls() {
-    let f =
-        refused!(|app| app
-            .messaging()
-            .send_viber(viber(send_viber_request::Content::TextLink(
-                ViberTextLink {
-                    message: "m".into(),
-                    link_url: "ftp://example.org/x".into(),
-                    button: "b".into()
-                }
-            ))));
-    assert_eq!(f, ["text_link.link_url"]);
-    let f = refused!(|app| app
-        .messaging()
-        .send_viber(viber(send_viber_request::Content::Image(ViberImage {
-            image_url: "/relative.png".into()
-        }))));
-    assert_eq!(f, ["image.image_url"]);
+async fn sms_violating_a_rule_is_refused_naming_each_field() {
+    let lifetime = |l| SendSmsRequest {
+        lifetime: l,
+        ..sms(1)
+    };
+    let phone = |p: &str| SendSmsRequest {
+        phone: p.into(),
+        ..sms(1)
+    };
+    let cases: Vec<(&str, SendSmsRequest, &[&str])> = vec![
+        ("id zero", SendSmsRequest { id: 0, ..sms(1) }, &["id"]),
+        ("phone with letters", phone("38097abc4567"), &["phone"]),
+        ("phone too short", phone("+123456"), &["phone"]),
+        ("phone too long", phone("1234567890123456"), &["phone"]),
+        ("phone with a leading zero", phone("0971234567"), &["phone"]),
+        (
+            "empty text and signature",
+            SendSmsRequest {
+                message: " ".into(),
+                signature: String::new(),
+                ..sms(1)
+            },
+            &["message", "signature"],
+        ),
+        (
+            "lifetime under an hour",
+            lifetime(secs(3599)),
+            &["lifetime"],
+        ),
+        (
+            "lifetime over 3 days",
+            lifetime(secs(259_201)),
+            &["lifetime"],
+        ),
+        (
+            "fractional lifetime",
+            lifetime(Some(Duration {
+                seconds: 3600,
+                nanos: 5,
+            })),
+            &["lifetime"],
+        ),
+        ("negative lifetime", lifetime(secs(-3600)), &["lifetime"]),
+    ];
+    refuses_each(cases, send_sms).await;
 }
 
 #[tokio::test]
-async fn rejects_carousel_with_one_slide() {
-    let f = refused!(|app| app
-        .messaging()
-        .send_viber(viber(carousel(vec![full_slide()]))));
-    assert_eq!(f, ["carousel.slides"]);
-}
-
-#[tokio::test]
-async fn rejects_carousel_with_six_slides() {
-    let f = refused!(|app| app
-        .messaging()
-        .send_viber(viber(carousel(vec![full_slide(); 6]))));
-    assert_eq!(f, ["carousel.slides"]);
-}
-
-#[tokio::test]
-async fn rejects_carousel_without_message() {
-    let f =
-        refused!(|app| app
-            .messaging()
-            .send_viber(viber(send_viber_request::Content::Carousel(
-                ViberCarousel {
+async fn viber_violating_a_rule_is_refused_naming_each_field() {
+    use send_viber_request::Content;
+    let text = || {
+        Content::Text(ViberText {
+            message: "m".into(),
+        })
+    };
+    let slides = |slides| viber(carousel(slides));
+    let cases: Vec<(&str, SendViberRequest, &[&str])> = vec![
+        (
+            "lifetime under a minute",
+            SendViberRequest {
+                lifetime: secs(59),
+                ..viber(text())
+            },
+            &["lifetime"],
+        ),
+        (
+            "no content",
+            SendViberRequest {
+                content: None,
+                ..viber(carousel(vec![]))
+            },
+            &["content"],
+        ),
+        (
+            "text without message",
+            viber(Content::Text(ViberText::default())),
+            &["text.message"],
+        ),
+        (
+            "image without image",
+            viber(Content::Image(ViberImage::default())),
+            &["image.image_url"],
+        ),
+        (
+            "text and link missing fields",
+            viber(Content::TextLink(ViberTextLink::default())),
+            &[
+                "text_link.message",
+                "text_link.link_url",
+                "text_link.button",
+            ],
+        ),
+        (
+            "text, image and link missing fields",
+            viber(Content::TextImageLink(ViberTextImageLink::default())),
+            &[
+                "text_image_link.message",
+                "text_image_link.image_url",
+                "text_image_link.link_url",
+                "text_image_link.button",
+            ],
+        ),
+        (
+            "link that is not http",
+            viber(Content::TextLink(ViberTextLink {
+                message: "m".into(),
+                link_url: "ftp://example.org/x".into(),
+                button: "b".into(),
+            })),
+            &["text_link.link_url"],
+        ),
+        (
+            "relative image URL",
+            viber(Content::Image(ViberImage {
+                image_url: "/relative.png".into(),
+            })),
+            &["image.image_url"],
+        ),
+        (
+            "carousel with one slide",
+            slides(vec![full_slide()]),
+            &["carousel.slides"],
+        ),
+        (
+            "carousel with six slides",
+            slides(vec![full_slide(); 6]),
+            &["carousel.slides"],
+        ),
+        (
+            "carousel without message",
+            viber(Content::Carousel(ViberCarousel {
+                message: String::new(),
+                slides: vec![full_slide(), full_slide()],
+            })),
+            &["carousel.message"],
+        ),
+        (
+            "incomplete slide",
+            slides(vec![full_slide(), ViberCarouselSlide::default()]),
+            &[
+                "carousel.slides[1].caption",
+                "carousel.slides[1].image_url",
+                "carousel.slides[1].url",
+                "carousel.slides[1].button",
+            ],
+        ),
+        (
+            "second button without its URL and the other way round",
+            slides(vec![
+                ViberCarouselSlide {
+                    button2: "More".into(),
+                    ..full_slide()
+                },
+                ViberCarouselSlide {
+                    url2: "https://example.org/more".into(),
+                    ..full_slide()
+                },
+            ]),
+            &["carousel.slides[0].url2", "carousel.slides[1].button2"],
+        ),
+        (
+            "incomplete SMS fallback",
+            SendViberRequest {
+                sms_fallback: Some(SmsFallback {
                     message: String::new(),
-                    slides: vec![full_slide(), full_slide()]
-                }
-            ))));
-    assert_eq!(f, ["carousel.message"]);
-}
-
-#[tokio::test]
-async fn rejects_incomplete_slide() {
-    let f = refused!(|app| app.messaging().send_viber(viber(carousel(vec![
-        full_slide(),
-        ViberCarouselSlide::default()
-    ]))));
-    assert_eq!(
-        f,
-        [
-            "carousel.slides[1].caption",
-            "carousel.slides[1].image_url",
-            "carousel.slides[1].url",
-            "carousel.slides[1].button"
-        ]
-    );
-}
-
-#[tokio::test]
-async fn rejects_second_button_without_its_url_and_vice_versa() {
-    let f = refused!(|app| app.messaging().send_viber(viber(carousel(vec![
-        ViberCarouselSlide {
-            button2: "More".into(),
-            ..full_slide()
-        },
-        ViberCarouselSlide {
-            url2: "https://example.org/more".into(),
-            ..full_slide()
-        },
-    ]))));
-    assert_eq!(f, ["carousel.slides[0].url2", "carousel.slides[1].button2"]);
-}
-
-#[tokio::test]
-async fn rejects_incomplete_sms_fallback() {
-    let f = refused!(|app| app.messaging().send_viber(SendViberRequest {
-        sms_fallback: Some(SmsFallback {
-            message: String::new(),
-            signature: "msgw".into()
-        }),
-        ..viber(send_viber_request::Content::Text(ViberText {
-            message: "m".into()
-        }))
-    }));
-    assert_eq!(f, ["sms_fallback.message"]);
+                    signature: "msgw".into(),
+                }),
+                ..viber(text())
+            },
+            &["sms_fallback.message"],
+        ),
+    ];
+    refuses_each(cases, send_viber).await;
 }
 
 fn rcs() -> SendRcsRequest {

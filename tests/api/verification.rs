@@ -12,8 +12,8 @@ use serde_json::{Value, json};
 use tonic::Code;
 
 use crate::helpers::{
-    FakeGateway, Options, Reply, TestApp, as_caller, default_reply, error_info, sha256_hex, spawn,
-    spawn_app, spawn_sandboxed_app,
+    Callers, Entry, FakeGateway, Options, Reply, TestApp, as_caller, default_reply, error_info,
+    spawn, spawn_app, spawn_sandboxed_app,
 };
 
 const PHONE: &str = "+380971234567";
@@ -328,17 +328,11 @@ const BOB: &str = "bob-token-0123456789";
 #[tokio::test]
 async fn callers_see_and_check_only_their_own_verifications() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("callers.toml");
-    std::fs::write(
-        &path,
-        format!(
-            "[[caller]]\nname = \"alice\"\ntoken_sha256 = \"{}\"\n\n[[caller]]\nname = \"bob\"\ntoken_sha256 = \"{}\"\n\n[[caller]]\nname = \"reader\"\ntoken_sha256 = \"{}\"\npermissions = [\"query\"]\n",
-            sha256_hex(ALICE),
-            sha256_hex(BOB),
-            sha256_hex("reader-token-0123456789"),
-        ),
-    )
-    .unwrap();
+    let path = Callers::new()
+        .caller(Entry::token("alice", ALICE))
+        .caller(Entry::token("bob", BOB))
+        .caller(Entry::token("reader", "reader-token-0123456789").permissions(&["query"]))
+        .write(dir.path());
     let app = spawn(Options {
         callers_file: Some(path),
         ..Options::default()
@@ -936,15 +930,9 @@ async fn a_verification_send_is_a_message_whose_status_reaches_the_event_stream(
 #[tokio::test]
 async fn a_callers_send_rate_counts_its_verification_sends() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("callers.toml");
-    std::fs::write(
-        &path,
-        format!(
-            "[[caller]]\nname = \"alice\"\ntoken_sha256 = \"{}\"\nsends_per_second = 0.01\nburst = 1\n",
-            sha256_hex(ALICE),
-        ),
-    )
-    .unwrap();
+    let path = Callers::new()
+        .caller(Entry::token("alice", ALICE).rate(0.01, 1))
+        .write(dir.path());
     let app = spawn(Options {
         callers_file: Some(path),
         ..Options::default()

@@ -35,11 +35,12 @@ use std::{
     time::{Duration, Instant},
 };
 
+#[path = "../common/callers.rs"]
+mod callers;
 #[path = "../common/h2frames.rs"]
 mod frames;
 
 use clap::Parser;
-use sha2::{Digest, Sha256};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpStream,
@@ -168,12 +169,9 @@ impl Drop for Msgw {
 
 fn start(args: &Args) -> anyhow::Result<Msgw> {
     let dir = tempfile::tempdir()?;
-    let hash = hex(&Sha256::digest(TOKEN.as_bytes()));
-    let callers = dir.path().join("callers.toml");
-    std::fs::write(
-        &callers,
-        format!("[[caller]]\nname = \"bench\"\ntoken_sha256 = \"{hash}\"\nevents = \"all\"\n"),
-    )?;
+    let callers = callers::Callers::new()
+        .caller(callers::Entry::token("bench", TOKEN).all_events())
+        .write(dir.path());
     let binary = args
         .msgw
         .clone()
@@ -229,10 +227,6 @@ fn start(args: &Args) -> anyhow::Result<Msgw> {
         admin,
         _dir: dir,
     })
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Resident memory of `pid`, MiB.

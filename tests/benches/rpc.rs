@@ -21,6 +21,10 @@
 //!
 //! `cargo bench --bench rpc` (options: `-- --help`)
 
+#[path = "../common/callers.rs"]
+mod callers;
+#[path = "../common/gateway.rs"]
+mod gateway;
 #[path = "../common/postgres.rs"]
 mod postgres;
 
@@ -32,8 +36,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use axum::{Router, body::Bytes, routing::post};
 use clap::Parser;
+use gateway::FakeGateway;
 use msgw::{
     app::Application,
     config::{Config, Upstream},
@@ -42,7 +46,7 @@ use msgw::{
     reconcile::ReconcileConfig,
     store::Retention,
 };
-use serde_json::{Value, json};
+
 use tokio::runtime::Runtime;
 use tonic::transport::Channel;
 use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
@@ -124,8 +128,8 @@ fn main() -> anyhow::Result<()> {
     };
     let gateway_rt = runtime("fake-gateway", 1)?;
     let latency = Duration::from_millis(args.latency_ms);
-    let instant = gateway_rt.block_on(fake_gateway(Duration::ZERO))?;
-    let slow = gateway_rt.block_on(fake_gateway(latency))?;
+    let instant = gateway_rt.block_on(FakeGateway::accepting_sends(Duration::ZERO));
+    let slow = gateway_rt.block_on(FakeGateway::accepting_sends(latency));
     println!(
         "msgw send-path benchmark (msgw on {} worker threads, {} HTTP/2 connections from the callers, {} s per phase)",
         args.msgw_workers, args.connections, args.seconds,
@@ -159,8 +163,8 @@ struct Runtimes {
 /// Runs every phase against one store and prints a to e; returns b (sends/s).
 fn run(
     rts: &Runtimes,
-    instant_gateway: &Gateway,
-    slow_gateway: &Gateway,
+    instant_gateway: &FakeGateway,
+    slow_gateway: &FakeGateway,
     args: &Args,
     postgres: bool,
 ) -> anyhow::Result<f64> {
@@ -243,11 +247,11 @@ fn run(
         )
         .await;
         let before = Counts::read(msgw.http).await;
-        slow_gateway.peers();
+        slow_gateway.take_peers();
         let many = drive(&msgw.channels, args.coalesced_callers, seconds, Call::Send).await;
         let many = many.with_envelopes(Counts::read(msgw.http).await.since(&before).envelopes);
-        let peers = slow_gateway.peers();
-        slow_gateway.answered.lock().map(|mut a| a.clear()).ok();
+        let peers = slow_gateway.take_peers();
+        slow_gateway.take_answer_times();
         let lone = drive(
             &msgw.channels,
             1,
@@ -256,11 +260,7 @@ fn run(
         )
         .await;
         // The gateway's own time for the lone caller's requests: what msgw cannot save.
-        let mut times = slow_gateway
-            .answered
-            .lock()
-            .map(|mut a| std::mem::take(&mut *a))
-            .unwrap_or_default();
+        let mut times = slow_gateway.take_answer_times();
         times.sort_unstable();
         let gateway_p50 = times.get(times.len() / 2).copied().unwrap_or_default();
         (many, lone, gateway_p50, peers)
@@ -355,17 +355,11 @@ fn start(
         None => format!("sqlite://{}", dir.path().join("bench.db").display()),
     };
     let callers_file = if args.bearer {
-        use sha2::Digest;
-        let hash: String = sha2::Sha256::digest(BEARER.as_bytes())
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        let path = dir.path().join("callers.toml");
-        std::fs::write(
-            &path,
-            format!("[[caller]]\nname = \"bench\"\ntoken_sha256 = \"{hash}\"\n"),
-        )?;
-        Some(path)
+        Some(
+            callers::Callers::new()
+                .caller(callers::Entry::token("bench", BEARER))
+                .write(dir.path()),
+        )
     } else {
         None
     };
@@ -632,80 +626,6 @@ fn msgw_cpu() -> Duration {
         ticks += field(11) + field(12);
     }
     Duration::from_millis(ticks * 1000 / TICKS_PER_SECOND)
-}
-
-/// How long the fake gateway took to answer each request.
-type Answered = Arc<std::sync::Mutex<Vec<Duration>>>;
-
-/// A fake gateway: its URL, the time it took for each request, and the connections
-/// msgw opened to it.
-struct Gateway {
-    url: String,
-    answered: Answered,
-    peers: Arc<std::sync::Mutex<std::collections::HashSet<std::net::SocketAddr>>>,
-}
-
-impl Gateway {
-    /// Connections seen since the last call.
-    fn peers(&self) -> usize {
-        self.peers
-            .lock()
-            .map(|mut p| std::mem::take(&mut *p).len())
-            .unwrap_or_default()
-    }
-}
-
-/// A gateway that accepts every send after `latency`, on its own runtime. The wait is
-/// a thread sleep (tens of µs of precision), not a tokio timer (1 ms ticks), so L is
-/// what the gateway really takes; each request's time and connection are recorded.
-async fn fake_gateway(latency: Duration) -> anyhow::Result<Gateway> {
-    use axum::extract::ConnectInfo;
-    let next_msg_id = Arc::new(AtomicU64::new(100_000_001));
-    let answered = Answered::default();
-    let peers = Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
-    let (times, seen) = (answered.clone(), peers.clone());
-    let app = Router::new().route(
-        "/api/json.php",
-        post(move |ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>, body: Bytes| {
-            let (next_msg_id, times, seen) = (next_msg_id.clone(), times.clone(), seen.clone());
-            async move {
-                let started = Instant::now();
-                if let Ok(mut seen) = seen.lock() {
-                    seen.insert(peer);
-                }
-                if !latency.is_zero() {
-                    let _ = tokio::task::spawn_blocking(move || std::thread::sleep(latency)).await;
-                }
-                let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-                let items = request["data"].as_array().cloned().unwrap_or_default();
-                let results: Vec<Value> = items
-                    .iter()
-                    .map(|item| {
-                        let msg_id = next_msg_id.fetch_add(1, Ordering::Relaxed);
-                        json!({"success": true, "data": {"id": item["id"], "msg_id": msg_id, "data": 1, "parts": 1}})
-                    })
-                    .collect();
-                if let Ok(mut times) = times.lock() {
-                    times.push(started.elapsed());
-                }
-                axum::Json(json!({"success": true, "data": results}))
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("http://{}", listener.local_addr()?);
-    tokio::spawn(async move {
-        let _ = axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
-        )
-        .await;
-    });
-    Ok(Gateway {
-        url,
-        answered,
-        peers,
-    })
 }
 
 fn config(

@@ -11,6 +11,8 @@
 //!
 //! `cargo bench --bench verify` (options: `-- --help`)
 
+#[path = "../common/gateway.rs"]
+mod gateway;
 #[path = "../common/postgres.rs"]
 mod postgres;
 
@@ -22,15 +24,15 @@ use std::{
     time::{Duration, Instant},
 };
 
-use axum::{Router, body::Bytes, routing::post};
 use clap::Parser;
+use gateway::FakeGateway;
 use msgw::{
     app::Application,
     config::{Config, Upstream, VerifyConfig},
     proto::{StartVerificationRequest, verification_service_client::VerificationServiceClient},
     verify::guard::{Mode, Settings},
 };
-use serde_json::{Value, json};
+
 use tonic::transport::Channel;
 
 #[derive(Parser, Debug, Clone)]
@@ -104,7 +106,7 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        let gateway = fake_gateway().await?;
+        let gateway = FakeGateway::accepting_sends(Duration::ZERO).await;
         let stores: &[bool] = match args.store.as_str() {
             "sqlite" => &[false],
             "postgres" => &[true],
@@ -115,7 +117,7 @@ fn main() -> anyhow::Result<()> {
             let mut tallies: Vec<Tally> = Guard::ALL.iter().map(|_| Tally::default()).collect();
             for _ in 0..args.rounds {
                 for (i, guard) in Guard::ALL.iter().enumerate() {
-                    let round = run(&args, &gateway, pg, *guard, ids.clone()).await?;
+                    let round = run(&args, &gateway.url, pg, *guard, ids.clone()).await?;
                     let tally = &mut tallies[i];
                     tally.ok += round.ok;
                     tally.failed += round.failed;
@@ -258,33 +260,4 @@ async fn drive(channel: Channel, callers: usize, length: Duration, ids: Arc<Atom
     }
     total.elapsed = started.elapsed();
     total
-}
-
-/// A gateway that accepts every send at once.
-async fn fake_gateway() -> anyhow::Result<String> {
-    let next_msg_id = Arc::new(AtomicU64::new(100_000_001));
-    let app = Router::new().route(
-        "/api/json.php",
-        post(move |body: Bytes| {
-            let next_msg_id = next_msg_id.clone();
-            async move {
-                let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-                let items = request["data"].as_array().cloned().unwrap_or_default();
-                let results: Vec<Value> = items
-                    .iter()
-                    .map(|item| {
-                        let msg_id = next_msg_id.fetch_add(1, Ordering::Relaxed);
-                        json!({"success": true, "data": {"id": item["id"], "msg_id": msg_id, "data": 1, "parts": 1}})
-                    })
-                    .collect();
-                axum::Json(json!({"success": true, "data": results}))
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("http://{}", listener.local_addr()?);
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    Ok(url)
 }

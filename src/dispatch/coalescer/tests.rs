@@ -60,7 +60,7 @@ fn limits(connections: usize, batch_max: usize, queue_max: usize) -> Limits {
 #[tokio::test]
 async fn a_lone_call_goes_at_once_in_its_own_envelope() {
     let runner = echo(Duration::ZERO);
-    let c = Coalescer::new(runner.clone(), Limits::default(), Metrics::new());
+    let c = Coalescer::new(runner.clone(), Limits::default(), Metrics::new().unwrap());
     assert_eq!(c.call(ops(1), None, None).await.unwrap(), vec![1]);
     assert_eq!(*runner.envelopes.lock().unwrap(), vec![1]);
 }
@@ -68,7 +68,7 @@ async fn a_lone_call_goes_at_once_in_its_own_envelope() {
 #[tokio::test]
 async fn calls_queued_while_the_slots_are_busy_share_envelopes_within_bounds() {
     let runner = echo(Duration::from_millis(50));
-    let c = Coalescer::new(runner.clone(), limits(2, 10, 1000), Metrics::new());
+    let c = Coalescer::new(runner.clone(), limits(2, 10, 1000), Metrics::new().unwrap());
     let calls: Vec<_> = (0..60)
         .map(|_| {
             let c = c.clone();
@@ -88,7 +88,7 @@ async fn calls_queued_while_the_slots_are_busy_share_envelopes_within_bounds() {
 #[tokio::test]
 async fn a_call_keeps_its_operations_together() {
     let runner = echo(Duration::from_millis(20));
-    let c = Coalescer::new(runner.clone(), limits(1, 5, 1000), Metrics::new());
+    let c = Coalescer::new(runner.clone(), limits(1, 5, 1000), Metrics::new().unwrap());
     let first = tokio::spawn({
         let c = c.clone();
         async move { c.call(ops(1), None, None).await }
@@ -103,7 +103,7 @@ async fn a_call_keeps_its_operations_together() {
 #[tokio::test]
 async fn a_full_queue_refuses_with_retry_advice() {
     let runner = echo(Duration::from_millis(200));
-    let metrics = Metrics::new();
+    let metrics = Metrics::new().unwrap();
     let c = Coalescer::new(runner, limits(1, 1, 2), metrics.clone());
     let busy: Vec<_> = (0..3)
         .map(|_| {
@@ -126,7 +126,7 @@ async fn a_full_queue_refuses_with_retry_advice() {
 #[tokio::test]
 async fn a_call_whose_deadline_passes_in_the_queue_is_never_run() {
     let runner = echo(Duration::from_millis(200));
-    let c = Coalescer::new(runner.clone(), limits(1, 1, 100), Metrics::new());
+    let c = Coalescer::new(runner.clone(), limits(1, 1, 100), Metrics::new().unwrap());
     let busy = tokio::spawn({
         let c = c.clone();
         async move { c.call(ops(1), None, None).await }
@@ -147,7 +147,7 @@ async fn a_call_whose_deadline_passes_in_the_queue_is_never_run() {
 #[tokio::test]
 async fn a_caller_that_leaves_while_queued_is_never_run() {
     let runner = echo(Duration::from_millis(100));
-    let metrics = Metrics::new();
+    let metrics = Metrics::new().unwrap();
     let c = Coalescer::new(runner.clone(), limits(1, 1, 100), metrics.clone());
     let busy = tokio::spawn({
         let c = c.clone();
@@ -246,7 +246,7 @@ fn preparing(hold: Duration, run: Duration) -> Arc<Preparing> {
 #[tokio::test]
 async fn calls_queued_while_a_group_is_prepared_share_the_next_group() {
     let runner = preparing(Duration::from_millis(40), Duration::ZERO);
-    let c = Coalescer::new(runner.clone(), limits(8, 50, 1000), Metrics::new());
+    let c = Coalescer::new(runner.clone(), limits(8, 50, 1000), Metrics::new().unwrap());
     let first = tokio::spawn({
         let c = c.clone();
         async move { c.call(ops(1), None, None).await }
@@ -271,7 +271,7 @@ async fn calls_queued_while_a_group_is_prepared_share_the_next_group() {
 #[tokio::test]
 async fn a_call_answered_in_preparation_never_takes_a_slot() {
     let runner = preparing(Duration::ZERO, Duration::ZERO);
-    let metrics = Metrics::new();
+    let metrics = Metrics::new().unwrap();
     let c = Coalescer::new(runner.clone(), Limits::default(), metrics.clone());
     let answered = c
         .call(
@@ -292,7 +292,7 @@ async fn a_call_answered_in_preparation_never_takes_a_slot() {
 #[tokio::test]
 async fn a_prepared_call_that_leaves_the_queue_gives_back_what_it_held() {
     let runner = preparing(Duration::ZERO, Duration::from_millis(150));
-    let metrics = Metrics::new();
+    let metrics = Metrics::new().unwrap();
     let c = Coalescer::new(runner.clone(), limits(1, 1, 100), metrics.clone());
     let busy = tokio::spawn({
         let c = c.clone();
@@ -324,7 +324,7 @@ async fn a_prepared_call_that_leaves_the_queue_gives_back_what_it_held() {
 async fn groups_prepared_at_once_may_end_out_of_order_and_their_calls_still_leave_cleanly() {
     let mut runner = preparing(Duration::from_millis(15), Duration::from_millis(300));
     Arc::get_mut(&mut runner).unwrap().concurrency = 2;
-    let metrics = Metrics::new();
+    let metrics = Metrics::new().unwrap();
     let c = Coalescer::new(runner.clone(), limits(1, 4, 100), metrics.clone());
     // The slow group (id 1) starts first; the fast one (id 2) starts beside it and
     // ends first, taking the only slot.
@@ -364,7 +364,7 @@ async fn groups_prepared_at_once_may_end_out_of_order_and_their_calls_still_leav
 #[tokio::test]
 async fn calls_are_prepared_one_round_of_requests_ahead_at_most() {
     let runner = preparing(Duration::ZERO, Duration::from_millis(20));
-    let c = Coalescer::new(runner.clone(), limits(1, 1, 100), Metrics::new());
+    let c = Coalescer::new(runner.clone(), limits(1, 1, 100), Metrics::new().unwrap());
     let calls: Vec<_> = (0..5)
         .map(|_| {
             let c = c.clone();
@@ -383,7 +383,7 @@ async fn calls_are_prepared_one_round_of_requests_ahead_at_most() {
 async fn a_prepared_call_held_past_its_time_is_sent_round_again_unsent() {
     let mut runner = preparing(Duration::ZERO, Duration::from_millis(150));
     Arc::get_mut(&mut runner).unwrap().held_for = Some(Duration::from_millis(50));
-    let c = Coalescer::new(runner.clone(), limits(1, 1, 100), Metrics::new());
+    let c = Coalescer::new(runner.clone(), limits(1, 1, 100), Metrics::new().unwrap());
     let busy = tokio::spawn({
         let c = c.clone();
         async move { c.call(ops(1), None, None).await }

@@ -18,8 +18,8 @@ pub const STREAM_COST: usize = 32 * 1024;
 
 /// Streams on open paths (health watches, reflection: no token needed) one
 /// connection may have open at once; health checks, answered at once, are not held
-/// to it, and msgw's own services may have up to
-/// [`crate::grpc::port::MAX_STREAMS_PER_CONNECTION`].
+/// to it, and msgw's own services may have as many as the gRPC port allows
+/// (`MAX_STREAMS_PER_CONNECTION` there).
 pub const OPEN_PATH_STREAMS: usize = 8;
 
 /// Why msgw refused a new stream.

@@ -249,20 +249,22 @@ struct VoiceOtpPayload {
     price: Option<String>,
 }
 
+/// A message's status as the gateway reports it, both in a `status` answer and in a
+/// delivery webhook (which adds fields of its own, webhook.rs).
 #[derive(Deserialize)]
-struct StatusPayload {
+pub(crate) struct StatusPayload {
     #[serde(default, deserialize_with = "flex::opt_u64")]
-    id: Option<u64>,
+    pub(crate) id: Option<u64>,
     #[serde(default, deserialize_with = "flex::opt_string")]
-    msg_id: Option<String>,
+    pub(crate) msg_id: Option<String>,
     #[serde(default, rename = "type", deserialize_with = "flex::opt_string")]
-    kind: Option<String>,
+    pub(crate) kind: Option<String>,
     #[serde(default, deserialize_with = "flex::opt_string")]
-    status: Option<String>,
+    pub(crate) status: Option<String>,
     #[serde(default, deserialize_with = "flex::opt_string")]
-    updated: Option<String>,
+    pub(crate) updated: Option<String>,
     #[serde(default, deserialize_with = "flex::list")]
-    replies: Vec<ReplyPayload>,
+    pub(crate) replies: Vec<ReplyPayload>,
 }
 
 /// A reply of `replies`, shared with the delivery webhook body.

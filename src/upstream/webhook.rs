@@ -5,33 +5,22 @@ use crate::domain::ClientId;
 use serde::Deserialize;
 
 use super::flex;
-use super::response::{ReplyPayload, timestamp};
+use super::response::{StatusPayload, timestamp};
 use crate::domain::{DeliveryReport, MAX_DURATION_SECS, Reply, ReportedStatus};
 
+/// What a webhook adds to the status a `status` answer carries ([`StatusPayload`]).
 #[derive(Deserialize)]
-struct WebhookBody {
+struct WebhookExtras {
     #[serde(deserialize_with = "flex::bool")]
     success: bool,
-    #[serde(default, deserialize_with = "flex::opt_u64")]
-    id: Option<u64>,
-    #[serde(default, deserialize_with = "flex::opt_string")]
-    msg_id: Option<String>,
-    #[serde(default, rename = "type", deserialize_with = "flex::opt_string")]
-    kind: Option<String>,
-    #[serde(default, deserialize_with = "flex::opt_string")]
-    status: Option<String>,
     #[serde(default, deserialize_with = "flex::opt_string")]
     error: Option<String>,
-    #[serde(default, deserialize_with = "flex::opt_string")]
-    updated: Option<String>,
     #[serde(default, deserialize_with = "flex::opt_string")]
     reply: Option<String>,
     #[serde(default, deserialize_with = "flex::opt_f64")]
     duration: Option<f64>,
     #[serde(default, deserialize_with = "flex::opt_string")]
     request_id: Option<String>,
-    #[serde(default, deserialize_with = "flex::list")]
-    replies: Vec<ReplyPayload>,
 }
 
 /// A webhook body that is not the gateway's status report.
@@ -46,10 +35,11 @@ pub fn parse_webhook(body: &[u8]) -> Result<DeliveryReport, WebhookError> {
     if !value.is_object() {
         return Err(WebhookError("expected a JSON object".into()));
     }
-    let b = WebhookBody::deserialize(&value).map_err(|e| WebhookError(e.to_string()))?;
+    let b = WebhookExtras::deserialize(&value).map_err(|e| WebhookError(e.to_string()))?;
+    let s = StatusPayload::deserialize(&value).map_err(|e| WebhookError(e.to_string()))?;
     // Without a status there is nothing to record, and an event without one would
     // count as final and stop reconcile for the message.
-    if b.status.as_deref().is_none_or(|s| s.trim().is_empty()) {
+    if s.status.as_deref().is_none_or(|s| s.trim().is_empty()) {
         return Err(WebhookError("status is required".into()));
     }
     if b.duration
@@ -61,17 +51,17 @@ pub fn parse_webhook(body: &[u8]) -> Result<DeliveryReport, WebhookError> {
     }
     Ok(DeliveryReport {
         // An id msgw could never have sent (0, too large) names no message.
-        client_id: b.id.and_then(|id| ClientId::new(id).ok()),
-        msg_id: b.msg_id.filter(|m| !m.is_empty()),
-        channel_raw: b.kind,
-        status: b.status.map(ReportedStatus::new),
+        client_id: s.id.and_then(|id| ClientId::new(id).ok()),
+        msg_id: s.msg_id.filter(|m| !m.is_empty()),
+        channel_raw: s.kind,
+        status: s.status.map(ReportedStatus::new),
         success: b.success,
         error: b.error.filter(|e| !e.is_empty()),
-        updated: b.updated.as_deref().and_then(timestamp),
+        updated: s.updated.as_deref().and_then(timestamp),
         reply: b.reply,
         duration_secs: b.duration,
         request_id: b.request_id,
-        replies: b.replies.into_iter().map(Reply::from).collect(),
+        replies: s.replies.into_iter().map(Reply::from).collect(),
     })
 }
 

@@ -12,18 +12,13 @@ const TOKEN: &str = "example-token-2c9d8e";
 
 /// msgw on its sandbox, with one caller whose token the examples get: what a team
 /// runs in production authenticates, and the examples must too.
-async fn app() -> (TestApp, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let callers = Callers::new()
-        .caller(Entry::token("examples", TOKEN))
-        .write(dir.path());
-    let app = spawn(Options {
+async fn app() -> TestApp {
+    spawn(Options {
         sandbox_step: Some(Duration::from_millis(20)),
-        callers_file: Some(callers),
+        callers: Some(Callers::new().caller(Entry::token("examples", TOKEN))),
         ..Options::default()
     })
-    .await;
-    (app, dir)
+    .await
 }
 
 fn repo() -> PathBuf {
@@ -51,7 +46,7 @@ async fn the_python_example_sends_batches_waits_for_the_final_status_reads_error
         python.exists(),
         "Python with grpcio is not installed: run .ci/install-tools (the README's test command does)"
     );
-    let (app, _callers) = app().await;
+    let app = app().await;
     // The stubs `buf generate` wrote (.ci/install-tools runs it); the script generates
     // them with grpcio-tools itself when they are missing.
     run_example(
@@ -101,7 +96,7 @@ async fn the_typescript_example_typechecks_sends_batches_waits_reads_errors_and_
         "the example does not typecheck:\n{}",
         String::from_utf8_lossy(&typecheck.stdout)
     );
-    let (app, _callers) = app().await;
+    let app = app().await;
     run_example(
         Command::new(dir.join("node_modules/.bin/tsx"))
             .env("MSGW_TOKEN", TOKEN)

@@ -403,13 +403,12 @@ async fn a_held_range_refuses_resends_until_released_by_rpc_or_command_line() {
 
 #[tokio::test]
 async fn only_admin_callers_may_see_or_release_holds() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = Callers::new()
-        .caller(Entry::token("signup", "signup-token"))
-        .caller(Entry::token("oncall", "oncall-token").permissions(&["admin"]))
-        .write(dir.path());
     let app = spawn(Options {
-        callers_file: Some(path),
+        callers: Some(
+            Callers::new()
+                .caller(Entry::token("signup", "signup-token"))
+                .caller(Entry::token("oncall", "oncall-token").permissions(&["admin"])),
+        ),
         ..guarded(quick_guard())
     })
     .await;

@@ -211,6 +211,8 @@ pub struct Options {
     /// What the harness's client trusts and presents; set exactly when `tls` is.
     pub tls_client: Option<TlsClient>,
     /// The callers file (bearer tokens, permissions, rates).
+    /// A callers file msgw reads, written into its directory.
+    pub callers: Option<Callers>,
     pub callers_file: Option<std::path::PathBuf>,
     /// Verifications: secret (PostgreSQL stores get [`VERIFY_SECRET`]), resend
     /// interval, phone limit, allowed prefixes.
@@ -245,6 +247,7 @@ impl Default for Options {
             webhook_secret_previous: None,
             tls: None,
             tls_client: None,
+            callers: None,
             callers_file: None,
             verify: msgw::config::VerifyConfig::default(),
         }
@@ -321,7 +324,10 @@ pub fn config(options: Options, gateway: &FakeGateway) -> (Config, Arc<tempfile:
         grpc_limits: options.grpc_limits,
         webhook_limits: options.webhook_limits,
         tls: options.tls,
-        callers_file: options.callers_file,
+        callers_file: options
+            .callers
+            .map(|callers| callers.write(store.path()))
+            .or(options.callers_file),
         verify,
         ..Config::for_tests(upstream, store_url)
     };

@@ -24,7 +24,7 @@ use tokio::{net::TcpListener, process::Command};
 use tonic::transport::Endpoint;
 use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 
-use crate::helpers::{Options, TlsClient, money, spawn};
+use crate::helpers::{Callers, Entry, Options, TlsClient, money, spawn};
 
 /// A certificate authority of the test.
 struct Ca {
@@ -310,15 +310,12 @@ async fn an_mtls_caller_gets_the_permissions_of_its_callers_file_entry() {
     };
     let dir = tempfile::tempdir().unwrap();
     let ca = Ca::new("msgw test CA");
-    let callers = write(
-        dir.path(),
-        "callers.toml",
-        "[[caller]]\nname = \"reporting.prod.svc\"\npermissions = [\"query\"]\n",
-    );
     let app = spawn(Options {
         tls: Some(server_files(dir.path(), &ca, Some(&ca))),
         tls_client: Some(ca.client(Some(ca.client_cert("reporting.prod.svc")))),
-        callers_file: Some(callers),
+        callers: Some(
+            Callers::new().caller(Entry::certificate("reporting.prod.svc").permissions(&["query"])),
+        ),
         ..Options::default()
     })
     .await;

@@ -327,14 +327,13 @@ const BOB: &str = "bob-token-0123456789";
 
 #[tokio::test]
 async fn callers_see_and_check_only_their_own_verifications() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = Callers::new()
-        .caller(Entry::token("alice", ALICE))
-        .caller(Entry::token("bob", BOB))
-        .caller(Entry::token("reader", "reader-token-0123456789").permissions(&["query"]))
-        .write(dir.path());
     let app = spawn(Options {
-        callers_file: Some(path),
+        callers: Some(
+            Callers::new()
+                .caller(Entry::token("alice", ALICE))
+                .caller(Entry::token("bob", BOB))
+                .caller(Entry::token("reader", "reader-token-0123456789").permissions(&["query"])),
+        ),
         ..Options::default()
     })
     .await;
@@ -929,12 +928,8 @@ async fn a_verification_send_is_a_message_whose_status_reaches_the_event_stream(
 
 #[tokio::test]
 async fn a_callers_send_rate_counts_its_verification_sends() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = Callers::new()
-        .caller(Entry::token("alice", ALICE).rate(0.01, 1))
-        .write(dir.path());
     let app = spawn(Options {
-        callers_file: Some(path),
+        callers: Some(Callers::new().caller(Entry::token("alice", ALICE).rate(0.01, 1))),
         ..Options::default()
     })
     .await;

@@ -10,6 +10,7 @@ mod money;
 mod ops;
 mod outputs;
 mod permission;
+mod sms_parts;
 mod status;
 mod values;
 mod verification;
@@ -31,6 +32,7 @@ pub use outputs::{
     StatusReport, ViberTemplate, VoiceOtpCall, Waited,
 };
 pub use permission::Permission;
+pub use sms_parts::{SmsEncoding, SmsEstimate, estimate as estimate_sms};
 pub use status::{Channel, ReportedStatus, Status};
 pub use values::{ClientId, HttpUrl, Lifetime, OtpCode, Phone, Text, TextKind, ValueError};
 pub use verification::VerificationStatus;

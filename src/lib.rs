@@ -20,6 +20,7 @@ pub mod dispatch;
 pub mod domain;
 pub mod events;
 pub mod fd_limit;
+pub mod group_commit;
 pub mod grpc;
 pub mod hooks;
 pub mod http_listener;

@@ -95,10 +95,7 @@ async fn run(cli: Cli, workers: usize, configured: bool) -> anyhow::Result<()> {
         Command::CopyStore(args) => {
             let password = args.password()?;
             let copied = msgw::store::copy::run(&args.from, &args.to, password.as_ref()).await?;
-            println!(
-                "copied {} claims, {} tracked messages and {} events; the event log continues after cursor {}",
-                copied.claims, copied.messages, copied.events, copied.latest_cursor
-            );
+            println!("copied {copied}");
             Ok(())
         }
         Command::Guard(args) => {

@@ -13,7 +13,7 @@ use msgw::{
     },
     grpc::convert::{FromOutput, IntoOperation},
     proto::{self, BatchItem, SendSmsRequest, SendVoiceRequest, batch_item},
-    store::{SqliteStore, Store},
+    store::{SqlStore, Store},
     upstream::{canonical, parse_output, parse_webhook},
 };
 use proptest::prelude::*;
@@ -111,7 +111,7 @@ proptest! {
         let event = NewEvent { report, received_at: Utc::now(), source: EventSource::Webhook };
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let read = runtime.block_on(async {
-            let store = SqliteStore::open("sqlite::memory:", Duration::from_secs(60)).await.unwrap();
+            let store = SqlStore::sqlite("sqlite::memory:", Duration::from_secs(60)).await.unwrap();
             let stored = store.append_batch(std::slice::from_ref(&event)).await.unwrap();
             let read = store.events_after(msgw::domain::Cursor::START, 10).await.unwrap();
             store.close().await;

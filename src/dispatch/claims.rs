@@ -28,10 +28,11 @@ use super::lookups::{Resolving, lookup_later};
 use crate::domain::{
     CallerName, ClientId, Error, Idempotency, Operation, Output, SendReceipt, UnavailableCause,
 };
+use crate::group_commit::GroupWriter;
 use crate::metrics::Metrics;
 use crate::store::{
-    AcceptedOutcome, ClaimChange, ClaimRecord, ClaimReply, ClaimState, Fingerprint, GroupWriter,
-    Settlement, Store, StoreError,
+    AcceptedOutcome, ClaimChange, ClaimRecord, ClaimReply, ClaimState, Fingerprint, Settlement,
+    Store, StoreError,
 };
 use crate::upstream;
 

@@ -14,9 +14,10 @@ use tokio::sync::{Mutex, broadcast, mpsc, watch};
 use crate::domain::{
     CallerName, Channel, ClientId, Cursor, Error, NewEvent, StatusEvent, UnavailableCause,
 };
+use crate::group_commit::GroupWriter;
 use crate::metrics::Metrics;
 use crate::periodic::{Leased, Periodic};
-use crate::store::{GroupWriter, Retention, Store, StoreError};
+use crate::store::{Retention, Store, StoreError};
 
 /// Where a subscription starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 //! it found, and a held range. The guard's counters are rows (one per verification it
 //! counted, one per caller-supplied key of it, one per held range), read and written
 //! in the transaction that starts the verification, so replicas share them and two
-//! starts never both take the last unit of a limit (their SQL is in `guard_sql`).
+//! starts never both take the last unit of a limit (their SQL is in `common/guard.rs`).
 
 use chrono::{DateTime, Utc};
 

@@ -1,25 +1,27 @@
 //! Durable state: idempotency claims of keyed operations, the messages msgw sent
-//! (for reconcile), the event log (for resumable streams) and the leases that let
-//! one replica at a time do shared work. One trait, two implementations: SQLite (the
-//! embedded default, one replica) and PostgreSQL (several replicas share it).
+//! (for reconcile), the event log (for resumable streams), verifications and the fraud
+//! guard's counts, the sandbox's account, and the leases that let one replica at a
+//! time do shared work. One trait, [`Store`], implemented once by [`SqlStore`] over
+//! either database: SQLite (the embedded default, one replica) or PostgreSQL (several
+//! replicas share it).
+//!
+//! - `claims.rs`, `verifications.rs`, `guard.rs`, `rows.rs`: what is stored, and how a
+//!   row reads back;
+//! - `common/`: the SQL both databases speak, as plain functions over a connection of
+//!   either (`common/conn.rs`);
+//! - `sqlite/`, `postgres/`: what only one database does (opening, the send path's
+//!   writes, event appends);
+//! - `sql_store.rs`: the `Store` methods, each written once;
+//! - `copy.rs`: `msgw copy-store`; `migrations/`: each database's schema.
 
-mod claim_changes;
 mod claims;
+mod common;
 pub mod copy;
-mod group;
 mod guard;
-mod guard_sql;
 mod postgres;
-mod postgres_claims;
-mod postgres_events;
-mod postgres_reach;
 mod rows;
-mod sandbox_sql;
-mod shared;
+mod sql_store;
 mod sqlite;
-mod sqlite_claims;
-mod sqlite_writer;
-mod verification_sql;
 mod verifications;
 
 use std::time::Duration;
@@ -34,10 +36,8 @@ pub use claims::{
     AcceptedOutcome, ClaimChange, ClaimRecord, ClaimReply, ClaimState, Fingerprint, Lookups,
     Settlement,
 };
-pub use group::GroupWriter;
 pub use guard::{BURST, Figures, GuardCheck, GuardFinding, KeyCheck, RangeHold, Window};
-pub use postgres::PgStore;
-pub use sqlite::SqliteStore;
+pub use sql_store::SqlStore;
 pub use verifications::{
     Created, NewVerification, PhoneLimit, StoredCode, VerificationChange, VerificationRecord,
 };
@@ -387,11 +387,11 @@ pub async fn open(
 ) -> Result<std::sync::Arc<dyn Store>, StoreError> {
     if url.starts_with("sqlite:") {
         Ok(std::sync::Arc::new(
-            SqliteStore::open(url, first_poll_after).await?,
+            SqlStore::sqlite(url, first_poll_after).await?,
         ))
     } else if is_shared(url) {
         Ok(std::sync::Arc::new(
-            PgStore::open(url, password, first_poll_after).await?,
+            SqlStore::postgres(url, password, first_poll_after).await?,
         ))
     } else {
         Err(StoreError::Config(format!(

@@ -139,6 +139,30 @@ pub(super) struct EventRow {
     caller: Option<String>,
 }
 
+/// A stored event's `updated`; `None`, logged, when it does not read back.
+fn updated_from_db(cursor: i64, updated: &str) -> Option<DateTime<Utc>> {
+    let parsed = DateTime::parse_from_rfc3339(updated)
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
+        .filter(crate::domain::representable);
+    if parsed.is_none() {
+        tracing::warn!(
+            cursor,
+            updated,
+            "stored event: unreadable `updated` left out"
+        );
+    }
+    parsed
+}
+
+/// A stored event's replies; none, logged, when they do not read back.
+fn replies_from_db(cursor: i64, replies: &str) -> Vec<Reply> {
+    replies_from_json(replies).unwrap_or_else(|e| {
+        tracing::warn!(cursor, error = %e, "stored event: unreadable `replies` left out");
+        Vec::new()
+    })
+}
+
 impl TryFrom<EventRow> for StatusEvent {
     type Error = StoreError;
 
@@ -157,23 +181,13 @@ impl TryFrom<EventRow> for StatusEvent {
                     error: row.error,
                     // An optional field that does not read back is left out, logged: one
                     // bad row must never stop a replay for every subscriber.
-                    updated: row.updated.and_then(|u| {
-                        let parsed = DateTime::parse_from_rfc3339(&u)
-                            .ok()
-                            .map(|t| t.with_timezone(&Utc))
-                            .filter(crate::domain::representable);
-                        if parsed.is_none() {
-                            tracing::warn!(cursor, updated = %u, "stored event: unreadable `updated` left out");
-                        }
-                        parsed
-                    }),
+                    // An optional field that does not read back is left out, logged: one
+                    // bad row must never stop a replay for every subscriber.
+                    updated: row.updated.and_then(|u| updated_from_db(cursor, &u)),
                     reply: row.reply,
                     duration_secs: row.duration_s,
                     request_id: row.request_id,
-                    replies: replies_from_json(&row.replies).unwrap_or_else(|e| {
-                        tracing::warn!(cursor, error = %e, "stored event: unreadable `replies` left out");
-                        Vec::new()
-                    }),
+                    replies: replies_from_db(cursor, &row.replies),
                 },
                 received_at: from_ms(row.received_at_ms)?,
                 source: EventSource::from_name(&row.source)

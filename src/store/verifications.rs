@@ -1,5 +1,5 @@
 //! Verifications in the store: what one is and the changes made to it (their SQL is in
-//! `verification_sql`). Every change is one conditional statement (or one
+//! `common/verifications.rs`). Every change is one conditional statement (or one
 //! transaction) whose condition is the state it expects, so checks and resends stay
 //! atomic across replicas: two right codes approve once, concurrent wrong codes take
 //! one check each and never more than there are.

@@ -3,7 +3,7 @@
 use std::{sync::Arc, time::Duration};
 
 use msgw::proto::*;
-use msgw::store::{Retention, SqliteStore, Store};
+use msgw::store::{Retention, SqlStore, Store};
 use serde_json::json;
 use tokio_stream::StreamExt;
 use tonic::{Code, Streaming};
@@ -410,7 +410,7 @@ async fn cursors_outside_the_retention_are_out_of_range() {
     assert_eq!(oldest_available(&app, 99).await, "0");
 
     // Keep the newest two events only.
-    let store = SqliteStore::open(&app.store_url(), Duration::from_secs(60))
+    let store = SqlStore::sqlite(&app.store_url(), Duration::from_secs(60))
         .await
         .unwrap();
     let retention = Retention {

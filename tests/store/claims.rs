@@ -522,7 +522,7 @@ pub async fn a_claim_records_its_caller_and_its_messages_events_carry_it(fixture
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_send_path_writes_survive_their_connections_being_dropped() {
     let schema = crate::postgres::TestSchema::create().await;
-    let store = msgw::store::PgStore::open(&schema.url, None, Duration::from_secs(60))
+    let store = msgw::store::SqlStore::postgres(&schema.url, None, Duration::from_secs(60))
         .await
         .unwrap();
     let claim = |id: u64| ClaimChange::Claim {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use sqlx::postgres::PgConnectOptions;
 
-use super::StoreError;
+use crate::store::StoreError;
 
 /// How long msgw waits for the database's first answer at start.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -50,6 +50,6 @@ pub(super) async fn reach(options: &PgConnectOptions) -> Result<(), StoreError> 
     };
     Err(StoreError::Config(format!(
         "cannot connect to {server} as {user}: {}: {fix}",
-        super::cause(&error)
+        crate::store::cause(&error)
     )))
 }

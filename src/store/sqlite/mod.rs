@@ -1,27 +1,45 @@
-//! The embedded store: one SQLite file in WAL mode, created and migrated on first start.
+//! The embedded store: one SQLite file in WAL mode, created and migrated on first
+//! start. What only SQLite does is here: opening the file and its pools, the send
+//! path's writer thread (`writer.rs`, `claims.rs`), event appends (`events.rs`),
+//! checkpoints; the SQL it shares with PostgreSQL is in `common/`.
+
+mod claims;
+mod events;
+mod writer;
 
 use std::{str::FromStr, sync::Arc, time::Duration};
 
+use sqlx::pool::PoolConnection;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
+use sqlx::{Sqlite, Transaction};
 use tokio::sync::watch;
 
-use super::rows::{cursor_from_db, id_to_db, ms, replies_to_json, report_id_to_db};
-use super::sqlite_claims::Work;
-use super::sqlite_writer::{SendPathWriter, wait_for_writer};
-use super::{ClaimChange, ClaimReply, Store, StoreError, sqlite_claims};
-use crate::domain::{CallerName, ClientId, Cursor, NewEvent, StatusEvent};
+use self::claims::{BEGIN_WRITE, Work};
+use self::writer::{SendPathWriter, wait_for_writer};
+use super::common::{conn::Conn, sandbox};
+use super::rows::{cursor_from_db, id_to_db};
+use super::{ClaimChange, ClaimReply, SandboxSave, StoreError, advance};
+use crate::domain::{Cursor, NewEvent, StatusEvent};
 
-/// SQLite implementation of [`Store`].
+/// Takes messages due for a poll (`Store::take_due_for_poll`). One writer: the select
+/// and the update cannot interleave with another take.
+pub(super) const DUE_FOR_POLL_SQL: &str = "UPDATE messages SET next_poll_ms = $1
+              WHERE client_id IN (SELECT client_id FROM messages
+                                   WHERE is_final = 0 AND next_poll_ms IS NOT NULL AND next_poll_ms <= $2
+                                   ORDER BY next_poll_ms LIMIT $3)
+             RETURNING client_id, sent_at_ms, lifetime_s, polls";
+
+/// An SQLite database file (or an in-memory database), opened and migrated.
 #[derive(Debug, Clone)]
-pub struct SqliteStore {
+pub(super) struct SqliteDb {
     /// Readers: WAL lets them run beside the writer (copying the store reads here).
     pub(super) pool: SqlitePool,
     /// The writing connection for all but the send path's groups. Writers that queue
     /// here wait their turn in the pool; this connection and the send path's take
     /// turns through SQLite's lock ([`wait_for_writer`]).
-    writer: SqlitePool,
+    pub(super) writer: SqlitePool,
     /// The send path's claims and settlements, on a thread and connection of their own
     /// (`None` for an in-memory database, which exists only on the pool's writer).
     send_path: Option<Arc<SendPathWriter>>,
@@ -32,10 +50,10 @@ pub struct SqliteStore {
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("src/store/migrations/sqlite");
 
-impl SqliteStore {
+impl SqliteDb {
     /// Opens (creating if missing) the database `url` names and migrates it.
     /// Sent messages are first polled `first_poll_after` after sending.
-    pub async fn open(url: &str, first_poll_after: Duration) -> Result<Self, StoreError> {
+    pub(super) async fn open(url: &str, first_poll_after: Duration) -> Result<Self, StoreError> {
         let options = SqliteConnectOptions::from_str(url)?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
@@ -82,11 +100,9 @@ impl SqliteStore {
                 // Writers take turns with the send path's writer in small steps.
                 .after_connect(|conn, _| {
                     Box::pin(async move {
-                        sqlite_claims::on_locked(conn, |db| {
-                            Ok(db.busy_handler(Some(wait_for_writer))?)
-                        })
-                        .await
-                        .map_err(|e| sqlx::Error::Configuration(Box::new(e)))
+                        claims::on_locked(conn, |db| Ok(db.busy_handler(Some(wait_for_writer))?))
+                            .await
+                            .map_err(|e| sqlx::Error::Configuration(Box::new(e)))
                     })
                 })
                 .connect_with(options.clone())
@@ -118,8 +134,116 @@ impl SqliteStore {
             first_poll_after,
             appended: watch::Sender::new(Cursor::START),
         };
-        super::advance(&store.appended, store.latest_cursor().await?);
+        advance(&store.appended, store.latest_cursor().await?);
         Ok(store)
+    }
+
+    /// A connection of the readers' pool.
+    pub(super) async fn read(&self) -> Result<PoolConnection<Sqlite>, StoreError> {
+        Ok(self.pool.acquire().await?)
+    }
+
+    /// The writing connection (all writes but the send path's take turns on it).
+    pub(super) async fn write(&self) -> Result<PoolConnection<Sqlite>, StoreError> {
+        Ok(self.writer.acquire().await?)
+    }
+
+    /// A transaction that reads, then writes: it holds the write lock from its start.
+    pub(super) async fn begin_write(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
+        Ok(self.writer.begin_with(BEGIN_WRITE).await?)
+    }
+
+    /// See [`super::Store::apply_claims`]: the send path's groups on its writer thread,
+    /// other groups change by change on the writing connection.
+    pub(super) async fn apply_claims(
+        &self,
+        changes: &[ClaimChange],
+    ) -> Result<Vec<ClaimReply>, StoreError> {
+        if let Some(send_path) = &self.send_path
+            && let Some(work) = Work::of(changes, self.first_poll_after)
+        {
+            return send_path.write(work).await;
+        }
+        let mut conn = self.writer.acquire().await?;
+        claims::apply_all(&mut conn, changes, self.first_poll_after).await
+    }
+
+    /// See [`super::Store::append_batch`].
+    pub(super) async fn append_batch(
+        &self,
+        events: &[NewEvent],
+    ) -> Result<Vec<Option<StatusEvent>>, StoreError> {
+        // The write lock first: the duplicate check and the insert see the same log.
+        let mut tx = self.begin_write().await?;
+        let stored = events::append(&mut tx, events).await?;
+        tx.commit().await?;
+        if let Some(last) = stored.iter().flatten().map(|e| e.cursor).max() {
+            advance(&self.appended, last);
+        }
+        Ok(stored)
+    }
+
+    /// The newest cursor appended.
+    pub(super) fn appended(&self) -> watch::Receiver<Cursor> {
+        self.appended.subscribe()
+    }
+
+    /// See [`super::Store::save_sandbox`]: one statement per message row, parsed once
+    /// and stepped per row (SQLite parses a statement by its length: one row of
+    /// placeholders per message would cost more to parse than to write).
+    pub(super) async fn save_sandbox(
+        &self,
+        account: &str,
+        save: &SandboxSave,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        if let Some(state) = &save.account {
+            sandbox::save_state(&mut Conn::Sqlite(&mut tx), account, state).await?;
+        }
+        for (id, record) in &save.messages {
+            sqlx::query(
+                "INSERT INTO sandbox_messages (account, id, record) VALUES ($1, $2, $3)
+                 ON CONFLICT (account, id) DO UPDATE SET record = excluded.record",
+            )
+            .bind(account)
+            .bind(id_to_db(*id))
+            .bind(record.as_str())
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The newest cursor ever handed out.
+    pub(super) async fn latest_cursor(&self) -> Result<Cursor, StoreError> {
+        // sqlite_sequence remembers the highest cursor even after its event was pruned.
+        let seq: Option<(i64,)> =
+            sqlx::query_as("SELECT seq FROM sqlite_sequence WHERE name = 'events'")
+                .fetch_optional(&self.pool)
+                .await?;
+        seq.map_or(Ok(Cursor::START), |(s,)| cursor_from_db(s))
+    }
+
+    /// Flushes and closes the database.
+    pub(super) async fn close(&self) {
+        // Leave a compact file behind: everything in the database, an empty WAL.
+        // Readers first, so the checkpoint can empty the WAL (an in-memory database's
+        // readers are its writer: nothing to checkpoint then).
+        if let Some(send_path) = &self.send_path {
+            send_path.close().await;
+        }
+        self.pool.close().await;
+        if self.writer.is_closed() {
+            return;
+        }
+        if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+            .execute(&self.writer)
+            .await
+        {
+            tracing::warn!(error = %e, "store: final WAL checkpoint failed");
+        }
+        self.writer.close().await;
     }
 }
 
@@ -148,201 +272,18 @@ async fn checkpoint_wal(pool: SqlitePool) {
     }
 }
 
-/// Inserts events with one multi-row statement; duplicates (already stored, or twice in
-/// `events`) come back as `None`. Duplicates are found first and never inserted: an
-/// `INSERT` that conflicts would still use up a cursor, and a gap in the cursors costs
-/// every live subscriber a replay from the store.
-async fn insert_events(
-    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
-    events: &[NewEvent],
-) -> Result<Vec<Option<StatusEvent>>, StoreError> {
-    let keys: Vec<String> = events.iter().map(NewEvent::dedup_key).collect();
-    let mut query = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
-        "SELECT dedup_key FROM events WHERE dedup_key IN (",
-    );
-    let mut list = query.separated(", ");
-    for key in &keys {
-        list.push_bind(key.as_str());
-    }
-    query.push(")");
-    let stored: Vec<(String,)> = query.build_query_as().fetch_all(&mut **tx).await?;
-    let mut seen: std::collections::HashSet<&str> = stored.iter().map(|(k,)| k.as_str()).collect();
-    let fresh: Vec<(&NewEvent, &str)> = events
-        .iter()
-        .zip(&keys)
-        .filter(|(_, key)| seen.insert(key.as_str()))
-        .map(|(event, key)| (event, key.as_str()))
-        .collect();
-    let mut cursors: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
-    let callers = callers_of(tx, fresh.iter().filter_map(|(e, _)| e.report.client_id)).await?;
-    if !fresh.is_empty() {
-        let mut query = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
-            "INSERT INTO events (dedup_key, client_id, msg_id, channel, status, success, error, updated, reply,
-                                 duration_s, request_id, replies, received_at_ms, source, is_final, caller) ",
-        );
-        query.push_values(&fresh, |mut row, (event, key)| {
-            let r = &event.report;
-            row.push_bind(*key)
-                .push_bind(report_id_to_db(r.client_id))
-                .push_bind(r.msg_id.as_deref())
-                .push_bind(r.channel_raw.as_deref())
-                .push_bind(r.status.as_ref().map(|s| s.raw.as_str()))
-                .push_bind(r.success)
-                .push_bind(r.error.as_deref())
-                .push_bind(r.updated.map(|u| u.to_rfc3339()))
-                .push_bind(r.reply.as_deref())
-                .push_bind(r.duration_secs)
-                .push_bind(r.request_id.as_deref())
-                .push_bind(replies_to_json(&r.replies))
-                .push_bind(ms(event.received_at))
-                .push_bind(event.source.as_str())
-                .push_bind(event.is_final())
-                .push_bind(
-                    r.client_id
-                        .and_then(|id| callers.get(&id))
-                        .map(CallerName::as_str),
-                );
-        });
-        query.push(" RETURNING dedup_key, cursor");
-        let rows: Vec<(String, i64)> = query.build_query_as().fetch_all(&mut **tx).await?;
-        cursors.extend(rows);
-    }
-    events
-        .iter()
-        .zip(keys)
-        .map(|(event, key)| {
-            // `remove`: a second copy of the same event in this group is a duplicate.
-            cursors
-                .remove(&key)
-                .map(|cursor| {
-                    Ok(StatusEvent {
-                        cursor: cursor_from_db(cursor)?,
-                        caller: event
-                            .report
-                            .client_id
-                            .and_then(|id| callers.get(&id))
-                            .cloned(),
-                        event: event.clone(),
-                    })
-                })
-                .transpose()
-        })
-        .collect()
-}
-
-/// The callers that claimed these client ids, where known: their events carry them.
-async fn callers_of(
-    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
-    ids: impl Iterator<Item = ClientId>,
-) -> Result<std::collections::HashMap<ClientId, CallerName>, StoreError> {
-    let ids: std::collections::BTreeSet<ClientId> = ids.collect();
-    let ids: Vec<ClientId> = ids.into_iter().collect();
-    let mut callers = std::collections::HashMap::new();
-    for chunk in super::rows::row_chunks(&ids) {
-        let mut query = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
-            "SELECT client_id, caller FROM claims WHERE caller IS NOT NULL AND client_id IN (",
-        );
-        let mut list = query.separated(", ");
-        for id in chunk {
-            list.push_bind(id_to_db(id.get()));
-        }
-        query.push(")");
-        let rows: Vec<(i64, String)> = query.build_query_as().fetch_all(&mut **tx).await?;
-        callers.extend(super::rows::callers_by_id(rows)?);
-    }
-    Ok(callers)
-}
-
-/// Takes messages due for a poll (`Store::take_due_for_poll`). One writer: the select
-/// and the update cannot interleave with another take.
-const DUE_FOR_POLL_SQL: &str = "UPDATE messages SET next_poll_ms = $1
-              WHERE client_id IN (SELECT client_id FROM messages
-                                   WHERE is_final = 0 AND next_poll_ms IS NOT NULL AND next_poll_ms <= $2
-                                   ORDER BY next_poll_ms LIMIT $3)
-             RETURNING client_id, sent_at_ms, lifetime_s, polls";
-
-super::shared::store_impl! {
-    SqliteStore, reads: pool, writes: writer, verification: sqlite, due_for_poll: DUE_FOR_POLL_SQL,
-    start_lock: None, begin_write: sqlite_claims::BEGIN_WRITE;
-
-    async fn apply_claims(&self, changes: &[ClaimChange]) -> Result<Vec<ClaimReply>, StoreError> {
-        if let Some(send_path) = &self.send_path
-            && let Some(work) = Work::of(changes, self.first_poll_after)
-        {
-            return send_path.write(work).await;
-        }
-        let mut conn = self.writer.acquire().await?;
-        sqlite_claims::apply_all(&mut conn, changes, self.first_poll_after).await
-    }
-
-    async fn append_batch(
-        &self,
-        events: &[NewEvent],
-    ) -> Result<Vec<Option<StatusEvent>>, StoreError> {
-        // The write lock first: the duplicate check and the insert see the same log.
-        let mut tx = self.writer.begin_with(sqlite_claims::BEGIN_WRITE).await?;
-        let mut stored = Vec::with_capacity(events.len());
-        for chunk in super::rows::row_chunks(events) {
-            stored.extend(insert_events(&mut tx, chunk).await?);
-        }
-        tx.commit().await?;
-        if let Some(last) = stored.iter().flatten().map(|e| e.cursor).max() {
-            super::advance(&self.appended, last);
-        }
-        Ok(stored)
-    }
-
-    async fn save_sandbox(
-        &self,
-        account: &str,
-        save: &super::SandboxSave,
-    ) -> Result<(), StoreError> {
-        super::sandbox_sql::save_sqlite(&self.writer, account, save).await
-    }
-
-    async fn latest_cursor(&self) -> Result<Cursor, StoreError> {
-        // sqlite_sequence remembers the highest cursor even after its event was pruned.
-        let seq: Option<(i64,)> =
-            sqlx::query_as("SELECT seq FROM sqlite_sequence WHERE name = 'events'")
-                .fetch_optional(&self.pool)
-                .await?;
-        seq.map_or(Ok(Cursor::START), |(s,)| cursor_from_db(s))
-    }
-
-    async fn close(&self) {
-        // Leave a compact file behind: everything in the database, an empty WAL.
-        // Readers first, so the checkpoint can empty the WAL (an in-memory database's
-        // readers are its writer: nothing to checkpoint then).
-        if let Some(send_path) = &self.send_path {
-            send_path.close().await;
-        }
-        self.pool.close().await;
-        if self.writer.is_closed() {
-            return;
-        }
-        if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
-            .execute(&self.writer)
-            .await
-        {
-            tracing::warn!(error = %e, "store: final WAL checkpoint failed");
-        }
-        self.writer.close().await;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use chrono::Utc;
     use sqlx::Connection;
 
     use super::*;
+    use crate::domain::ClientId;
     use crate::store::Fingerprint;
 
-    async fn store(dir: &tempfile::TempDir) -> SqliteStore {
+    async fn store(dir: &tempfile::TempDir) -> SqliteDb {
         let url = format!("sqlite://{}", dir.path().join("msgw.db").display());
-        SqliteStore::open(&url, Duration::from_secs(60))
-            .await
-            .unwrap()
+        SqliteDb::open(&url, Duration::from_secs(60)).await.unwrap()
     }
 
     fn claim(id: u64) -> ClaimChange {

@@ -1,13 +1,14 @@
 //! Group commit: one task takes every request waiting, applies them in one store
-//! transaction, and answers each. Under load, requests that arrive while a commit
-//! runs share the next one, so the store sees one transaction per group instead of
-//! one per request; an idle writer commits a lone request at once.
+//! transaction, and answers each. Under load, requests that arrive while a commit runs
+//! share the next one, so the store sees one transaction per group instead of one per
+//! request; an idle writer commits a lone request at once. Used by the event log
+//! (`events/`), the dispatcher's settlements (`dispatch/`) and the sandbox's saves.
 
 use std::future::Future;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::StoreError;
+use crate::store::StoreError;
 
 type Reply<R> = oneshot::Sender<Result<R, StoreError>>;
 

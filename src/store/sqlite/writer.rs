@@ -24,8 +24,8 @@ use std::{
 
 use tokio::sync::oneshot;
 
-use super::sqlite_claims::{Work, in_transaction};
-use super::{ClaimReply, StoreError};
+use super::claims::{Work, in_transaction};
+use crate::store::{ClaimReply, StoreError};
 
 /// How long each write of the send path waits for the lock after one waited the whole
 /// busy timeout in vain, until a write gets it again.
@@ -206,13 +206,12 @@ fn write(db: &rusqlite::Connection, jobs: Vec<Job>) -> bool {
 /// Whether `e` is the write lock not had within the busy timeout (another writer, or
 /// another process, held it).
 fn waited_for_lock(e: &StoreError) -> bool {
+    let StoreError::Embedded(rusqlite::Error::SqliteFailure(failure, _)) = e else {
+        return false;
+    };
     matches!(
-        e,
-        StoreError::Embedded(rusqlite::Error::SqliteFailure(failure, _))
-            if matches!(
-                failure.code,
-                rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
-            )
+        failure.code,
+        rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
     )
 }
 

@@ -7,20 +7,18 @@ use std::{
     time::Duration,
 };
 
-use chrono::{DateTime, Utc};
 use sqlx::postgres::PgConnectOptions;
-use sqlx::{Connection, PgConnection, PgPool, Postgres};
+use sqlx::{Connection, PgConnection, PgPool};
 use tokio::sync::Mutex;
 
-use super::claims::{ClaimOutcome, Grouped, NewClaim, Settle, grouped};
-use super::rows::{ClaimRow, SettlementColumns, attempt_from_db, ms, seconds, settlement_columns};
-use super::{
-    ClaimChange, ClaimRecord, ClaimReply, Fingerprint, SentMessage, Settlement, StoreError,
-};
-use crate::domain::{CallerName, ClientId};
+use crate::domain::ClientId;
+use crate::store::claims::{ClaimOutcome, Grouped, NewClaim, Settle, grouped};
+use crate::store::common::{claims::apply_in, conn::Tx};
+use crate::store::rows::{ClaimRow, SettlementColumns, ms, seconds, settlement_columns};
+use crate::store::{ClaimChange, ClaimRecord, ClaimReply, SentMessage, Settlement, StoreError};
 
 fn id_to_db(id: ClientId) -> i64 {
-    super::rows::id_to_db(id.get())
+    crate::store::rows::id_to_db(id.get())
 }
 
 /// Groups of claims, and of settlements, written at once: each commit waits for
@@ -64,7 +62,8 @@ impl SendPath {
             Grouped::Claims(_) => &self.stages[0],
             Grouped::Settlements(_) => &self.stages[1],
             Grouped::Mixed => {
-                return apply_in(pool.begin().await?, changes, first_poll_after).await;
+                let tx = Tx::Postgres(pool.begin().await?);
+                return apply_in(tx, changes, first_poll_after).await;
             }
         };
         // A free connection of the stage; its callers keep within SEND_PATH_WRITERS
@@ -347,18 +346,18 @@ async fn settle_all(
         .collect())
 }
 
-super::claim_changes::change_by_change!(Postgres);
-
 /// The tests' PostgreSQL schemas (one per test, dropped after).
 #[cfg(test)]
-#[path = "../../tests/common/postgres.rs"]
+#[path = "../../../tests/common/postgres.rs"]
 mod test_postgres;
 
 #[cfg(test)]
 mod tests {
+    use chrono::Utc;
+
     use super::test_postgres as postgres;
     use super::*;
-    use crate::store::Store;
+    use crate::store::Fingerprint;
 
     /// The send path's connections plan every statement for the tables as they are: a
     /// generic plan cached while `claims` was nearly empty scans the whole table for
@@ -367,7 +366,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_send_paths_connections_plan_each_statement_anew() {
         let schema = postgres::TestSchema::create().await;
-        let store = super::super::PgStore::open(&schema.url, None, Duration::from_secs(60))
+        let store = super::super::PgDb::open(&schema.url, None, Duration::from_secs(60))
             .await
             .unwrap();
         let mut conn = store.send_path.connect().await.unwrap();
@@ -386,7 +385,7 @@ mod tests {
     async fn a_retried_claim_group_knows_its_own_claims_by_their_tokens() {
         let schema = postgres::TestSchema::create().await;
         // Opening the store migrates the schema.
-        let store = super::super::PgStore::open(&schema.url, None, Duration::from_secs(60))
+        let store = super::super::PgDb::open(&schema.url, None, Duration::from_secs(60))
             .await
             .unwrap();
         let mut conn = postgres::connect(&schema.url).await;

@@ -1,8 +1,9 @@
 //! SQLite side of the idempotency claims. The send path's groups (only claims, or only
 //! settlements of distinct ids) become [`Work`]: owned rows, written with single-row
 //! statements parsed once per connection, by the send path's writer
-//! ([`super::sqlite_writer`]) or, for an in-memory database, on the pool's writer
-//! connection. Other groups run change by change in one sqlx transaction.
+//! ([`super::writer`]) or, for an in-memory database, on the pool's writer
+//! connection. Other groups run change by change in one sqlx transaction
+//! (`common/claims.rs`).
 
 use std::{
     collections::{HashMap, HashSet},
@@ -10,24 +11,23 @@ use std::{
 };
 
 use rusqlite::OptionalExtension;
-use sqlx::{Sqlite, SqliteConnection};
+use sqlx::SqliteConnection;
 
-use chrono::{DateTime, Utc};
-
-use super::claims::{ClaimOutcome, Grouped, grouped};
-use super::rows::{ClaimRow, SettlementColumns, attempt_from_db, ms, seconds, settlement_columns};
-use super::{ClaimChange, ClaimRecord, ClaimReply, Fingerprint, Settlement, StoreError};
-use crate::domain::{CallerName, ClientId};
+use crate::domain::ClientId;
+use crate::store::claims::{ClaimOutcome, Grouped, grouped};
+use crate::store::common::{claims::apply_in, conn::Tx};
+use crate::store::rows::{ClaimRow, ms, seconds, settlement_columns};
+use crate::store::{ClaimChange, ClaimRecord, ClaimReply, Settlement, StoreError};
 
 /// How every SQLite write transaction begins: with the write lock, before it reads.
 /// A deferred transaction that read first cannot wait for the lock (SQLite skips the
 /// busy handler then) nor write once the other writer, the send path's or the pool's,
 /// committed after its read (`SQLITE_BUSY_SNAPSHOT`): either way "database is locked"
 /// at once. `BEGIN IMMEDIATE` waits its turn through the busy handler instead.
-pub(super) const BEGIN_WRITE: &str = "BEGIN IMMEDIATE";
+pub(in crate::store) const BEGIN_WRITE: &str = "BEGIN IMMEDIATE";
 
 fn id_to_db(id: ClientId) -> i64 {
-    super::rows::id_to_db(id.get())
+    crate::store::rows::id_to_db(id.get())
 }
 
 /// A send-path group as rows to write: owned, so another thread can write it.
@@ -148,12 +148,8 @@ pub(super) async fn apply_all(
         Some(work) => on_locked(conn, |db| in_transaction(db, || work.apply(db))).await,
         None => {
             use sqlx::Connection;
-            apply_in(
-                conn.begin_with(BEGIN_WRITE).await?,
-                changes,
-                first_poll_after,
-            )
-            .await
+            let tx = Tx::Sqlite(conn.begin_with(BEGIN_WRITE).await?);
+            apply_in(tx, changes, first_poll_after).await
         }
     }
 }
@@ -288,8 +284,6 @@ pub(super) fn in_transaction<T, E: From<rusqlite::Error>>(
     done
 }
 
-super::claim_changes::change_by_change!(Sqlite);
-
 #[cfg(test)]
 mod tests {
     use super::in_transaction;
@@ -303,7 +297,8 @@ mod tests {
         db.execute_batch(
             "PRAGMA foreign_keys = ON;
              CREATE TABLE parent (id INTEGER PRIMARY KEY);
-             CREATE TABLE child (parent INTEGER REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED);",
+             CREATE TABLE child (parent INTEGER REFERENCES parent (id)
+                                 DEFERRABLE INITIALLY DEFERRED);",
         )
         .unwrap();
         let failed: rusqlite::Result<usize> =

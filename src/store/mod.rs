@@ -39,7 +39,8 @@ pub use claims::{
 pub use guard::{BURST, Figures, GuardCheck, GuardFinding, KeyCheck, RangeHold, Window};
 pub use sql_store::SqlStore;
 pub use verifications::{
-    Created, NewVerification, PhoneLimit, StoredCode, VerificationChange, VerificationRecord,
+    CodeCheck, Decided, NewVerification, PhoneLimit, Start, StartOutcome, StoredCode,
+    VerificationChange, VerificationRecord,
 };
 
 /// A failure of the store.
@@ -232,27 +233,47 @@ pub trait Store: std::fmt::Debug + Send + Sync + 'static {
     /// Saves what changed in the built-in sandbox's `account`, in one transaction.
     async fn save_sandbox(&self, account: &str, save: &SandboxSave) -> Result<(), StoreError>;
 
-    /// Starts a verification with its first send, unless the number had `limit`
-    /// verifications already, its send id is taken, the caller has one pending for
-    /// the number, or the fraud guard (checked when `guard` is given) refuses it;
-    /// atomic across replicas. Answers with what the guard found (a shadow guard
-    /// finds without refusing); a hold it placed stays even when the start is refused.
-    async fn create_verification(
-        &self,
-        new: &NewVerification,
-        limit: PhoneLimit,
-        guard: Option<&GuardCheck>,
-    ) -> Result<(Created, Vec<GuardFinding>), StoreError>;
+    /// Starts a verification of a number with its first send, or sends the caller's
+    /// pending one again, or replays a retried send: reads, decides and writes in one
+    /// transaction, in which calls about one number take turns across replicas (see
+    /// [`StartOutcome`]). The fraud guard (checked when `start.guard` is given) judges
+    /// a start and a resend's range; what it found comes with the answer (a shadow
+    /// guard finds without refusing), and a hold it placed stays even when the call
+    /// is refused.
+    async fn start_verification(&self, start: &Start) -> Result<Decided<StartOutcome>, StoreError>;
 
-    /// Judges the range of `guard` outside a start (a resend; with `lift`, after an
-    /// approval): its hold in force, a hold placed now, or (`lift`) a hold ended because
-    /// its figures recovered. Atomic across replicas, like a start's check.
-    async fn judge_range(
+    /// Checks a code against the caller's pending verification of `phone` that has not
+    /// expired at `now`, in one transaction: approved when `right` says the code is
+    /// its, else one check less (the last one fails it); the verification after the
+    /// check, `None` when none is pending. After an approval, with `lift` (an enforcing
+    /// guard's check of the number's range), a hold of the range whose figures no longer
+    /// call for it ends (a `Lifted` finding).
+    async fn check_verification(
         &self,
-        guard: &GuardCheck,
+        caller: Option<&CallerName>,
+        phone: Phone,
         now: DateTime<Utc>,
-        lift: bool,
-    ) -> Result<Option<GuardFinding>, StoreError>;
+        right: CodeCheck<'_>,
+        lift: Option<&GuardCheck>,
+    ) -> Result<Decided<Option<VerificationRecord>>, StoreError>;
+
+    /// Cancels the caller's pending verification of `phone`, in one transaction; `None`
+    /// when none is pending.
+    async fn cancel_verification(
+        &self,
+        caller: Option<&CallerName>,
+        phone: Phone,
+        now: DateTime<Utc>,
+    ) -> Result<Decided<Option<VerificationRecord>>, StoreError>;
+
+    /// The caller's pending verification of `phone` that has not expired at `now`, in
+    /// one transaction that first marks those past their time expired.
+    async fn pending_verification(
+        &self,
+        caller: Option<&CallerName>,
+        phone: Phone,
+        now: DateTime<Utc>,
+    ) -> Result<Decided<Option<VerificationRecord>>, StoreError>;
 
     /// The hold of `range` in force at `now`.
     async fn range_hold(
@@ -283,23 +304,6 @@ pub trait Store: std::fmt::Debug + Send + Sync + 'static {
         &self,
         send: ClientId,
     ) -> Result<Option<(VerificationRecord, bool)>, StoreError>;
-
-    /// The caller's pending verification of `phone` that has not expired at `now`.
-    async fn pending_verification(
-        &self,
-        caller: Option<&CallerName>,
-        phone: Phone,
-        now: DateTime<Utc>,
-    ) -> Result<Option<VerificationRecord>, StoreError>;
-
-    /// Marks the caller's pending verifications of `phone` expired once past their
-    /// time, and returns those it marked (each is returned once, whoever asks).
-    async fn expire_verifications(
-        &self,
-        caller: Option<&CallerName>,
-        phone: Phone,
-        now: DateTime<Utc>,
-    ) -> Result<Vec<VerificationRecord>, StoreError>;
 
     /// Applies one change of a verification atomically: the verification after it, or
     /// `None` when the verification was no longer as the change expects.

@@ -16,9 +16,9 @@ use super::postgres::{self, PgDb};
 use super::sqlite::{self, SqliteDb};
 use super::verifications::writes_without_row;
 use super::{
-    ClaimChange, ClaimRecord, ClaimReply, Created, GuardCheck, GuardFinding, NewVerification,
-    PendingMessage, PhoneLimit, RangeHold, Retention, SandboxSave, Store, StoreError,
-    VerificationChange, VerificationRecord,
+    ClaimChange, ClaimRecord, ClaimReply, CodeCheck, Decided, GuardCheck, PendingMessage,
+    RangeHold, Retention, SandboxSave, Start, StartOutcome, Store, StoreError, VerificationChange,
+    VerificationRecord,
 };
 use crate::domain::{CallerName, ClientId, Cursor, NewEvent, Phone, StatusEvent};
 
@@ -208,33 +208,52 @@ impl Store for SqlStore {
         }
     }
 
-    async fn create_verification(
-        &self,
-        new: &NewVerification,
-        limit: PhoneLimit,
-        guard: Option<&GuardCheck>,
-    ) -> Result<(Created, Vec<GuardFinding>), StoreError> {
+    async fn start_verification(&self, start: &Start) -> Result<Decided<StartOutcome>, StoreError> {
         let mut tx = self.begin_write().await?;
-        let (created, findings) = verifications::create(&mut tx.conn(), new, limit, guard).await?;
-        let new_hold = findings
-            .iter()
-            .any(|f| matches!(f, GuardFinding::Held { new: true, .. }));
-        if matches!(created, Created::Started(_)) || new_hold {
+        let decided = verifications::start(&mut tx.conn(), start).await?;
+        // A call whose id another start took meanwhile wrote nothing worth keeping.
+        if decided.outcome != StartOutcome::IdTaken {
             tx.commit().await?;
         }
-        Ok((created, findings))
+        Ok(decided)
     }
 
-    async fn judge_range(
+    async fn check_verification(
         &self,
-        check: &GuardCheck,
+        caller: Option<&CallerName>,
+        phone: Phone,
         now: DateTime<Utc>,
-        lift: bool,
-    ) -> Result<Option<GuardFinding>, StoreError> {
+        right: CodeCheck<'_>,
+        lift: Option<&GuardCheck>,
+    ) -> Result<Decided<Option<VerificationRecord>>, StoreError> {
         let mut tx = self.begin_write().await?;
-        let found = guard::judge(&mut tx.conn(), check, now, lift).await?;
+        let decided = verifications::check(&mut tx.conn(), caller, phone, now, right, lift).await?;
         tx.commit().await?;
-        Ok(found)
+        Ok(decided)
+    }
+
+    async fn cancel_verification(
+        &self,
+        caller: Option<&CallerName>,
+        phone: Phone,
+        now: DateTime<Utc>,
+    ) -> Result<Decided<Option<VerificationRecord>>, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let decided = verifications::cancel(&mut tx.conn(), caller, phone, now).await?;
+        tx.commit().await?;
+        Ok(decided)
+    }
+
+    async fn pending_verification(
+        &self,
+        caller: Option<&CallerName>,
+        phone: Phone,
+        now: DateTime<Utc>,
+    ) -> Result<Decided<Option<VerificationRecord>>, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let decided = verifications::look(&mut tx.conn(), caller, phone, now).await?;
+        tx.commit().await?;
+        Ok(decided)
     }
 
     async fn range_hold(
@@ -270,26 +289,6 @@ impl Store for SqlStore {
         send: ClientId,
     ) -> Result<Option<(VerificationRecord, bool)>, StoreError> {
         verifications::of_send(&mut self.read().await?.conn(), send).await
-    }
-
-    async fn pending_verification(
-        &self,
-        caller: Option<&CallerName>,
-        phone: Phone,
-        now: DateTime<Utc>,
-    ) -> Result<Option<VerificationRecord>, StoreError> {
-        let mut conn = self.read().await?;
-        verifications::pending(&mut conn.conn(), caller, phone, now).await
-    }
-
-    async fn expire_verifications(
-        &self,
-        caller: Option<&CallerName>,
-        phone: Phone,
-        now: DateTime<Utc>,
-    ) -> Result<Vec<VerificationRecord>, StoreError> {
-        let mut conn = self.write().await?;
-        verifications::expire(&mut conn.conn(), caller, phone, now).await
     }
 
     async fn change_verification(

@@ -1,12 +1,14 @@
-//! Verifications in the store: what one is and the changes made to it (their SQL is in
-//! `common/verifications.rs`). Every change is one conditional statement (or one
-//! transaction) whose condition is the state it expects, so checks and resends stay
-//! atomic across replicas: two right codes approve once, concurrent wrong codes take
-//! one check each and never more than there are.
+//! Verifications in the store: what one is, the calls that decide on one (a start or
+//! resend, a check, a cancel: each reads, decides and writes in one transaction, in
+//! which calls about one number take turns across replicas), and the changes made
+//! after a send (their SQL is in `common/verifications.rs`). So two right codes
+//! approve once, concurrent wrong codes take one check each and never more than there
+//! are, and concurrent starts of one number start one verification.
 
 use chrono::{DateTime, Utc};
 
 use super::StoreError;
+use super::guard::{GuardCheck, GuardFinding};
 use super::rows::{from_ms, id_from_db, id_to_db, ms};
 use crate::domain::{CallerName, Channel, ClientId, Phone, VerificationStatus};
 
@@ -89,45 +91,91 @@ pub struct PhoneLimit {
     pub since: DateTime<Utc>,
 }
 
-/// The store's answer to starting a verification.
+/// A call that starts a verification of a number, or sends the caller's pending one
+/// again: everything the store needs to decide which, and to do it, in one transaction.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Created {
-    /// Started.
+pub struct Start {
+    /// The verification to start when the caller has none pending for the number. Its
+    /// id is the call's (its send's client id); its code is `None` when the call's
+    /// voice call picks one, which then also replaces a pending one's code on a resend.
+    pub new: NewVerification,
+    /// A resend needs the pending one's latest send at or before this.
+    pub not_after: DateTime<Utc>,
+    /// New verifications per number.
+    pub limit: PhoneLimit,
+    /// The fraud guard's check of a start (`None`: the guard leaves the number alone);
+    /// a resend judges its range only.
+    pub guard: Option<GuardCheck>,
+}
+
+/// What a [`Start`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StartOutcome {
+    /// Started, its first send the call's.
     Started(VerificationRecord),
-    /// The caller has one pending for the number already: a resend, not a start.
-    Pending(VerificationRecord),
+    /// The caller's pending verification, its latest send now the call's.
+    Resent(VerificationRecord),
+    /// The call's id is a send of this verification already (a retry: nothing written);
+    /// `sent`: the gateway accepted that send.
+    Replay {
+        /// The verification the send belongs to (maybe another caller's).
+        record: VerificationRecord,
+        /// The gateway accepted the send.
+        sent: bool,
+    },
+    /// The pending verification's voice call has not told its code yet.
+    CodeAwaited(VerificationRecord),
+    /// The pending verification's latest send was after `not_after`.
+    TooSoon {
+        /// When its latest send was made.
+        last_send_at: DateTime<Utc>,
+    },
+    /// The pending verification has no sends left.
+    Exhausted,
     /// The number had its verifications for the window; the oldest of them started then.
     PhoneLimited {
         /// When the oldest verification in the window started.
         oldest: DateTime<Utc>,
     },
-    /// The send id belongs to another verification already.
-    IdTaken,
     /// The fraud guard refused it (what it found comes with the answer).
     Refused,
+    /// The call's id was claimed meanwhile by a start of another number (nothing written).
+    IdTaken,
 }
 
-/// One change of a verification; each holds only if the verification is still as the
-/// change expects (pending, not expired, ...), else nothing changes.
+/// A verification call's answer, with what came to light on the way.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decided<T> {
+    /// What the call did.
+    pub outcome: T,
+    /// What the fraud guard found: against a start or a resend (a shadow guard finds
+    /// without refusing; a hold it placed stays even when the call is refused), or a
+    /// hold lifted after an approval.
+    pub findings: Vec<GuardFinding>,
+    /// The caller's verifications of the number that were past their time, marked
+    /// expired by this call (each is reported once, whoever asks).
+    pub expired: Vec<VerificationRecord>,
+}
+
+impl<T> Decided<T> {
+    /// `outcome`, with nothing found and nothing expired.
+    pub(super) fn only(outcome: T) -> Self {
+        Self {
+            outcome,
+            findings: Vec::new(),
+            expired: Vec::new(),
+        }
+    }
+}
+
+/// Judges a code against a pending verification: true when it is the verification's.
+pub type CodeCheck<'a> = &'a (dyn Fn(&VerificationRecord) -> bool + Send + Sync);
+
+/// One change of a verification after its send (the send itself, and checks and
+/// cancels, are decided by the store in one call each); each holds only if the
+/// verification is still as the change expects, else nothing changes.
 #[derive(Debug, Clone, PartialEq)]
 pub enum VerificationChange {
-    /// Records a resend with client id `send` on `channels`, if sends are left and the
-    /// latest send was at or before `not_after`; `forget_code`: the resend's voice call
-    /// picks a new code.
-    Resend {
-        /// The verification.
-        id: ClientId,
-        /// The resend's client id.
-        send: ClientId,
-        /// Its channels.
-        channels: Vec<Channel>,
-        /// The code is replaced by the one the gateway's voice call picks.
-        forget_code: bool,
-        /// Now.
-        at: DateTime<Utc>,
-        /// The latest send must be at or before this.
-        not_after: DateTime<Utc>,
-    },
     /// Keeps the code a voice call picked, if `send` is still the latest send.
     SetCode {
         /// The verification.
@@ -142,23 +190,7 @@ pub enum VerificationChange {
         /// The send.
         send: ClientId,
     },
-    /// Approves it, if its code is still `mac`.
-    Approve {
-        /// The verification.
-        id: ClientId,
-        /// The code's HMAC the caller's code matched.
-        mac: Vec<u8>,
-        /// Now.
-        at: DateTime<Utc>,
-    },
-    /// Takes one check for a wrong code; the last one fails it.
-    WrongCode {
-        /// The verification.
-        id: ClientId,
-        /// Now.
-        at: DateTime<Utc>,
-    },
-    /// Cancels it.
+    /// Cancels it (its voice call's code is lost: it can never be checked).
     Cancel {
         /// The verification.
         id: ClientId,

@@ -1,12 +1,12 @@
 //! The calls that answer from a pending verification and send nothing: check a code,
-//! get it, cancel it.
+//! get it, cancel it; one store call each.
 
 use chrono::Utc;
 
 use super::{Verifier, View, store_error};
 use crate::auth::Caller;
 use crate::domain::{Error, Phone, VerificationStatus};
-use crate::store::VerificationChange;
+use crate::store::VerificationRecord;
 
 impl Verifier {
     fn count_check(&self, outcome: &str) {
@@ -18,34 +18,21 @@ impl Verifier {
 
     /// Checks `code` against the caller's pending verification of `phone`.
     pub async fn check(&self, caller: &Caller, phone: Phone, code: &str) -> Result<View, Error> {
-        let name = caller.name.as_ref();
-        let Some(pending) = self.pending(name, phone).await? else {
-            self.count_check("not_found");
-            return Err(Error::VerificationNotFound);
-        };
         let now = Utc::now();
-        let right = pending
-            .code
-            .as_ref()
-            .filter(|stored| self.codes.matches(pending.id, stored, code));
-        let change = match right {
-            Some(stored) => VerificationChange::Approve {
-                id: pending.id,
-                mac: stored.mac.clone(),
-                at: now,
-            },
-            None => VerificationChange::WrongCode {
-                id: pending.id,
-                at: now,
-            },
+        let right = |pending: &VerificationRecord| {
+            pending
+                .code
+                .as_ref()
+                .is_some_and(|stored| self.codes.matches(pending.id, stored, code))
         };
-        let Some(record) = self
+        let lift = self.guard.lift_check(phone, now);
+        let decided = self
             .store
-            .change_verification(&change)
+            .check_verification(caller.name.as_ref(), phone, now, &right, lift.as_ref())
             .await
-            .map_err(store_error)?
-        else {
-            // Another check (or a cancel, or the clock) got there first.
+            .map_err(store_error)?;
+        self.count_expired(&decided.expired);
+        let Some(record) = decided.outcome else {
             self.count_check("not_found");
             return Err(Error::VerificationNotFound);
         };
@@ -54,9 +41,7 @@ impl Verifier {
                 self.count_check("approved");
                 self.count(VerificationStatus::Approved, &record);
                 self.guard.count(record.phone, "approved");
-                self.guard
-                    .approved(self.store.as_ref(), record.phone, now)
-                    .await;
+                self.guard.lifted(&decided.findings);
             }
             VerificationStatus::Failed => {
                 self.count_check("failed");
@@ -69,28 +54,27 @@ impl Verifier {
 
     /// The caller's pending verification of `phone`.
     pub async fn get(&self, caller: &Caller, phone: Phone) -> Result<View, Error> {
-        self.pending(caller.name.as_ref(), phone)
-            .await?
+        let decided = self
+            .store
+            .pending_verification(caller.name.as_ref(), phone, Utc::now())
+            .await
+            .map_err(store_error)?;
+        self.count_expired(&decided.expired);
+        decided
+            .outcome
             .map(|record| self.view(record))
             .ok_or(Error::VerificationNotFound)
     }
 
     /// Cancels the caller's pending verification of `phone`.
     pub async fn cancel(&self, caller: &Caller, phone: Phone) -> Result<View, Error> {
-        let pending = self
-            .pending(caller.name.as_ref(), phone)
-            .await?
-            .ok_or(Error::VerificationNotFound)?;
-        let change = VerificationChange::Cancel {
-            id: pending.id,
-            at: Utc::now(),
-        };
-        let record = self
+        let decided = self
             .store
-            .change_verification(&change)
+            .cancel_verification(caller.name.as_ref(), phone, Utc::now())
             .await
-            .map_err(store_error)?
-            .ok_or(Error::VerificationNotFound)?;
+            .map_err(store_error)?;
+        self.count_expired(&decided.expired);
+        let record = decided.outcome.ok_or(Error::VerificationNotFound)?;
         self.count(VerificationStatus::Canceled, &record);
         Ok(self.view(record))
     }

@@ -2,8 +2,10 @@
 //! sends are ordinary sends through the dispatcher (the request's id is the send's
 //! client id, exactly once, with events), whose claims keep no copy of the code
 //! ([`crate::dispatch::Confidential`]); the code itself is kept only as an HMAC and
-//! sealed under the verify secret ([`code`]). Every change of a verification is one
-//! conditional write in the store, so checks and resends are atomic across replicas.
+//! sealed under the verify secret ([`code`]). Each step (a start or resend, a check, a
+//! cancel) is one store call that reads, decides and writes in one transaction, in
+//! which calls about one number take turns, so steps are atomic across replicas; the
+//! send, and the bookkeeping after it, follow outside it.
 
 mod answers;
 pub mod code;
@@ -17,10 +19,11 @@ use tokio::time::Instant;
 
 use crate::auth::Caller;
 use crate::dispatch::{Confidential, Dispatcher};
-use crate::domain::{CallerName, Error, Output, Phone, VerificationStatus};
+use crate::domain::{Error, Output, Phone, VerificationStatus};
 use crate::metrics::Metrics;
 use crate::store::{
-    Created, NewVerification, PhoneLimit, Store, StoreError, VerificationChange, VerificationRecord,
+    NewVerification, PhoneLimit, Start, StartOutcome, Store, StoreError, VerificationChange,
+    VerificationRecord,
 };
 pub use code::{Code, Codes};
 pub use guard::Guard;
@@ -210,33 +213,17 @@ impl Verifier {
             .inc();
     }
 
-    /// Marks the caller's verification of `phone` expired once past its time.
-    async fn expire(&self, caller: Option<&CallerName>, phone: Phone) -> Result<(), Error> {
-        let expired = self
-            .store
-            .expire_verifications(caller, phone, Utc::now())
-            .await
-            .map_err(store_error)?;
-        for record in &expired {
+    /// Counts the verifications a store call found past their time and marked expired.
+    fn count_expired(&self, expired: &[VerificationRecord]) {
+        for record in expired {
             self.count(VerificationStatus::Expired, record);
         }
-        Ok(())
-    }
-
-    async fn pending(
-        &self,
-        caller: Option<&CallerName>,
-        phone: Phone,
-    ) -> Result<Option<VerificationRecord>, Error> {
-        self.expire(caller, phone).await?;
-        self.store
-            .pending_verification(caller, phone, Utc::now())
-            .await
-            .map_err(store_error)
     }
 
     /// Starts a verification of the request's number, or sends the pending one's code
-    /// again; a retry of an earlier call with the same id sends nothing new.
+    /// again; a retry of an earlier call with the same id sends nothing new. One store
+    /// call decides which and records it ([`Store::start_verification`]); the send
+    /// follows.
     pub async fn start(
         &self,
         caller: &Caller,
@@ -245,15 +232,48 @@ impl Verifier {
     ) -> Result<View, Error> {
         self.allowed(request.phone)?;
         let name = caller.name.as_ref();
-        // Each turn either answers or learns that another call moved first (then the
-        // next turn sees what it did); three turns cover every interleaving.
-        for _ in 0..3 {
-            if let Some((record, sent)) = self
-                .store
-                .verification_of_send(request.id)
-                .await
-                .map_err(store_error)?
-            {
+        let now = Utc::now();
+        let interval = chrono(self.settings.resend_interval);
+        let code = (!request.gateway_picks_code()).then(|| Code::generate(request.digits));
+        let start = Start {
+            new: NewVerification {
+                id: request.id,
+                caller: name.cloned(),
+                phone: request.phone,
+                channels: request.channels.clone(),
+                code: code.as_ref().map(|c| self.codes.keep(request.id, c)),
+                checks: CHECKS,
+                sends_left: SENDS - 1,
+                at: now,
+                expires_at: now + chrono(request.ttl),
+            },
+            not_after: now - interval,
+            limit: PhoneLimit {
+                max: self.settings.phone_limit,
+                since: now - chrono(PHONE_WINDOW),
+            },
+            guard: self
+                .guard
+                .check(request.phone, &request.rate_limit_keys, now),
+        };
+        let decided = self
+            .store
+            .start_verification(&start)
+            .await
+            .map_err(store_error)?;
+        self.count_expired(&decided.expired);
+        // Refuses when the guard is on and found something; shadow mode counts it.
+        self.guard.judge(&decided.findings)?;
+        match decided.outcome {
+            StartOutcome::Started(record) => {
+                self.send(caller, request, record, Send::FRESH, deadline)
+                    .await
+            }
+            StartOutcome::Resent(record) => {
+                self.send(caller, request, record, Send::retried(false), deadline)
+                    .await
+            }
+            StartOutcome::Replay { record, sent } => {
                 if record.caller.as_ref() != name {
                     return Err(Error::IdConflict {
                         id: request.id.get(),
@@ -268,115 +288,29 @@ impl Verifier {
                     return Ok(self.view(record));
                 }
                 let first = record.id == request.id && !sent;
-                return self
-                    .send(caller, request, record, Send::retried(first), deadline)
-                    .await;
-            }
-            let now = Utc::now();
-            if let Some(pending) = self.pending(name, request.phone).await? {
-                if pending.code.is_none() && !request.gateway_picks_code() {
-                    // Its voice call has not told the code yet.
-                    return Err(Error::SendInProgress {
-                        id: pending.last_send.get(),
-                        retry_after: Duration::from_secs(1),
-                    });
-                }
-                self.guard
-                    .resend(self.store.as_ref(), request.phone, now)
-                    .await?;
-                let not_after = now - chrono(self.settings.resend_interval);
-                let resend = VerificationChange::Resend {
-                    id: pending.id,
-                    send: request.id,
-                    channels: request.channels.clone(),
-                    forget_code: request.gateway_picks_code(),
-                    at: now,
-                    not_after,
-                };
-                match self
-                    .store
-                    .change_verification(&resend)
+                self.send(caller, request, record, Send::retried(first), deadline)
                     .await
-                    .map_err(store_error)?
-                {
-                    Some(record) => {
-                        return self
-                            .send(caller, request, record, Send::retried(false), deadline)
-                            .await;
-                    }
-                    // This very request's id is a send of it already (a concurrent
-                    // retry got there first): the next turn replays that send.
-                    None if self
-                        .store
-                        .verification_of_send(request.id)
-                        .await
-                        .map_err(store_error)?
-                        .is_some() =>
-                    {
-                        continue;
-                    }
-                    None if pending.sends_left == 0 => return Err(Error::SendsExhausted),
-                    None if pending.last_send_at > not_after => {
-                        return Err(Error::ResendTooSoon {
-                            retry_after: seconds_until(
-                                pending.last_send_at + chrono(self.settings.resend_interval),
-                                now,
-                            ),
-                        });
-                    }
-                    None => continue,
-                }
             }
-            let code = (!request.gateway_picks_code()).then(|| Code::generate(request.digits));
-            let new = NewVerification {
-                id: request.id,
-                caller: name.cloned(),
-                phone: request.phone,
-                channels: request.channels.clone(),
-                code: code.as_ref().map(|c| self.codes.keep(request.id, c)),
-                checks: CHECKS,
-                sends_left: SENDS - 1,
-                at: now,
-                expires_at: now + chrono(request.ttl),
-            };
-            let limit = PhoneLimit {
-                max: self.settings.phone_limit,
-                since: now - chrono(PHONE_WINDOW),
-            };
-            let guard = self
-                .guard
-                .check(request.phone, &request.rate_limit_keys, now);
-            let (created, findings) = self
-                .store
-                .create_verification(&new, limit, guard.as_ref())
-                .await
-                .map_err(store_error)?;
-            match created {
-                Created::Started(record) => {
-                    // Shadow mode: what it found is counted, nothing refused.
-                    self.guard.judge(&findings)?;
-                    return self
-                        .send(caller, request, record, Send::FRESH, deadline)
-                        .await;
-                }
-                Created::Refused => {
-                    self.guard.judge(&findings)?;
-                    return Err(Error::Internal(
-                        "the fraud guard refused a start without a reason".into(),
-                    ));
-                }
-                Created::PhoneLimited { oldest } => {
-                    return Err(Error::PhoneRateLimited {
-                        retry_after: seconds_until(oldest + chrono(PHONE_WINDOW), now),
-                    });
-                }
-                Created::Pending(_) | Created::IdTaken => continue,
-            }
+            // Its voice call has not told the code yet.
+            StartOutcome::CodeAwaited(pending) => Err(Error::SendInProgress {
+                id: pending.last_send.get(),
+                retry_after: Duration::from_secs(1),
+            }),
+            StartOutcome::TooSoon { last_send_at } => Err(Error::ResendTooSoon {
+                retry_after: seconds_until(last_send_at + interval, now),
+            }),
+            StartOutcome::Exhausted => Err(Error::SendsExhausted),
+            StartOutcome::PhoneLimited { oldest } => Err(Error::PhoneRateLimited {
+                retry_after: seconds_until(oldest + chrono(PHONE_WINDOW), now),
+            }),
+            StartOutcome::Refused => Err(Error::Internal(
+                "the fraud guard refused a start without a reason".into(),
+            )),
+            StartOutcome::IdTaken => Err(Error::IdConflict {
+                id: request.id.get(),
+                msg_id: None,
+            }),
         }
-        Err(Error::IdConflict {
-            id: request.id.get(),
-            msg_id: None,
-        })
     }
 
     /// Sends `record`'s code with the request's id and channels, and records the outcome.

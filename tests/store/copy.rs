@@ -7,12 +7,12 @@ use std::time::Duration;
 use chrono::Utc;
 use msgw::domain::{CallerName, ClientId, Phone};
 use msgw::store::{
-    ClaimChange, Created, Fingerprint, GuardCheck, GuardFinding, KeyCheck, Retention, SandboxSave,
-    StoreError, VerificationChange, Window, copy,
+    ClaimChange, Fingerprint, GuardCheck, GuardFinding, KeyCheck, Retention, SandboxSave,
+    StartOutcome, StoreError, VerificationChange, Window, copy,
 };
 use sqlx::Connection;
 
-use crate::verifications::{id, limit, new, phone};
+use crate::verifications::{id, limit, new, phone, start};
 use crate::{Fixture, events::event};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -239,41 +239,43 @@ async fn verifications_the_guards_counts_and_the_sandbox_move_too() {
     };
     // A pending verification, its first send accepted and one resend; its start
     // counted by the guard against a key and calling code 380.
-    let start = new(
+    let first = new(
         1,
         billing.clone(),
         phone(1),
         Utc::now() - chrono::Duration::minutes(1),
     );
     let counted = guard("380971", "380", 1000, vec![key.clone()]);
-    let (created, _) = old
-        .create_verification(&start, limit(100), Some(&counted))
+    let created = old
+        .start_verification(&start(first, limit(100), Some(counted.clone())))
         .await
         .unwrap();
-    assert!(matches!(created, Created::Started(_)), "{created:?}");
+    assert!(
+        matches!(created.outcome, StartOutcome::Started(_)),
+        "{created:?}"
+    );
     old.change_verification(&VerificationChange::Sent { send: id(1) })
         .await
         .unwrap();
-    let resend = VerificationChange::Resend {
-        id: id(1),
-        send: id(2),
-        channels: start.channels.clone(),
-        forget_code: false,
-        at: Utc::now(),
-        not_after: Utc::now(),
-    };
-    assert!(old.change_verification(&resend).await.unwrap().is_some());
+    let again = new(2, billing.clone(), phone(1), Utc::now());
+    let resent = old
+        .start_verification(&start(again, limit(100), Some(counted)))
+        .await
+        .unwrap();
+    assert!(
+        matches!(resent.outcome, StartOutcome::Resent(_)),
+        "{resent:?}"
+    );
     // A range held at its second unconverted start.
     let pumped = |n: u64| Phone::parse(&format!("881234{n:06}")).unwrap();
     let held = guard("881234", "881", 1, Vec::new());
     for n in [10, 11] {
-        old.create_verification(
-            &new(n, None, pumped(n), Utc::now()),
+        let call = start(
+            new(n, None, pumped(n), Utc::now()),
             limit(100),
-            Some(&held),
-        )
-        .await
-        .unwrap();
+            Some(held.clone()),
+        );
+        old.start_verification(&call).await.unwrap();
     }
     let hold = old.range_hold("881234", Utc::now()).await.unwrap();
     assert!(hold.is_some());
@@ -311,14 +313,11 @@ async fn verifications_the_guards_counts_and_the_sandbox_move_too() {
     let pending = new
         .pending_verification(billing.as_ref(), phone(1), now)
         .await
-        .unwrap();
+        .unwrap()
+        .outcome;
     assert!(pending.is_some());
-    assert_eq!(
-        pending,
-        old.pending_verification(billing.as_ref(), phone(1), now)
-            .await
-            .unwrap()
-    );
+    let before = old.pending_verification(billing.as_ref(), phone(1), now);
+    assert_eq!(pending, before.await.unwrap().outcome);
     for send in [id(1), id(2)] {
         assert_eq!(
             new.verification_of_send(send).await.unwrap(),
@@ -328,21 +327,19 @@ async fn verifications_the_guards_counts_and_the_sandbox_move_too() {
     assert_eq!(new.range_hold("881234", now).await.unwrap(), hold);
     // The counts carry on: the key and calling code 881 had their one start each.
     let by_key = guard("380972", "380", 1000, vec![key]);
-    let (created, findings) = new
-        .create_verification(&new_start(20, phone(20)), limit(100), Some(&by_key))
-        .await
-        .unwrap();
-    assert!(matches!(created, Created::Refused), "{created:?}");
+    let call = start(new_start(20, phone(20)), limit(100), Some(by_key));
+    let refused = new.start_verification(&call).await.unwrap();
+    let (created, findings) = (refused.outcome, refused.findings);
+    assert!(matches!(created, StartOutcome::Refused), "{created:?}");
     assert!(
         matches!(findings.as_slice(), [GuardFinding::KeyLimited { .. }]),
         "{findings:?}"
     );
     let by_country = guard("881777", "881", 1000, Vec::new());
-    let (created, findings) = new
-        .create_verification(&new_start(21, pumped(21)), limit(100), Some(&by_country))
-        .await
-        .unwrap();
-    assert!(matches!(created, Created::Refused), "{created:?}");
+    let call = start(new_start(21, pumped(21)), limit(100), Some(by_country));
+    let refused = new.start_verification(&call).await.unwrap();
+    let (created, findings) = (refused.outcome, refused.findings);
+    assert!(matches!(created, StartOutcome::Refused), "{created:?}");
     assert!(
         matches!(findings.as_slice(), [GuardFinding::CountryLimited { .. }]),
         "{findings:?}"

@@ -7,12 +7,10 @@ use std::{sync::Arc, time::Duration};
 use chrono::Utc;
 use futures_util::future::join_all;
 use msgw::domain::Phone;
-use msgw::store::{
-    Created, GuardCheck, GuardFinding, KeyCheck, Retention, Store, VerificationChange, Window,
-};
+use msgw::store::{GuardCheck, GuardFinding, KeyCheck, Retention, StartOutcome, Store, Window};
 
 use crate::Fixture;
-use crate::verifications::{code, id, limit, new};
+use crate::verifications::{check as check_code, limit, new, start as call};
 
 fn pumped(n: u64) -> Phone {
     Phone::parse(&format!("881234{n:06}")).unwrap()
@@ -36,24 +34,18 @@ fn check(keys: Vec<KeyCheck>, country: Option<Window>) -> GuardCheck {
     }
 }
 
-async fn start(store: &dyn Store, n: u64, guard: &GuardCheck) -> (Created, Vec<GuardFinding>) {
-    store
-        .create_verification(
-            &new(n, None, pumped(n), Utc::now()),
-            limit(100),
-            Some(guard),
-        )
+async fn start(store: &dyn Store, n: u64, guard: &GuardCheck) -> (StartOutcome, Vec<GuardFinding>) {
+    let verification = new(n, None, pumped(n), Utc::now());
+    let decided = store
+        .start_verification(&call(verification, limit(100), Some(guard.clone())))
         .await
-        .unwrap()
+        .unwrap();
+    (decided.outcome, decided.findings)
 }
 
 async fn approve(store: &dyn Store, n: u64) {
-    let change = VerificationChange::Approve {
-        id: id(n),
-        mac: code(1).mac,
-        at: Utc::now(),
-    };
-    assert!(store.change_verification(&change).await.unwrap().is_some());
+    let approved = check_code(store, pumped(n), true).await.unwrap();
+    assert_eq!(approved.status, msgw::domain::VerificationStatus::Approved);
 }
 
 pub async fn a_range_is_held_by_its_unconverted_starts_and_approvals_keep_it_open(
@@ -64,17 +56,20 @@ pub async fn a_range_is_held_by_its_unconverted_starts_and_approvals_keep_it_ope
     for n in 1..=2 {
         assert!(matches!(
             start(&*store, n, &guard).await.0,
-            Created::Started(_)
+            StartOutcome::Started(_)
         ));
     }
     approve(&*store, 2).await;
     // 1 approved and up to 4 unconverted (1, 3, 4, 5): 1/5 is not below 20 %.
     for n in 3..=6 {
         let (created, findings) = start(&*store, n, &guard).await;
-        assert!(matches!(created, Created::Started(_)), "{n}: {findings:?}");
+        assert!(
+            matches!(created, StartOutcome::Started(_)),
+            "{n}: {findings:?}"
+        );
     }
     let (created, findings) = start(&*store, 7, &guard).await;
-    assert!(matches!(created, Created::Refused), "{findings:?}");
+    assert!(matches!(created, StartOutcome::Refused), "{findings:?}");
     let [GuardFinding::Held { hold, new: true }] = findings.as_slice() else {
         panic!("{findings:?}");
     };
@@ -93,7 +88,7 @@ pub async fn a_range_is_held_by_its_unconverted_starts_and_approvals_keep_it_ope
         Some(hold)
     );
     let (created, findings) = start(&*other, 8, &guard).await;
-    assert!(matches!(created, Created::Refused));
+    assert!(matches!(created, StartOutcome::Refused));
     assert!(matches!(
         findings.as_slice(),
         [GuardFinding::Held { new: false, .. }]
@@ -106,20 +101,14 @@ pub async fn a_range_is_held_by_its_unconverted_starts_and_approvals_keep_it_ope
     };
     let mut placed = 0;
     for n in 10..=15 {
-        let (created, findings) = store
-            .create_verification(
-                &new(
-                    n,
-                    None,
-                    Phone::parse(&format!("881235{n:06}")).unwrap(),
-                    Utc::now(),
-                ),
-                limit(100),
-                Some(&shadow),
-            )
+        let number = Phone::parse(&format!("881235{n:06}")).unwrap();
+        let verification = new(n, None, number, Utc::now());
+        let decided = store
+            .start_verification(&call(verification, limit(100), Some(shadow.clone())))
             .await
             .unwrap();
-        assert!(matches!(created, Created::Started(_)));
+        let (created, findings) = (decided.outcome, decided.findings);
+        assert!(matches!(created, StartOutcome::Started(_)));
         placed += findings
             .iter()
             .filter(|f| matches!(f, GuardFinding::Held { new: true, .. }))
@@ -145,7 +134,7 @@ async fn at_once(
     b: &Arc<dyn Store>,
     ids: std::ops::RangeInclusive<u64>,
     guard: &GuardCheck,
-) -> Vec<(Created, Vec<GuardFinding>)> {
+) -> Vec<(StartOutcome, Vec<GuardFinding>)> {
     join_all(ids.map(|n| {
         let store = if n % 2 == 0 { a } else { b };
         async move { start(&**store, n, guard).await }
@@ -153,10 +142,10 @@ async fn at_once(
     .await
 }
 
-fn count_started(results: &[(Created, Vec<GuardFinding>)]) -> usize {
+fn count_started(results: &[(StartOutcome, Vec<GuardFinding>)]) -> usize {
     results
         .iter()
-        .filter(|(c, _)| matches!(c, Created::Started(_)))
+        .filter(|(c, _)| matches!(c, StartOutcome::Started(_)))
         .count()
 }
 
@@ -181,7 +170,7 @@ pub async fn limits_count_exactly_across_replicas_starting_at_once(fixture: Fixt
     let started = count_started(&results);
     assert_eq!(started, 5, "{results:?}");
     for (created, findings) in &results {
-        if matches!(created, Created::Refused) {
+        if matches!(created, StartOutcome::Refused) {
             assert!(
                 matches!(findings.as_slice(), [GuardFinding::KeyLimited { name, .. }] if name == "ip")
             );
@@ -206,7 +195,7 @@ pub async fn a_release_judges_the_range_afresh_and_prune_drops_old_counts(fixtur
     }
     assert!(matches!(
         start(&*store, 4, &guard).await.0,
-        Created::Refused
+        StartOutcome::Refused
     ));
     let released = store.release_range("881234", Utc::now()).await.unwrap();
     assert!(released.is_some());
@@ -225,12 +214,12 @@ pub async fn a_release_judges_the_range_afresh_and_prune_drops_old_counts(fixtur
     for n in 5..=7 {
         assert!(matches!(
             start(&*store, n, &guard).await.0,
-            Created::Started(_)
+            StartOutcome::Started(_)
         ));
     }
     assert!(matches!(
         start(&*store, 8, &guard).await.0,
-        Created::Refused
+        StartOutcome::Refused
     ));
 
     // Pruned past the guard's longest window: a key limit of one finds nothing left.
@@ -252,7 +241,7 @@ pub async fn a_release_judges_the_range_afresh_and_prune_drops_old_counts(fixtur
         start(&*store, 20, &other_range(vec![key(week_ago)]))
             .await
             .0,
-        Created::Started(_)
+        StartOutcome::Started(_)
     ));
     let week = Duration::from_secs(7 * 86_400);
     let retention = Retention {
@@ -270,5 +259,5 @@ pub async fn a_release_judges_the_range_afresh_and_prune_drops_old_counts(fixtur
             .is_empty()
     );
     let (created, findings) = start(&*store, 21, &other_range(vec![key(week_ago)])).await;
-    assert!(matches!(created, Created::Started(_)), "{findings:?}");
+    assert!(matches!(created, StartOutcome::Started(_)), "{findings:?}");
 }

@@ -105,6 +105,7 @@ on_both_stores!(
     verifications::two_right_codes_on_two_replicas_approve_once,
     verifications::a_resend_holds_once_per_interval_and_for_its_sends,
     verifications::expired_verifications_are_marked_once_and_pruned_after_the_hour,
+    verifications::concurrent_starts_of_one_number_start_one_verification,
     guard::a_range_is_held_by_its_unconverted_starts_and_approvals_keep_it_open,
     guard::limits_count_exactly_across_replicas_starting_at_once,
     guard::a_release_judges_the_range_afresh_and_prune_drops_old_counts,

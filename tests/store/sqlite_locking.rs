@@ -12,7 +12,7 @@ use std::{
 
 use chrono::Utc;
 use msgw::domain::ClientId;
-use msgw::store::{ClaimChange, Fingerprint, Retention, StoreError, VerificationChange};
+use msgw::store::{ClaimChange, Fingerprint, Retention, StartOutcome, StoreError};
 
 use crate::{Fixture, events::event, shared::sent, verifications};
 
@@ -57,32 +57,41 @@ async fn every_write_waits_its_turn_behind_another_connections_write() {
     let store = fixture.open().await;
     let at = Utc::now() - chrono::Duration::minutes(1);
 
-    let start = verifications::new(1, None, verifications::phone(1), at);
-    let limit = verifications::limit(100);
+    let first = verifications::new(1, None, verifications::phone(1), at);
+    let call = verifications::start(first.clone(), verifications::limit(100), None);
     let created = behind_another_writer(
         &path,
         "a verification's start",
-        store.create_verification(&start, limit, None),
+        store.start_verification(&call),
     )
     .await;
     assert!(
-        matches!(created.0, msgw::store::Created::Started(_)),
+        matches!(created.outcome, StartOutcome::Started(_)),
         "{created:?}"
     );
-    let resend = VerificationChange::Resend {
-        id: id(1),
-        send: id(2),
-        channels: start.channels.clone(),
-        forget_code: false,
-        at: Utc::now(),
-        not_after: Utc::now(),
-    };
-    let resent = behind_another_writer(&path, "a resend", store.change_verification(&resend)).await;
-    assert_eq!(resent.map(|r| r.last_send), Some(id(2)));
+    let resend = verifications::start(
+        verifications::new(2, None, verifications::phone(1), Utc::now()),
+        verifications::limit(100),
+        None,
+    );
+    let resent = behind_another_writer(&path, "a resend", store.start_verification(&resend)).await;
+    assert!(
+        matches!(&resent.outcome, StartOutcome::Resent(r) if r.last_send == id(2)),
+        "{resent:?}"
+    );
+    let right = |_: &msgw::store::VerificationRecord| false;
+    let checked = store.check_verification(None, verifications::phone(1), Utc::now(), &right, None);
+    behind_another_writer(&path, "a check", checked).await;
+    behind_another_writer(
+        &path,
+        "a cancel",
+        store.cancel_verification(None, verifications::phone(1), Utc::now()),
+    )
+    .await;
     behind_another_writer(
         &path,
         "expiring verifications",
-        store.expire_verifications(None, verifications::phone(1), Utc::now()),
+        store.pending_verification(None, verifications::phone(1), Utc::now()),
     )
     .await;
 

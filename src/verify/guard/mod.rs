@@ -92,7 +92,8 @@ impl Guard {
     }
 
     /// What the store checks before starting a verification of `phone` with `keys`
-    /// (keys without a limit are not kept); `None` when the guard leaves it alone.
+    /// (keys without a limit are not kept), and whose range it judges before a resend;
+    /// `None` when the guard leaves it alone.
     pub fn check(
         &self,
         phone: Phone,
@@ -167,45 +168,21 @@ impl Guard {
         }
     }
 
-    /// Checks a resend of a verification of `phone`: a resend costs what a start
-    /// costs, so its range is judged as for a start (and may be held now); the key
-    /// and country limits count starts only.
-    pub async fn resend(
-        &self,
-        store: &dyn Store,
-        phone: Phone,
-        now: DateTime<Utc>,
-    ) -> Result<(), Error> {
-        let Some(check) = self.range_check(phone, now) else {
-            return Ok(());
-        };
-        let found = store
-            .judge_range(&check, now, false)
-            .await
-            .map_err(super::store_error)?;
-        self.judge(found.as_slice())
+    /// What the store judges after an approval of a verification of `phone`: a hold on
+    /// its range ends at once if the range's figures no longer call for it (its real
+    /// users entered their codes). `None` unless the guard is on and looks at `phone`.
+    pub fn lift_check(&self, phone: Phone, now: DateTime<Utc>) -> Option<GuardCheck> {
+        self.range_check(phone, now).filter(|c| c.enforce)
     }
 
-    /// After an approval of a verification of `phone`: a hold on its range ends at
-    /// once if the range's figures no longer call for it (its real users entered
-    /// their codes). Costs one read when the range is not held.
-    pub async fn approved(&self, store: &dyn Store, phone: Phone, now: DateTime<Utc>) {
-        let Some(check) = self.range_check(phone, now).filter(|c| c.enforce) else {
-            return;
-        };
-        match store.range_hold(&check.range, now).await {
-            Ok(Some(hold)) if !hold.shadow => {}
-            _ => return,
-        }
-        match store.judge_range(&check, now, true).await {
-            Ok(Some(GuardFinding::Lifted { hold })) => tracing::warn!(
-                range = %hold.range,
-                "fraud guard: range released early: its verifications are being approved"
-            ),
-            Ok(_) => {}
-            // The approval stands; the hold ends on time or by an operator.
-            Err(e) => {
-                tracing::warn!(error = %e, "fraud guard: could not judge a held range after an approval")
+    /// Logs what an approval's judgement of a held range found.
+    pub fn lifted(&self, findings: &[GuardFinding]) {
+        for finding in findings {
+            if let GuardFinding::Lifted { hold } = finding {
+                tracing::warn!(
+                    range = %hold.range,
+                    "fraud guard: range released early: its verifications are being approved"
+                );
             }
         }
     }

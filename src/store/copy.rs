@@ -3,7 +3,7 @@
 //! the move is still answered, never sent again), the messages reconcile tracks, the
 //! event log with its cursors (subscribers resume where they were), verifications
 //! (pending ones can still be checked), the fraud guard's counts and holds, the
-//! sandbox's account and the leases. A table or column it does not know (a schema it
+//! sandbox's account (not the leases: the stopped msgw holds none). A table or column it does not know (a schema it
 //! was not written for) makes it refuse, naming them, before anything is written.
 
 use std::collections::BTreeSet;
@@ -25,7 +25,6 @@ pub const TABLES: &[&str] = &[
     "claims",
     "events",
     "messages",
-    "leases",
     "sandbox_state",
     "sandbox_messages",
     "verifications",
@@ -46,6 +45,10 @@ pub const BOOKKEEPING: &[(&str, &str)] = &[
         "SQLite's newest cursor: PostgreSQL's event_head is set to it",
     ),
     ("event_head", "set to SQLite's newest cursor"),
+    (
+        "leases",
+        "which replica does shared work now: the stopped msgw's would hold the new replicas off until they expire",
+    ),
 ];
 
 /// Columns only PostgreSQL has, left as a copied row's insert leaves them (NULL).

@@ -427,7 +427,7 @@ pub struct Options {
     pub callers_file: Option<std::path::PathBuf>,
     /// Verifications: secret (PostgreSQL stores get [`VERIFY_SECRET`]), resend
     /// interval, phone limit, allowed prefixes.
-    pub verify: msgw::config::VerifyConfig,
+    pub verify: msgw::verify::Settings,
 }
 
 impl Default for Options {
@@ -459,7 +459,7 @@ impl Default for Options {
             tls: None,
             tls_client: None,
             callers_file: None,
-            verify: msgw::config::VerifyConfig::default(),
+            verify: msgw::verify::Settings::default(),
         }
     }
 }
@@ -510,10 +510,8 @@ pub fn config(options: Options, gateway: &FakeGateway) -> (Config, Arc<tempfile:
         .unwrap_or_else(|| Arc::new(tempfile::tempdir().expect("temp dir")));
     let shared = options.store_url.is_some();
     let store_url = options.store_url.unwrap_or_else(|| store_url(&store));
-    let mut verify = options.verify;
-    if shared && verify.secret.is_none() {
-        verify.secret = Some(VERIFY_SECRET.to_owned().into());
-    }
+    let verify = options.verify;
+    let verify_secret = shared.then(|| VERIFY_SECRET.to_owned().into());
     let config = Config {
         webhook_secret: Some(WEBHOOK_SECRET.to_owned().into()),
         webhook_secret_previous: options.webhook_secret_previous.clone().map(Into::into),
@@ -535,6 +533,7 @@ pub fn config(options: Options, gateway: &FakeGateway) -> (Config, Arc<tempfile:
         webhook_limits: options.webhook_limits,
         tls: options.tls,
         callers_file: options.callers_file,
+        verify_secret,
         verify,
         ..Config::for_tests(upstream, store_url)
     };

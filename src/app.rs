@@ -86,11 +86,7 @@ impl Application {
             config.tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
         )
         .map_err(anyhow::Error::msg)?;
-        let [grpc, http, admin] = crate::listen::bind_ports([
-            ("grpc_addr", &config.grpc_addr),
-            ("http_addr", &config.http_addr),
-            ("admin_addr", &config.admin_addr),
-        ])?;
+        let [grpc, http, admin] = config.bind_ports()?;
         let public_url = match config.public_url {
             Some(url) => url,
             None => own_url(http.local_addr()?)?,
@@ -152,7 +148,7 @@ impl Application {
                 store: store.clone(),
                 settle: config.upstream_settle,
             });
-        let verify_secret = match config.verify.secret {
+        let verify_secret = match config.verify_secret {
             Some(secret) => secret,
             // Not configured (SQLite only, see config): kept next to the database.
             None => {
@@ -168,11 +164,8 @@ impl Application {
             store.clone(),
             Codes::new(&verify_secret),
             verify::Settings {
-                resend_interval: config.verify.resend_interval,
-                phone_limit: config.verify.phone_limit,
-                allowed_prefixes: config.verify.allowed_prefixes,
                 sandbox: sandbox.is_some(),
-                guard: config.verify.guard,
+                ..config.verify
             },
         );
         if auth.is_open() {

@@ -28,6 +28,7 @@ use crate::auth::incoming::is_connection_error;
 use crate::conn_table::{Close, Conn, ConnMetrics, Table};
 use crate::listen::Listeners;
 use crate::metrics::Metrics;
+use crate::parse;
 
 /// After an eviction, how long a connection has to finish what it was doing (a
 /// response still being written, headers half sent) before it is dropped.
@@ -44,24 +45,25 @@ const LEAST_IDLE: Duration = Duration::from_millis(100);
 /// retrying at once would only spin.
 const ACCEPT_RETRY: Duration = Duration::from_millis(50);
 
-/// Bounds of an HTTP listener.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Bounds of an HTTP listener. As flags they are the webhook listener's
+/// (`--webhook-*`); the admin listener sets its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Args)]
 pub struct ListenerLimits {
-    /// Time to receive a request's headers, and the longest idle keep-alive.
+    /// Webhook listener: time a client has to send a request's headers; also the
+    /// longest a keep-alive connection may sit idle between requests.
+    #[arg(long = "webhook-header-timeout", env = "MSGW_WEBHOOK_HEADER_TIMEOUT", default_value = "10s", value_parser = parse::positive_duration)]
     pub header_timeout: Duration,
-    /// Time to receive a request's body.
+    /// Webhook listener: time a client has to send a request's body.
+    #[arg(long = "webhook-body-timeout", env = "MSGW_WEBHOOK_BODY_TIMEOUT", default_value = "10s", value_parser = parse::positive_duration)]
     pub body_timeout: Duration,
-    /// Connections open at once.
+    /// Webhook listener: connections open at once; more wait to be accepted.
+    #[arg(id = "webhook_max_connections", long = "webhook-max-connections", env = "MSGW_WEBHOOK_MAX_CONNECTIONS", default_value = "1024", value_parser = parse::at_least(1usize))]
     pub max_connections: usize,
 }
 
 impl Default for ListenerLimits {
     fn default() -> Self {
-        Self {
-            header_timeout: Duration::from_secs(10),
-            body_timeout: Duration::from_secs(10),
-            max_connections: 1024,
-        }
+        parse::defaults()
     }
 }
 

@@ -46,7 +46,7 @@ impl Kept {
                 self.what, self.variable
             );
             return Ok((
-                SecretString::from(crate::config::random_token()),
+                SecretString::from(crate::secrets::random_token()),
                 Some(note),
             ));
         };
@@ -81,7 +81,7 @@ impl Kept {
         let mut draft = path.as_os_str().to_owned();
         draft.push(format!(".{}.tmp", std::process::id()));
         let draft = std::path::PathBuf::from(draft);
-        let secret = crate::config::random_token();
+        let secret = crate::secrets::random_token();
         let mut file = std::fs::OpenOptions::new()
             .write(true)
             .create(true)

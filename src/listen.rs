@@ -11,8 +11,6 @@ use std::task::Poll;
 
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
-use crate::config::{Problem, Problems};
-
 /// Connections the kernel holds for a listener before msgw accepts them. Beyond it new
 /// ones are dropped and their clients wait for a retransmission (a second or more), so
 /// it is well above the usual 128: clients that reconnect as soon as they are closed
@@ -180,29 +178,23 @@ impl From<TcpListener> for Listeners {
     }
 }
 
-/// Binds each port (`(arg, address)`: the option that names it), or says what is wrong
-/// with every one that cannot be bound, at once.
-pub fn bind_ports<const N: usize>(
-    ports: [(&str, &ListenAddr); N],
-) -> Result<[Listeners; N], Problems> {
+/// Binds each address, or gives the error of every one that cannot be bound (with its
+/// index in `addrs`), all at once.
+pub fn bind_all<const N: usize>(
+    addrs: [&ListenAddr; N],
+) -> Result<[Listeners; N], Vec<(usize, std::io::Error)>> {
     let mut bound = Vec::with_capacity(N);
-    let mut problems = Vec::new();
-    for (arg, addr) in ports {
+    let mut failed = Vec::new();
+    for (i, addr) in addrs.into_iter().enumerate() {
         match Listeners::bind(addr) {
             Ok(listeners) => bound.push(listeners),
-            Err(e) => problems.push(Problem::listen(arg, addr, &e)),
+            Err(e) => failed.push((i, e)),
         }
     }
-    Problems::check(problems)?;
-    // One per port when no port had a problem; said as a problem rather than assumed.
-    let count = bound.len();
-    bound.try_into().map_err(|_| {
-        Problems(vec![Problem::value(
-            "ports",
-            count,
-            format!("{N} ports were asked for"),
-        )])
-    })
+    match <[Listeners; N]>::try_from(bound) {
+        Ok(bound) if failed.is_empty() => Ok(bound),
+        _ => Err(failed),
+    }
 }
 
 /// For `axum::serve` (the `msgw sandbox` gateway): a failed accept other than a

@@ -57,7 +57,7 @@ fn one_line(error: &anyhow::Error) -> String {
 fn start(cli: Cli) -> anyhow::Result<()> {
     let configured = match &cli.command {
         Command::Serve(args) => args.worker_threads.map(usize::from),
-        Command::Sandbox(_) | Command::CopyStore(_) | Command::Guard(_) => None,
+        Command::Sandbox(_) | Command::CopyStore(_) | Command::Guard(_) | Command::Options => None,
         // A client: one thread is plenty.
         Command::Check(_) => Some(1),
     };
@@ -104,9 +104,13 @@ async fn run(cli: Cli, workers: usize, configured: bool) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::Options => {
+            println!("{}", msgw::config::options::json());
+            Ok(())
+        }
         Command::Sandbox(args) => {
             let _telemetry = msgw::telemetry::init(&args.log)?;
-            let config = args.config()?;
+            let config = args.config();
             let listener = msgw::listen::Listeners::bind(&args.addr).map_err(|e| {
                 Problems(vec![
                     Problem::listen("addr", &args.addr, &e).for_command("sandbox"),

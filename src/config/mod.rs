@@ -1,32 +1,30 @@
-//! Validated configuration of `msgw serve`: what the flags and environment variables
-//! of `cli.rs` become once checked, secrets read and defaults resolved.
+//! Checked configuration of `msgw serve`: what the flags and environment variables
+//! of `cli.rs` become once secrets are read and the rules across options hold.
+//!
+//! Where an option is checked: its own bounds and format by its flag's parser (stated
+//! once, on the flag: [`crate::parse`]); everything that depends on more than one
+//! option, on a file or on the store (a queue not below the batch, the guard's grace
+//! inside its window, the secrets replicas share, caller authentication in front of a
+//! real gateway) here, in [`ServeArgs::into_config`] and nowhere else. Both end as
+//! [`Problems`], one line each, all at once.
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
 
 use crate::auth::tls::TlsFiles;
-use crate::cli::ServeArgs;
+use crate::cli::{SecurityArgs, ServeArgs};
 use crate::dispatch::Limits;
 use crate::grpc::port::PortLimits;
 use crate::http_listener::ListenerLimits;
-use crate::listen::ListenAddr;
+use crate::listen::{ListenAddr, Listeners};
 use crate::reconcile::ReconcileConfig;
 use crate::sandbox::{DEFAULT_API_KEY, SandboxConfig};
 use crate::store::Retention;
 
+pub mod options;
 pub mod problems;
-mod secrets;
 pub use problems::{Problem, Problems};
-use secrets::secret_given;
-pub use secrets::{random_token, read_secret};
-
-/// Most gateway requests in flight that can be configured.
-const MAX_UPSTREAM_CONNECTIONS: usize = 1024;
-/// Most operations per gateway request that can be configured.
-const MAX_UPSTREAM_BATCH: usize = 1000;
-/// Most queued operations that can be configured (each holds a validated request).
-const MAX_UPSTREAM_QUEUE: usize = 1_000_000;
 
 /// Which gateway msgw talks to.
 #[derive(Debug, Clone)]
@@ -94,41 +92,17 @@ pub struct Config {
     pub tls: Option<TlsFiles>,
     /// The callers file; `None`: no bearer tokens.
     pub callers_file: Option<PathBuf>,
-    /// Verifications: their secret, resend interval, phone limit and allowed prefixes.
-    pub verify: VerifyConfig,
-}
-
-/// Settings of the verification service.
-#[derive(Debug, Clone)]
-pub struct VerifyConfig {
-    /// HMAC key of codes at rest; `None`: generated and kept next to the SQLite file.
-    pub secret: Option<SecretString>,
-    /// Least time between two sends of one verification.
-    pub resend_interval: Duration,
-    /// New verifications per phone number per hour.
-    pub phone_limit: u32,
-    /// Country prefixes (digits) verifications may go to; empty: any.
-    pub allowed_prefixes: Vec<String>,
-    /// The fraud guard.
-    pub guard: crate::verify::guard::Settings,
-}
-
-impl Default for VerifyConfig {
-    fn default() -> Self {
-        Self {
-            secret: None,
-            resend_interval: Duration::from_secs(30),
-            phone_limit: 5,
-            allowed_prefixes: Vec::new(),
-            guard: crate::verify::guard::Settings::default(),
-        }
-    }
+    /// HMAC key of verifications' codes at rest; `None`: generated and kept next to the
+    /// SQLite file.
+    pub verify_secret: Option<SecretString>,
+    /// Verifications: resend interval, phone limit, allowed prefixes, the fraud guard.
+    pub verify: crate::verify::Settings,
 }
 
 impl Config {
     /// `msgw serve` with no flags and no environment: every flag at its default.
     pub fn serve_defaults() -> anyhow::Result<Self> {
-        ServeArgs::defaults()?.into_config()
+        crate::parse::defaults::<ServeArgs>().into_config()
     }
 
     /// msgw on loopback ports the system chooses, with `msgw serve`'s defaults, fixed
@@ -155,133 +129,82 @@ impl Config {
             ..defaults
         }
     }
+
+    /// Binds the gRPC, webhook and admin ports, or says what is wrong with each one
+    /// that cannot be bound, at once.
+    pub fn bind_ports(&self) -> Result<[Listeners; 3], Problems> {
+        let ports = [
+            ("grpc_addr", &self.grpc_addr),
+            ("http_addr", &self.http_addr),
+            ("admin_addr", &self.admin_addr),
+        ];
+        crate::listen::bind_all(ports.map(|(_, addr)| addr)).map_err(|failed| {
+            Problems(
+                failed
+                    .iter()
+                    .map(|(i, e)| Problem::listen(ports[*i].0, ports[*i].1, e))
+                    .collect(),
+            )
+        })
+    }
 }
 
 impl ServeArgs {
-    /// Checks the flags and reads secret files. Every problem found is reported, in
-    /// one [`Problems`] error, not only the first.
+    /// Reads the secrets and checks the rules across options. Every problem found is
+    /// reported, in one [`Problems`] error, not only the first.
     pub fn into_config(self) -> anyhow::Result<Config> {
         let mut problems = Vec::new();
         let mut refuse = |problem: Problem| problems.push(problem);
-        let shown = |d: Duration| humantime::format_duration(d).to_string();
-        for (arg, d) in [
-            ("upstream_timeout", self.upstream_timeout),
-            ("webhook_header_timeout", self.webhook_header_timeout),
-            ("webhook_body_timeout", self.webhook_body_timeout),
-            ("reconcile_after", self.reconcile_after),
-            ("reconcile_interval", self.reconcile_interval),
-            ("reconcile_max_backoff", self.reconcile_max_backoff),
-            ("event_retention", self.event_retention),
-            ("idempotency_retention", self.idempotency_retention),
-        ] {
-            if d.is_zero() {
-                refuse(Problem::value(arg, shown(d), "must be greater than zero"));
-            }
-        }
-        if self.webhook_max_connections == 0 {
-            refuse(Problem::value(
-                "webhook_max_connections",
-                0,
-                "must be at least 1",
-            ));
-        }
-        if !(1..=MAX_UPSTREAM_CONNECTIONS).contains(&self.upstream_connections) {
-            refuse(Problem::value(
-                "upstream_connections",
-                self.upstream_connections,
-                format!("must be between 1 and {MAX_UPSTREAM_CONNECTIONS}"),
-            ));
-        }
-        if !(1..=MAX_UPSTREAM_BATCH).contains(&self.upstream_batch_max) {
-            refuse(Problem::value(
-                "upstream_batch_max",
-                self.upstream_batch_max,
-                format!("must be between 1 and {MAX_UPSTREAM_BATCH}"),
-            ));
-        }
-        if self.upstream_queue_max < self.upstream_batch_max
-            || self.upstream_queue_max > MAX_UPSTREAM_QUEUE
-        {
+        if self.upstream.queue_max < self.upstream.batch_max {
             refuse(Problem::value(
                 "upstream_queue_max",
-                self.upstream_queue_max,
+                self.upstream.queue_max,
                 format!(
-                    "must be between MSGW_UPSTREAM_BATCH_MAX ({}) and {MAX_UPSTREAM_QUEUE}",
-                    self.upstream_batch_max
+                    "must not be below MSGW_UPSTREAM_BATCH_MAX ({})",
+                    self.upstream.batch_max
                 ),
             ));
         }
-        if self.event_retention_count == 0 {
+        let guard = &self.verify.guard;
+        if guard.grace >= guard.window {
             refuse(Problem::value(
-                "event_retention_count",
-                0,
-                "must be at least 1",
+                "verify_guard_grace",
+                crate::parse::shown(guard.grace),
+                format!(
+                    "must be shorter than MSGW_VERIFY_GUARD_WINDOW ({})",
+                    crate::parse::shown(guard.window)
+                ),
             ));
         }
-        if self.verify_resend_interval > Duration::from_secs(3600) {
-            refuse(Problem::value(
-                "verify_resend_interval",
-                shown(self.verify_resend_interval),
-                "must be at most 1h",
-            ));
-        }
-        let key = secret_given("api_key", self.api_key, self.api_key_file, &mut refuse);
+        let key = secret("api_key", self.api_key, self.api_key_file, &mut refuse);
         let upstream = match self.upstream_url {
-            Some(url) => {
-                if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-                    refuse(Problem::value(
-                        "upstream_url",
-                        &url,
-                        "must be an absolute http(s) URL",
-                    ));
-                }
-                let key = key.filter(|k| !k.is_empty()).unwrap_or_else(|| {
-                    refuse(Problem::unset(
-                        "api_key",
-                        "a gateway URL (MSGW_UPSTREAM_URL) is set: it needs its API key (or MSGW_API_KEY_FILE)",
-                    ));
-                    String::new()
-                });
-                Upstream::Gateway {
-                    url,
-                    api_key: SecretString::from(key),
-                }
-            }
+            Some(url) => Upstream::Gateway {
+                url,
+                api_key: key
+                    .filter(|k| !k.expose_secret().is_empty())
+                    .unwrap_or_else(|| {
+                        refuse(Problem::unset(
+                            "api_key",
+                            "a gateway URL (MSGW_UPSTREAM_URL) is set: it needs its API key (or MSGW_API_KEY_FILE)",
+                        ));
+                        SecretString::from(String::new())
+                    }),
+            },
             // An API key without a gateway becomes the sandbox's key, so a deployment's
             // secret wiring can be tried before the gateway account exists.
-            None => Upstream::Sandbox(
-                self.sandbox
-                    .config(key.unwrap_or_else(|| DEFAULT_API_KEY.to_owned())),
-            ),
+            None => Upstream::Sandbox(self.sandbox.config(key.map_or_else(
+                || DEFAULT_API_KEY.to_owned(),
+                |k| k.expose_secret().to_owned(),
+            ))),
         };
-        if let Some(url) = &self.public_url
-            && (!matches!(url.scheme(), "http" | "https") || url.host_str().is_none())
-        {
-            refuse(Problem::value(
-                "public_url",
-                url,
-                "must be an absolute http(s) URL",
-            ));
-        }
-        let (tls, callers_file) = match self
-            .security
-            .checked(matches!(upstream, Upstream::Gateway { .. }))
-        {
-            Ok(checked) => checked,
-            Err(problem) => {
-                refuse(problem);
-                (None, None)
-            }
-        };
+        let (tls, callers_file) =
+            authentication(self.security, matches!(upstream, Upstream::Gateway { .. }))
+                .unwrap_or_else(|problem| {
+                    refuse(problem);
+                    (None, None)
+                });
         let shared_store = crate::store::is_shared(&self.store_url);
-        if !shared_store && !self.store_url.starts_with("sqlite:") {
-            refuse(Problem::value(
-                "store_url",
-                &self.store_url,
-                "must be sqlite://PATH, sqlite::memory: or postgres://USER@HOST/DB",
-            ));
-        }
-        let store_password = match &self.store_password_file {
+        let store_password = match self.store_password_file {
             Some(path) if !shared_store => {
                 refuse(Problem::value(
                     "store_password_file",
@@ -290,73 +213,29 @@ impl ServeArgs {
                 ));
                 None
             }
-            Some(path) => match read_secret(path) {
-                Ok(password) => Some(SecretString::from(password)),
-                Err(e) => {
-                    refuse(Problem::value(
-                        "store_password_file",
-                        path.display(),
-                        format!("{e:#}"),
-                    ));
-                    None
-                }
-            },
-            None => None,
+            file => secret("store_password", None, file, &mut refuse),
         };
-        let at_least_16 = |arg: &str, given: Option<String>, refuse: &mut dyn FnMut(Problem)| {
-            given.filter(|s| {
-                let long_enough = s.len() >= 16;
-                if !long_enough {
-                    refuse(Problem::secret(
-                        arg,
-                        s.len(),
-                        "must be at least 16 characters",
-                    ));
-                }
-                long_enough
-            })
-        };
-        let webhook_secret = secret_given(
+        // A secret given but refused (too short, its file unreadable) is not also "not
+        // set" below.
+        let webhook_secret_given =
+            self.webhook_secret.is_some() || self.webhook_secret_file.is_some();
+        let verify_secret_given = self.verify_secret.is_some() || self.verify_secret_file.is_some();
+        let account_token_given = self.account_token.is_some() || self.account_token_file.is_some();
+        let webhook_secret = secret(
             "webhook_secret",
             self.webhook_secret,
             self.webhook_secret_file,
             &mut refuse,
         );
-        // A secret given but refused is not also "not set" below.
-        let webhook_secret_given = webhook_secret.is_some();
         let webhook_secret = at_least_16("webhook_secret", webhook_secret, &mut refuse);
-        let verify_secret = secret_given(
+        let verify_secret = secret(
             "verify_secret",
             self.verify_secret,
             self.verify_secret_file,
             &mut refuse,
         );
-        let verify_secret_given = verify_secret.is_some();
         let verify_secret = at_least_16("verify_secret", verify_secret, &mut refuse);
-        let verify_allowed_prefixes = self
-            .verify_allowed_prefixes
-            .iter()
-            .map(|p| p.trim())
-            .filter(|p| !p.is_empty())
-            .filter_map(|p| {
-                let digits = p.strip_prefix('+').unwrap_or(p);
-                if digits.is_empty()
-                    || digits.len() > 6
-                    || !digits.bytes().all(|b| b.is_ascii_digit())
-                    || digits.starts_with('0')
-                {
-                    refuse(Problem::value(
-                        "verify_allowed_prefixes",
-                        p,
-                        "is not a country prefix (1 to 6 digits, not starting with 0)",
-                    ));
-                    return None;
-                }
-                Some(digits.to_owned())
-            })
-            .collect();
-        let guard = self.guard.into_settings(&mut refuse);
-        let previous = secret_given(
+        let previous = secret(
             "webhook_secret_previous",
             self.webhook_secret_previous,
             self.webhook_secret_previous_file,
@@ -369,13 +248,14 @@ impl ServeArgs {
                 "MSGW_WEBHOOK_SECRET_PREVIOUS is set: a rotation needs the new secret",
             ));
         }
-        let account_token = secret_given(
+        let account_token = secret(
             "account_token",
             self.account_token,
             self.account_token_file,
             &mut refuse,
         )
         .filter(|s| {
+            let s = s.expose_secret();
             let valid = s.len() >= 16
                 && s.bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b"-_.~".contains(&b));
@@ -389,7 +269,8 @@ impl ServeArgs {
             valid
         });
         let account_token_generated = account_token.is_none();
-        let account_token = SecretString::from(account_token.unwrap_or_else(random_token));
+        let account_token =
+            account_token.unwrap_or_else(|| SecretString::from(crate::secrets::random_token()));
         // Replicas sharing a store verify each other's hook tokens and check each
         // other's codes: a secret generated per start (or per replica) would make every
         // webhook or code of another replica's message a refusal. SQLite generates them
@@ -403,7 +284,7 @@ impl ServeArgs {
                 ),
                 (
                     "account_token",
-                    account_token_generated,
+                    !account_token_given,
                     "verify each other's webhooks",
                 ),
                 (
@@ -428,8 +309,8 @@ impl ServeArgs {
             http_addr: self.http_addr,
             admin_addr: self.admin_addr,
             public_url: self.public_url,
-            webhook_secret: webhook_secret.map(SecretString::from),
-            webhook_secret_previous: webhook_secret_previous.map(SecretString::from),
+            webhook_secret,
+            webhook_secret_previous,
             account_token,
             generated_secrets: account_token_generated
                 .then_some("account webhook token (MSGW_ACCOUNT_TOKEN)")
@@ -441,48 +322,84 @@ impl ServeArgs {
                 max_age: self.event_retention,
                 max_events: self.event_retention_count,
                 claims_max_age: self.idempotency_retention,
-                guard_max_age: guard.longest_window(),
+                guard_max_age: self.verify.guard.longest_window(),
             },
-            event_fan_out: usize::try_from(self.event_fan_out).unwrap_or(usize::MAX),
-            reconcile: ReconcileConfig {
-                interval: self.reconcile_interval,
-                first_after: self.reconcile_after,
-                max_backoff: self.reconcile_max_backoff,
-            },
+            event_fan_out: self.event_fan_out,
+            reconcile: self.reconcile,
             shutdown_grace: self.shutdown_grace,
             shutdown_delay: self.shutdown_delay,
             balance_refresh: self.balance_refresh,
             upstream,
             upstream_timeout: self.upstream_timeout,
             upstream_settle: self.upstream_settle,
-            upstream_limits: Limits {
-                connections: self.upstream_connections,
-                batch_max: self.upstream_batch_max,
-                queue_max: self.upstream_queue_max,
-            },
-            grpc_limits: PortLimits {
-                handshake_timeout: self.grpc_handshake_timeout,
-                idle_timeout: self.grpc_idle_timeout,
-                max_connections: self.grpc_max_connections.map(|n| n as usize),
-                send_timeout: self.grpc_send_timeout,
-                memory_budget: self.grpc_memory_budget,
-            },
-            webhook_limits: ListenerLimits {
-                header_timeout: self.webhook_header_timeout,
-                body_timeout: self.webhook_body_timeout,
-                max_connections: self.webhook_max_connections,
-            },
+            upstream_limits: self.upstream,
+            grpc_limits: self.grpc,
+            webhook_limits: self.webhook,
             tls,
             callers_file,
-            verify: VerifyConfig {
-                secret: verify_secret.map(SecretString::from),
-                resend_interval: self.verify_resend_interval,
-                phone_limit: self.verify_phone_limit,
-                allowed_prefixes: verify_allowed_prefixes,
-                guard,
-            },
+            verify_secret,
+            verify: self.verify,
         })
     }
+}
+
+/// The secret of option `arg`, given as its value or in the file of its `_FILE`
+/// option ([`crate::secrets::read`]); a file that cannot be used is a problem.
+fn secret(
+    arg: &str,
+    value: Option<String>,
+    file: Option<PathBuf>,
+    refuse: &mut impl FnMut(Problem),
+) -> Option<SecretString> {
+    crate::secrets::read(value, file.as_deref()).unwrap_or_else(|e| {
+        let shown = file.as_deref().map(|f| f.display().to_string());
+        refuse(Problem::value(
+            &format!("{arg}_file"),
+            shown.unwrap_or_default(),
+            format!("{e:#}"),
+        ));
+        None
+    })
+}
+
+/// `given` if it has at least 16 characters; a problem of `arg` if it has fewer.
+fn at_least_16(
+    arg: &str,
+    given: Option<SecretString>,
+    refuse: &mut impl FnMut(Problem),
+) -> Option<SecretString> {
+    given.filter(|s| {
+        let len = s.expose_secret().len();
+        if len < 16 {
+            refuse(Problem::secret(arg, len, "must be at least 16 characters"));
+        }
+        len >= 16
+    })
+}
+
+/// The TLS files and callers file, refusing a real gateway (`real_gateway`) that
+/// anyone reaching the port could spend on, unless that is asked for.
+fn authentication(
+    security: SecurityArgs,
+    real_gateway: bool,
+) -> Result<(Option<TlsFiles>, Option<PathBuf>), Problem> {
+    let tls = match (security.grpc_tls_cert_file, security.grpc_tls_key_file) {
+        (Some(cert), Some(key)) => Some(TlsFiles {
+            cert,
+            key,
+            client_ca: security.grpc_tls_client_ca_file,
+        }),
+        _ => None,
+    };
+    let mtls = tls.as_ref().is_some_and(|t| t.client_ca.is_some());
+    if real_gateway && security.callers_file.is_none() && !mtls && !security.allow_unauthenticated {
+        return Err(Problem::unset(
+            "callers_file",
+            "a real gateway is configured (MSGW_UPSTREAM_URL) but no caller authentication: anyone who reaches the gRPC port could send paid messages and read every delivery event. Set MSGW_CALLERS_FILE (bearer tokens) or MSGW_GRPC_TLS_CLIENT_CA_FILE (mTLS), or MSGW_ALLOW_UNAUTHENTICATED=true if something in front of msgw (a service mesh) already authenticates callers",
+        )
+        .example("/etc/msgw/callers.toml"));
+    }
+    Ok((tls, security.callers_file))
 }
 
 #[cfg(test)]

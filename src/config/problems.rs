@@ -15,7 +15,7 @@ use clap::{Arg, Command, CommandFactory, FromArgMatches, Parser};
 use crate::cli::Cli;
 use crate::listen::ListenAddr;
 
-/// Examples for options that have no default to show instead.
+/// Examples for options that have no default to show instead, by [`name_of`].
 const EXAMPLES: &[(&str, &str)] = &[
     ("upstream_url", "https://gateway.example.com"),
     ("api_key_file", "/run/secrets/msgw/api-key"),
@@ -53,7 +53,7 @@ enum Given {
 pub struct Problem {
     /// The subcommand the option belongs to (`serve`, `sandbox`, ...).
     command: &'static str,
-    /// clap's id of the option: its field name in `cli.rs` (`upstream_timeout`).
+    /// The option: its [`name_of`] (`upstream_timeout`) or clap's id of it.
     arg: String,
     given: Given,
     why: String,
@@ -61,7 +61,7 @@ pub struct Problem {
 }
 
 impl Problem {
-    /// `msgw serve`'s option `arg` (its field name) has `value`, which is wrong for `why`.
+    /// `msgw serve`'s option `arg` (its [`name_of`]) has `value`, which is wrong for `why`.
     pub fn value(arg: &str, value: impl fmt::Display, why: impl Into<String>) -> Self {
         Self {
             command: "serve",
@@ -126,7 +126,7 @@ impl Problem {
         let command = cli.find_subcommand(self.command).unwrap_or(cli);
         let arg = command
             .get_arguments()
-            .find(|a| a.get_id().as_str() == self.arg);
+            .find(|a| a.get_id().as_str() == self.arg || name_of(a) == self.arg);
         let (name, example_prefix) = match arg {
             Some(arg) => names(arg),
             None => (self.arg.clone(), format!("{}=", self.arg)),
@@ -148,9 +148,10 @@ impl Problem {
                     .filter(|d| !d.is_empty() && !matches!(&self.given, Given::Value(v) if v == d))
             })
             .or_else(|| {
+                let key = arg.map_or_else(|| self.arg.clone(), name_of);
                 EXAMPLES
                     .iter()
-                    .find(|(id, _)| *id == self.arg)
+                    .find(|(id, _)| *id == key)
                     .map(|(_, e)| (*e).to_owned())
             })
             .filter(|e| !e.is_empty());
@@ -162,6 +163,13 @@ impl Problem {
             None => format!("{name} {given}: {}", self.why),
         }
     }
+}
+
+/// How config/ names an option: its flag with `_` for `-` (`upstream_timeout`), whatever
+/// field of which settings struct declares it.
+pub fn name_of(arg: &Arg) -> String {
+    arg.get_long()
+        .map_or_else(|| arg.get_id().to_string(), |l| l.replace('-', "_"))
 }
 
 /// `MSGW_X (--x)` and the prefix of an example (`MSGW_X=`), or `--x` and `--x ` for
@@ -250,14 +258,14 @@ pub fn parse(argv: Vec<OsString>) -> Result<(Option<Cli>, Vec<Problem>), clap::E
             Ok(matches) => return Ok((Some(Cli::from_arg_matches(&matches)?), problems)),
             Err(error) => error,
         };
-        let Some((problem, arg)) = explain(&error, &command) else {
+        let Some((found, arg)) = explain(&error, &command) else {
             return if problems.is_empty() {
                 Err(error)
             } else {
                 Ok((None, problems))
             };
         };
-        problems.push(problem);
+        problems.extend(found);
         let Some(arg) = arg.filter(|a| !taken.contains(a)) else {
             return Ok((None, problems));
         };
@@ -273,9 +281,9 @@ pub fn parse(argv: Vec<OsString>) -> Result<(Option<Cli>, Vec<Problem>), clap::E
     Ok((None, problems))
 }
 
-/// The problem clap's `error` is about, and the option to take out before parsing
-/// again (`None`: parsing cannot go on).
-fn explain(error: &clap::Error, command: &Command) -> Option<(Problem, Option<String>)> {
+/// The problems clap's `error` is about (one per option it names), and the option to
+/// take out before parsing again (`None`: parsing cannot go on).
+fn explain(error: &clap::Error, command: &Command) -> Option<(Vec<Problem>, Option<String>)> {
     let string = |kind| match error.get(kind) {
         Some(ContextValue::String(s)) => Some(s.clone()),
         Some(ContextValue::Strings(s)) => s.first().cloned(),
@@ -291,7 +299,21 @@ fn explain(error: &clap::Error, command: &Command) -> Option<(Problem, Option<St
     };
     let arg = arg_of(&string(ContextKind::InvalidArg)?)?;
     let name: &'static str = static_name(command.get_name());
-    let problem = match error.kind() {
+    let problems = match error.kind() {
+        ErrorKind::MissingRequiredArgument => {
+            let missing = match error.get(ContextKind::InvalidArg) {
+                Some(ContextValue::Strings(all)) => all.clone(),
+                _ => Vec::new(),
+            };
+            missing
+                .iter()
+                .filter_map(|text| arg_of(text))
+                .map(|arg| {
+                    Problem::unset(&arg, "an option that is set needs it too (see msgw --help)")
+                        .for_command(name)
+                })
+                .collect()
+        }
         ErrorKind::ValueValidation | ErrorKind::InvalidValue => {
             let value = string(ContextKind::InvalidValue).unwrap_or_default();
             let why = match (error.kind(), error.get(ContextKind::ValidValue)) {
@@ -301,30 +323,29 @@ fn explain(error: &clap::Error, command: &Command) -> Option<(Problem, Option<St
                 _ => std::error::Error::source(error)
                     .map_or_else(|| "not a valid value".to_owned(), |s| s.to_string()),
             };
-            Problem::value(&arg, value, why)
+            vec![Problem::value(&arg, value, why).for_command(name)]
         }
         ErrorKind::ArgumentConflict => {
             let other = string(ContextKind::PriorArg)
                 .and_then(|p| arg_of(&p))
                 .and_then(|id| command.get_arguments().find(|a| a.get_id() == id.as_str()))
                 .map_or_else(|| "another option".to_owned(), |a| names(a).0);
-            Problem {
-                given: Given::Set,
-                ..Problem::value(&arg, "", format!("so is {other}: set only one of them"))
-            }
-            .example("")
-        }
-        ErrorKind::MissingRequiredArgument => {
-            Problem::unset(&arg, "an option that is set needs it too (see msgw --help)")
+            vec![
+                Problem {
+                    given: Given::Set,
+                    ..Problem::value(&arg, "", format!("so is {other}: set only one of them"))
+                }
+                .example("")
+                .for_command(name),
+            ]
         }
         _ => return None,
     };
-    let problem = problem.for_command(name);
     let go_on = matches!(
         error.kind(),
         ErrorKind::ValueValidation | ErrorKind::InvalidValue | ErrorKind::ArgumentConflict
     );
-    Some((problem, go_on.then_some(arg)))
+    Some((problems, go_on.then_some(arg)))
 }
 
 /// The subcommand's name as the `'static` a [`Problem`] holds (one of `cli.rs`'s).

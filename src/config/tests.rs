@@ -1,17 +1,30 @@
 //! How flags and environment become a Config, and what is refused.
 
-use clap::Parser;
-
 use super::*;
 use crate::cli::{Cli, Command};
 
+/// `msgw serve ARGS` as `main` takes it: every problem of parsing and of the checks
+/// after it, one line each.
 fn serve(args: &[&str]) -> anyhow::Result<Config> {
-    let cli = Cli::try_parse_from(["msgw", "serve"].iter().chain(args))?;
-    match cli.command {
-        Command::Serve(args) => args.into_config(),
-        Command::Sandbox(_) | Command::CopyStore(_) | Command::Check(_) | Command::Guard(_) => {
-            anyhow::bail!("not serve")
+    let argv = ["msgw", "serve"]
+        .iter()
+        .chain(args)
+        .map(Into::into)
+        .collect();
+    let (cli, mut problems) = problems::parse(argv)?;
+    let config = match cli {
+        Some(Cli {
+            command: Command::Serve(args),
+        }) => Some(args.into_config()),
+        _ => None,
+    };
+    match config {
+        Some(Ok(config)) if problems.is_empty() => Ok(config),
+        Some(Err(error)) => {
+            problems.extend(error.downcast::<Problems>()?.0);
+            Err(Problems(problems).into())
         }
+        _ => Err(Problems(problems).into()),
     }
 }
 
@@ -207,19 +220,9 @@ fn the_defaults_of_serve_are_valid_and_the_types_defaults_agree_with_them() {
     assert_eq!(config.upstream_limits, Limits::default());
     assert_eq!(config.grpc_limits, PortLimits::default());
     assert_eq!(config.webhook_limits, ListenerLimits::default());
-    let verify = VerifyConfig::default();
-    assert_eq!(
-        (
-            config.verify.resend_interval,
-            config.verify.phone_limit,
-            &config.verify.allowed_prefixes
-        ),
-        (
-            verify.resend_interval,
-            verify.phone_limit,
-            &verify.allowed_prefixes
-        )
-    );
+    assert_eq!(config.reconcile, ReconcileConfig::default());
+    assert_eq!(config.verify, crate::verify::Settings::default());
+    assert_eq!(config.verify.resend_interval, Duration::from_secs(30));
 }
 
 #[test]

@@ -28,25 +28,30 @@ use tokio::{sync::oneshot, time::Instant};
 
 use crate::domain::{CallerName, Error, Operation, UnavailableCause};
 use crate::metrics::Metrics;
+use crate::parse;
 
-/// How many gateway requests, and operations, msgw allows itself.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How many gateway requests, and operations, msgw allows itself: `msgw serve`'s
+/// `--upstream-*` options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Args)]
 pub struct Limits {
-    /// Gateway requests in flight at most (and so connections to the gateway).
+    /// Gateway requests in flight at most, and so connections to the gateway. Calls that
+    /// arrive while all are busy queue and go out together in the next free one.
+    #[arg(long = "upstream-connections", env = "MSGW_UPSTREAM_CONNECTIONS", default_value = "8", value_parser = parse::between(1usize, 1024))]
     pub connections: usize,
-    /// Operations in one envelope at most.
+    /// Operations in one gateway request at most; must not exceed what the gateway
+    /// accepts in one request. Also the most items of one `Batch` call.
+    #[arg(long = "upstream-batch-max", env = "MSGW_UPSTREAM_BATCH_MAX", default_value = "50", value_parser = parse::between(1usize, 1000))]
     pub batch_max: usize,
-    /// Operations waiting for an envelope at most.
+    /// Operations waiting for a gateway request at most (not fewer than
+    /// --upstream-batch-max); calls beyond it are refused with RESOURCE_EXHAUSTED (and
+    /// RetryInfo), so overload cannot grow memory.
+    #[arg(long = "upstream-queue-max", env = "MSGW_UPSTREAM_QUEUE_MAX", default_value = "10000", value_parser = parse::between(1usize, 1_000_000))]
     pub queue_max: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Self {
-            connections: 8,
-            batch_max: 50,
-            queue_max: 10_000,
-        }
+        parse::defaults()
     }
 }
 

@@ -16,18 +16,29 @@ use crate::domain::{
     ClientId, DeliveryReport, Error, EventSource, NewEvent, Operation, Output, StatusReport,
 };
 use crate::events::EventLog;
+use crate::parse;
 use crate::periodic::Periodic;
 use crate::store::{PendingMessage, Store};
 
-/// When and how often to poll.
-#[derive(Debug, Clone, Copy)]
+/// When and how often to poll: `msgw serve`'s `--reconcile-*` options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Args)]
 pub struct ReconcileConfig {
-    /// How often to look for messages due for a poll.
+    /// How often msgw looks for messages due for a poll.
+    #[arg(long = "reconcile-interval", env = "MSGW_RECONCILE_INTERVAL", default_value = "5s", value_parser = parse::positive_duration)]
     pub interval: Duration,
-    /// Delay of the first poll after sending (the store schedules it); later polls back off from it.
+    /// A sent message with no final status this long after sending is polled with
+    /// `status` (the store schedules it); later polls back off from it.
+    #[arg(long = "reconcile-after", env = "MSGW_RECONCILE_AFTER", default_value = "5m", value_parser = parse::positive_duration)]
     pub first_after: Duration,
-    /// Longest delay between two polls of one message.
+    /// Longest wait between two polls of one message.
+    #[arg(long = "reconcile-max-backoff", env = "MSGW_RECONCILE_MAX_BACKOFF", default_value = "30m", value_parser = parse::positive_duration)]
     pub max_backoff: Duration,
+}
+
+impl Default for ReconcileConfig {
+    fn default() -> Self {
+        parse::defaults()
+    }
 }
 
 /// Status queries sent to the gateway in one envelope at most (fewer when

@@ -28,15 +28,37 @@ pub struct SandboxConfig {
 
 impl Default for SandboxConfig {
     fn default() -> Self {
-        Self {
-            api_key: DEFAULT_API_KEY.to_owned(),
+        crate::parse::defaults::<Tuning>().config(DEFAULT_API_KEY.to_owned())
+    }
+}
+
+/// Speeds of the sandbox's simulated delivery: options of `msgw sandbox`, and of
+/// `msgw serve` for its built-in sandbox.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Tuning {
+    /// Sandbox: delay between two status changes of a message (e.g. `1s`, `20ms`).
+    #[arg(long, env = "MSGW_SANDBOX_STEP_DELAY", default_value = "1s", value_parser = crate::parse::duration)]
+    pub sandbox_step_delay: Duration,
+    /// Sandbox: attempts to deliver one webhook.
+    #[arg(long, env = "MSGW_SANDBOX_WEBHOOK_ATTEMPTS", default_value = "5", value_parser = crate::parse::between(1u32, 100))]
+    pub sandbox_webhook_attempts: u32,
+    /// Sandbox: delay before the first webhook retry; doubles on each retry.
+    #[arg(long, env = "MSGW_SANDBOX_WEBHOOK_BACKOFF", default_value = "500ms", value_parser = crate::parse::duration)]
+    pub sandbox_webhook_backoff: Duration,
+}
+
+impl Tuning {
+    /// A sandbox configuration with these speeds and `api_key`.
+    pub fn config(&self, api_key: String) -> SandboxConfig {
+        SandboxConfig {
+            api_key,
             senders: vec!["msgw".to_owned(), "SMSTest".to_owned()],
             balance: 1000.0,
             currency: "UAH".to_owned(),
-            step_delay: Duration::from_secs(1),
+            step_delay: self.sandbox_step_delay,
             account_webhook_url: None,
-            webhook_attempts: 5,
-            webhook_backoff: Duration::from_millis(500),
+            webhook_attempts: self.sandbox_webhook_attempts,
+            webhook_backoff: self.sandbox_webhook_backoff,
         }
     }
 }

@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-pub use config::{DEFAULT_API_KEY, SandboxConfig};
+pub use config::{DEFAULT_API_KEY, SandboxConfig, Tuning};
 pub use embedded::EmbeddedSandbox;
 
 use state::State;

@@ -11,6 +11,7 @@ mod answers;
 pub mod code;
 pub mod guard;
 mod request;
+mod settings;
 
 use std::{sync::Arc, time::Duration};
 
@@ -30,6 +31,7 @@ pub use guard::Guard;
 pub use request::{
     DEFAULT_DIGITS, DEFAULT_TTL, DIGITS, StartVerification, TTL, Template, needs_signature,
 };
+pub use settings::Settings;
 
 /// Wrong codes a verification accepts before it fails.
 pub const CHECKS: u32 = 5;
@@ -37,21 +39,6 @@ pub const CHECKS: u32 = 5;
 pub const SENDS: u32 = 5;
 /// The window of the phone limit.
 pub const PHONE_WINDOW: Duration = Duration::from_secs(3600);
-
-/// How verifications behave.
-#[derive(Debug, Clone)]
-pub struct Settings {
-    /// Least time between two sends of one verification.
-    pub resend_interval: Duration,
-    /// New verifications per number per [`PHONE_WINDOW`].
-    pub phone_limit: u32,
-    /// Country prefixes (digits) allowed; empty: any.
-    pub allowed_prefixes: Vec<String>,
-    /// The upstream is the built-in sandbox: answers show the code.
-    pub sandbox: bool,
-    /// The fraud guard's settings.
-    pub guard: guard::Settings,
-}
 
 /// A verification as a caller sees it.
 #[derive(Debug, Clone, PartialEq)]

@@ -5,11 +5,11 @@
 
 use std::time::Duration;
 
-use msgw::config::VerifyConfig;
 use msgw::proto::{
     CheckVerificationRequest, ListHeldRangesRequest, ReleaseRangeRequest, StartVerificationRequest,
     Verification, VerificationStatus,
 };
+use msgw::verify::Settings as VerifySettings;
 use msgw::verify::guard::{Mode, Settings};
 use tonic::{Code, Status};
 use tonic_types::StatusExt;
@@ -48,10 +48,10 @@ pub fn quick_guard() -> Settings {
 
 pub fn guarded(guard: Settings) -> Options {
     Options {
-        verify: VerifyConfig {
+        verify: VerifySettings {
             guard,
             resend_interval: Duration::ZERO,
-            ..VerifyConfig::default()
+            ..VerifySettings::default()
         },
         ..Options::default()
     }

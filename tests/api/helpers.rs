@@ -216,7 +216,7 @@ pub struct Options {
     pub callers_file: Option<std::path::PathBuf>,
     /// Verifications: secret (PostgreSQL stores get [`VERIFY_SECRET`]), resend
     /// interval, phone limit, allowed prefixes.
-    pub verify: msgw::config::VerifyConfig,
+    pub verify: msgw::verify::Settings,
 }
 
 impl Default for Options {
@@ -249,7 +249,7 @@ impl Default for Options {
             tls_client: None,
             callers: None,
             callers_file: None,
-            verify: msgw::config::VerifyConfig::default(),
+            verify: msgw::verify::Settings::default(),
         }
     }
 }
@@ -300,10 +300,8 @@ pub fn config(options: Options, gateway: &FakeGateway) -> (Config, Arc<tempfile:
         .unwrap_or_else(|| Arc::new(tempfile::tempdir().expect("temp dir")));
     let shared = options.store_url.is_some();
     let store_url = options.store_url.unwrap_or_else(|| store_url(&store));
-    let mut verify = options.verify;
-    if shared && verify.secret.is_none() {
-        verify.secret = Some(VERIFY_SECRET.to_owned().into());
-    }
+    let verify = options.verify;
+    let verify_secret = shared.then(|| VERIFY_SECRET.to_owned().into());
     let config = Config {
         webhook_secret: Some(WEBHOOK_SECRET.to_owned().into()),
         webhook_secret_previous: options.webhook_secret_previous.clone().map(Into::into),
@@ -328,6 +326,7 @@ pub fn config(options: Options, gateway: &FakeGateway) -> (Config, Arc<tempfile:
             .callers
             .map(|callers| callers.write(store.path()))
             .or(options.callers_file),
+        verify_secret,
         verify,
         ..Config::for_tests(upstream, store_url)
     };

@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
-use msgw::config::VerifyConfig;
 use msgw::proto::{
     CancelVerificationRequest, Channel, CheckVerificationRequest, GetVerificationRequest,
     StartVerificationRequest, Verification, VerificationStatus, VoiceGender, VoiceProfile,
 };
+use msgw::verify::Settings as VerifySettings;
 use serde_json::{Value, json};
 use tonic::Code;
 
@@ -88,7 +88,7 @@ fn wrong(code: &str) -> String {
         .collect()
 }
 
-fn with_verify(verify: VerifyConfig) -> Options {
+fn with_verify(verify: VerifySettings) -> Options {
     Options {
         verify,
         ..Options::default()
@@ -196,9 +196,9 @@ async fn wrong_codes_count_down_and_the_fifth_locks_the_verification() {
 #[tokio::test]
 async fn a_resend_carries_the_same_code_on_the_new_channels_and_respects_the_interval() {
     let interval = Duration::from_secs(1);
-    let app = spawn(with_verify(VerifyConfig {
+    let app = spawn(with_verify(VerifySettings {
         resend_interval: interval,
-        ..VerifyConfig::default()
+        ..VerifySettings::default()
     }))
     .await;
     started(&app, start(1)).await;
@@ -247,9 +247,9 @@ async fn a_resend_carries_the_same_code_on_the_new_channels_and_respects_the_int
 
 #[tokio::test]
 async fn a_verification_allows_five_sends() {
-    let app = spawn(with_verify(VerifyConfig {
+    let app = spawn(with_verify(VerifySettings {
         resend_interval: Duration::ZERO,
-        ..VerifyConfig::default()
+        ..VerifySettings::default()
     }))
     .await;
     for id in 1..=5 {
@@ -574,9 +574,9 @@ async fn a_start_names_every_broken_field_and_sends_nothing() {
 
 #[tokio::test]
 async fn the_phone_limit_counts_new_verifications_of_a_number() {
-    let app = spawn(with_verify(VerifyConfig {
+    let app = spawn(with_verify(VerifySettings {
         phone_limit: 2,
-        ..VerifyConfig::default()
+        ..VerifySettings::default()
     }))
     .await;
     for id in 1..=2 {
@@ -616,9 +616,9 @@ async fn the_phone_limit_counts_new_verifications_of_a_number() {
 
 #[tokio::test]
 async fn only_allowed_country_prefixes_get_codes() {
-    let app = spawn(with_verify(VerifyConfig {
+    let app = spawn(with_verify(VerifySettings {
         allowed_prefixes: vec!["48".into(), "1".into()],
-        ..VerifyConfig::default()
+        ..VerifySettings::default()
     }))
     .await;
     let denied = app

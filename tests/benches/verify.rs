@@ -28,7 +28,7 @@ use clap::Parser;
 use gateway::FakeGateway;
 use msgw::{
     app::Application,
-    config::{Config, Upstream, VerifyConfig},
+    config::{Config, Upstream},
     proto::{StartVerificationRequest, verification_service_client::VerificationServiceClient},
     verify::guard::{Mode, Settings},
 };
@@ -175,10 +175,10 @@ async fn run(
         None => format!("sqlite://{}", dir.path().join("bench.db").display()),
     };
     let config = Config {
-        verify: VerifyConfig {
-            secret: Some("bench-verify-secret-0123456789".to_owned().into()),
+        verify_secret: Some("bench-verify-secret-0123456789".to_owned().into()),
+        verify: msgw::verify::Settings {
             guard: guard.settings(),
-            ..VerifyConfig::default()
+            ..Default::default()
         },
         ..Config::for_tests(
             Upstream::Gateway {

@@ -98,6 +98,14 @@ The chart's own Secret always holds webhook-secret, account-token and verify-sec
 {{- toJson $keys }}
 {{- end }}
 
+{{/* A config value as an environment variable's text: a list comma-separated, a whole
+number as digits (YAML numbers reach templates as floats, and 1000000 would print as 1e+06). */}}
+{{- define "msgw.envValue" -}}
+{{- if kindIs "slice" . }}{{ join "," . }}
+{{- else if and (kindIs "float64" .) (eq . (floor .)) }}{{ int64 . }}
+{{- else }}{{ . }}{{ end }}
+{{- end }}
+
 {{/* MSGW_PUBLIC_URL: config.publicUrl, else derived from the Ingress host, else "". */}}
 {{- define "msgw.publicUrl" -}}
 {{- if .Values.config.publicUrl }}

@@ -33,6 +33,7 @@ use crate::auth::tls::TlsReloader;
 use crate::conn_table::{ConnMetrics, Table};
 use crate::listen::Listeners;
 use crate::metrics::Metrics;
+use crate::parse;
 
 pub use crate::conn_table::{CLOSING_SHARE, Close, OPEN_PATH_STREAMS, STREAM_COST};
 
@@ -81,32 +82,38 @@ where
     type ResBody = B;
 }
 
-/// The gRPC port's bounds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The gRPC port's bounds: `msgw serve`'s `--grpc-*` options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Args)]
 pub struct PortLimits {
-    /// TLS handshake and HTTP/2 preface must be done within this.
+    /// gRPC port: time a connection has to finish its TLS handshake and send the
+    /// HTTP/2 preface; then it is closed.
+    #[arg(long = "grpc-handshake-timeout", env = "MSGW_GRPC_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = parse::positive_duration)]
     pub handshake_timeout: Duration,
-    /// A connection without an open stream this long gets GOAWAY.
+    /// gRPC port: a connection without an open stream this long gets GOAWAY and is
+    /// closed. An open event stream is never idle, events or not.
+    #[arg(long = "grpc-idle-timeout", env = "MSGW_GRPC_IDLE_TIMEOUT", default_value = "5m", value_parser = parse::positive_duration)]
     pub idle_timeout: Duration,
-    /// Connections at most; `None`: derived from the file limit at start.
+    /// gRPC port: connections at most. At the cap a new connection makes room by
+    /// closing the one idle longest. Default: from the file limit (`ulimit -n`), less
+    /// what the store, the gateway and the other ports need.
+    #[arg(id = "grpc_max_connections", long = "grpc-max-connections", env = "MSGW_GRPC_MAX_CONNECTIONS", value_parser = parse::at_least(1usize))]
     pub max_connections: Option<usize>,
-    /// An answer whose client reads none of it this long resets its stream; a socket
-    /// that takes nothing this long closes its connection.
+    /// gRPC port: a response the client does not read (its flow-control window stays
+    /// shut) for this long resets its stream; a connection whose socket takes no byte
+    /// for this long is closed.
+    #[arg(long = "grpc-send-timeout", env = "MSGW_GRPC_SEND_TIMEOUT", default_value = "10s", value_parser = parse::positive_duration)]
     pub send_timeout: Duration,
-    /// What the port's streams may hold in all, bytes; `None`: derived from the
-    /// memory limit at start.
+    /// gRPC port: what all its connections may make msgw hold (streams, metadata,
+    /// unsent answers), e.g. `64MiB`. At the budget new streams get RESOURCE_EXHAUSTED
+    /// and the connection holding the most is closed. Default: a quarter of the memory
+    /// limit (the cgroup's `memory.max`, else the machine's memory).
+    #[arg(long = "grpc-memory-budget", env = "MSGW_GRPC_MEMORY_BUDGET", value_parser = crate::memory::parse_size)]
     pub memory_budget: Option<u64>,
 }
 
 impl Default for PortLimits {
     fn default() -> Self {
-        Self {
-            handshake_timeout: Duration::from_secs(10),
-            idle_timeout: Duration::from_secs(300),
-            max_connections: None,
-            send_timeout: Duration::from_secs(10),
-            memory_budget: None,
-        }
+        parse::defaults()
     }
 }
 

@@ -1,13 +1,15 @@
 //! How the fraud guard is set: its mode, the range rule's figures, the limits per
-//! caller-supplied key and per calling code, and the exempt prefixes. Each list
-//! option parses here, so a value that passed the command line is a valid setting.
+//! caller-supplied key and per calling code, and the exempt prefixes: `msgw serve`'s
+//! `--verify-fraud-guard` and `--verify-guard-*` options, each declared and bounded
+//! here, so a value that passed the command line is a valid setting.
 
 use std::{fmt, str::FromStr, time::Duration};
 
 use super::countries;
+use crate::parse;
 
 /// What the guard does with what it decides.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum Mode {
     /// Refuses what it decides to refuse.
     #[default]
@@ -25,19 +27,6 @@ impl Mode {
             Self::On => "on",
             Self::Shadow => "shadow",
             Self::Off => "off",
-        }
-    }
-}
-
-impl FromStr for Mode {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "on" => Ok(Self::On),
-            "shadow" => Ok(Self::Shadow),
-            "off" => Ok(Self::Off),
-            _ => Err(format!("{s:?} is not a mode: on, shadow or off")),
         }
     }
 }
@@ -221,102 +210,63 @@ impl FromStr for SafePrefixes {
 /// A range's digits are from 2 to 12.
 pub const PREFIX_DIGITS: std::ops::RangeInclusive<usize> = 2..=12;
 
-/// The fraud guard's settings.
-#[derive(Debug, Clone, PartialEq)]
+/// The longest hold.
+pub const MAX_HOLD: Duration = Duration::from_secs(30 * 86_400);
+
+/// The fraud guard's settings (see README, "Fraud guard").
+#[derive(Debug, Clone, PartialEq, clap::Args)]
+#[group(id = "fraud_guard")]
 pub struct Settings {
-    /// On, shadow or off.
+    /// The fraud guard in front of every verification send: `on` (refuses), `shadow`
+    /// (decides, counts and logs, refuses nothing) or `off`.
+    #[arg(
+        long = "verify-fraud-guard",
+        env = "MSGW_VERIFY_FRAUD_GUARD",
+        default_value = "on",
+        value_enum,
+        ignore_case = true
+    )]
     pub mode: Mode,
-    /// A range is a number's first this many digits.
+    /// A number range is the number's first this many digits (2 to 12).
+    #[arg(long = "verify-guard-prefix-digits", env = "MSGW_VERIFY_GUARD_PREFIX_DIGITS", default_value = "6", value_parser = parse::between(*PREFIX_DIGITS.start(), *PREFIX_DIGITS.end()))]
     pub prefix_digits: usize,
-    /// The window a range's starts and approvals are counted over.
+    /// The sliding window a range's verifications and approvals are counted over.
+    #[arg(long = "verify-guard-window", env = "MSGW_VERIFY_GUARD_WINDOW", default_value = "1h", value_parser = parse::duration_between(Duration::from_secs(1), MAX_WINDOW))]
     pub window: Duration,
-    /// An unapproved verification counts as unconverted once this old.
+    /// A verification this old and not approved counts as unconverted (shorter than
+    /// the window).
+    #[arg(long = "verify-guard-grace", env = "MSGW_VERIFY_GUARD_GRACE", default_value = "2m", value_parser = parse::duration)]
     pub grace: Duration,
-    /// A range is held from this many unconverted verifications...
+    /// A range is held from this many unconverted verifications in the window...
+    #[arg(long = "verify-guard-min-starts", env = "MSGW_VERIFY_GUARD_MIN_STARTS", default_value = "20", value_parser = parse::at_least(1u32))]
     pub min_starts: u32,
     /// ...when fewer than this share of its decided verifications were approved.
+    #[arg(long = "verify-guard-min-conversion", env = "MSGW_VERIFY_GUARD_MIN_CONVERSION", default_value = "0.2", value_parser = parse::share)]
     pub min_conversion: f64,
-    /// How long a hold lasts.
+    /// How long a held range stays held (new verifications to it: PERMISSION_DENIED).
+    #[arg(long = "verify-guard-hold", env = "MSGW_VERIFY_GUARD_HOLD", default_value = "1h", value_parser = parse::duration_between(Duration::from_secs(1), MAX_HOLD))]
     pub hold: Duration,
-    /// Limits per caller-supplied key name.
+    /// Starts per caller-supplied rate-limit key name (StartVerification's
+    /// `rate_limit_keys`), e.g. `ip=10/1h,user=5/1h`. Default: none.
+    #[arg(long = "verify-key-limits", env = "MSGW_VERIFY_KEY_LIMITS", default_value = "", value_parser = |s: &str| s.parse::<KeyLimits>())]
     pub key_limits: KeyLimits,
-    /// Budgets per calling code.
+    /// Starts per calling code (ITU E.164, 1 to 3 digits), e.g.
+    /// `380=2000/1h,*=200/1h` (`*`: each other code). Default: none.
+    #[arg(long = "verify-country-limits", env = "MSGW_VERIFY_COUNTRY_LIMITS", default_value = "", value_parser = |s: &str| s.parse::<CountryLimits>())]
     pub country_limits: CountryLimits,
-    /// Exempt numbers and ranges.
+    /// Numbers or ranges the guard leaves alone (your own test numbers), e.g.
+    /// `380000000,4477009001`. Default: none.
+    #[arg(long = "verify-safe-prefixes", env = "MSGW_VERIFY_SAFE_PREFIXES", default_value = "", value_parser = |s: &str| s.parse::<SafePrefixes>())]
     pub safe_prefixes: SafePrefixes,
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Self {
-            mode: Mode::On,
-            prefix_digits: 6,
-            window: Duration::from_secs(3600),
-            grace: Duration::from_secs(120),
-            min_starts: 20,
-            min_conversion: 0.2,
-            hold: Duration::from_secs(3600),
-            key_limits: KeyLimits::default(),
-            country_limits: CountryLimits::default(),
-            safe_prefixes: SafePrefixes::default(),
-        }
+        parse::defaults()
     }
 }
 
 impl Settings {
-    /// What is wrong with the figures, each against its option: the option's id (its
-    /// field in `msgw serve`'s flags), the value given, and why it is wrong.
-    pub fn problems(&self) -> Vec<(&'static str, String, String)> {
-        let d = |d: Duration| humantime::format_duration(d).to_string();
-        let mut problems = Vec::new();
-        if !PREFIX_DIGITS.contains(&self.prefix_digits) {
-            problems.push((
-                "verify_guard_prefix_digits",
-                self.prefix_digits.to_string(),
-                "must be from 2 to 12".to_owned(),
-            ));
-        }
-        if self.window < Duration::from_secs(1) || self.window > MAX_WINDOW {
-            problems.push((
-                "verify_guard_window",
-                d(self.window),
-                "must be from 1s to 7d".to_owned(),
-            ));
-        }
-        if self.grace >= self.window {
-            problems.push((
-                "verify_guard_grace",
-                d(self.grace),
-                format!(
-                    "must be shorter than MSGW_VERIFY_GUARD_WINDOW ({})",
-                    d(self.window)
-                ),
-            ));
-        }
-        if !(0.0..=1.0).contains(&self.min_conversion) {
-            problems.push((
-                "verify_guard_min_conversion",
-                self.min_conversion.to_string(),
-                "must be from 0 to 1".to_owned(),
-            ));
-        }
-        if self.min_starts == 0 {
-            problems.push((
-                "verify_guard_min_starts",
-                "0".to_owned(),
-                "must be at least 1".to_owned(),
-            ));
-        }
-        if self.hold < Duration::from_secs(1) || self.hold > Duration::from_secs(30 * 86_400) {
-            problems.push((
-                "verify_guard_hold",
-                d(self.hold),
-                "must be from 1s to 30d".to_owned(),
-            ));
-        }
-        problems
-    }
-
     /// Settings that are valid but likely to hurt: said in the log at start.
     pub fn warnings(&self) -> Vec<String> {
         let mut warnings = Vec::new();
@@ -412,13 +362,11 @@ mod tests {
     }
 
     #[test]
-    fn validates_figures_against_each_other() {
-        assert!(Settings::default().problems().is_empty());
-        let bad = Settings {
-            grace: Duration::from_secs(7200),
-            ..Settings::default()
-        };
-        assert_eq!(bad.problems()[0].0, "verify_guard_grace");
+    fn rows_are_kept_for_the_longest_window() {
+        assert_eq!(
+            Settings::default().longest_window(),
+            Duration::from_secs(3600)
+        );
         let longest = Settings {
             key_limits: "ip=10/1d".parse().unwrap(),
             ..Settings::default()

@@ -30,8 +30,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .extern_path(".google.rpc", "::tonic_types::pb")
         // google.type.Money is written by hand in src/proto.rs: prost would generate it
-        // into a module path the msgw.v1 code cannot reach from `crate::proto`.
-        .extern_path(".google.type", "crate::proto::google_type")
+        // into a module path the msgw.v1 code cannot reach from `crate::transport::proto`.
+        .extern_path(".google.type", "crate::transport::proto::google_type")
         .compile_fds(fds)?;
     Ok(())
 }

@@ -1,9 +1,9 @@
-use msgw::app::{Application, shutdown_signal};
-use msgw::cli::{Cli, Command};
-use msgw::config::{Problem, Problems};
+use msgw::process::app::{Application, shutdown_signal};
+use msgw::process::cli::{Cli, Command};
+use msgw::process::config::{Problem, Problems};
 
 fn main() {
-    let cli = match msgw::config::problems::parse(std::env::args_os().collect()) {
+    let cli = match msgw::process::config::problems::parse(std::env::args_os().collect()) {
         Ok((Some(cli), problems)) if problems.is_empty() => cli,
         // Every bad value at once, and what `serve`'s own checks find besides.
         Ok((cli, mut problems)) => {
@@ -61,7 +61,7 @@ fn start(cli: Cli) -> anyhow::Result<()> {
         // A client: one thread is plenty.
         Command::Check(_) => Some(1),
     };
-    let workers = configured.unwrap_or_else(msgw::cpus::worker_threads);
+    let workers = configured.unwrap_or_else(msgw::process::cpus::worker_threads);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
         .enable_all()
@@ -72,7 +72,7 @@ fn start(cli: Cli) -> anyhow::Result<()> {
 async fn run(cli: Cli, workers: usize, configured: bool) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => {
-            let telemetry = msgw::telemetry::init(&args.log)?;
+            let telemetry = msgw::process::telemetry::init(&args.log)?;
             let config = args.into_config()?;
             let app = Application::build(config).await?;
             if env!("MSGW_OPT_LEVEL") == "0" {
@@ -91,10 +91,11 @@ async fn run(cli: Cli, workers: usize, configured: bool) -> anyhow::Result<()> {
             tracing::info!(workers, source, "tokio worker threads");
             app.run(shutdown_signal()).await
         }
-        Command::Check(args) => msgw::check::run(&args).await,
+        Command::Check(args) => msgw::process::check::run(&args).await,
         Command::CopyStore(args) => {
             let password = args.password()?;
-            let copied = msgw::store::copy::run(&args.from, &args.to, password.as_ref()).await?;
+            let copied =
+                msgw::adapters::store::copy::run(&args.from, &args.to, password.as_ref()).await?;
             println!("copied {copied}");
             Ok(())
         }
@@ -105,13 +106,13 @@ async fn run(cli: Cli, workers: usize, configured: bool) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Options => {
-            println!("{}", msgw::config::options::json());
+            println!("{}", msgw::process::config::options::json());
             Ok(())
         }
         Command::Sandbox(args) => {
-            let _telemetry = msgw::telemetry::init(&args.log)?;
+            let _telemetry = msgw::process::telemetry::init(&args.log)?;
             let config = args.config();
-            let listener = msgw::listen::Listeners::bind(&args.addr).map_err(|e| {
+            let listener = msgw::transport::listen::Listeners::bind(&args.addr).map_err(|e| {
                 Problems(vec![
                     Problem::listen("addr", &args.addr, &e).for_command("sandbox"),
                 ])

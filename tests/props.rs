@@ -7,14 +7,14 @@ use std::time::Duration;
 
 use chrono::Utc;
 use msgw::{
-    domain::{
+    adapters::store::{SqlStore, Store},
+    adapters::upstream::{canonical, parse_output, parse_webhook},
+    core::domain::{
         ClientId, EventSource, MAX_DURATION_SECS, NewEvent, Operation, Text, Violations,
         representable,
     },
-    grpc::convert::{FromOutput, IntoOperation},
-    proto::{self, BatchItem, SendSmsRequest, SendVoiceRequest, batch_item},
-    store::{SqlStore, Store},
-    upstream::{canonical, parse_output, parse_webhook},
+    transport::grpc::convert::{FromOutput, IntoOperation},
+    transport::proto::{self, BatchItem, SendSmsRequest, SendVoiceRequest, batch_item},
 };
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -113,7 +113,7 @@ proptest! {
         let read = runtime.block_on(async {
             let store = SqlStore::sqlite("sqlite::memory:", Duration::from_secs(60)).await.unwrap();
             let stored = store.append_batch(std::slice::from_ref(&event)).await.unwrap();
-            let read = store.events_after(msgw::domain::Cursor::START, 10).await.unwrap();
+            let read = store.events_after(msgw::core::domain::Cursor::START, 10).await.unwrap();
             store.close().await;
             (stored, read)
         });

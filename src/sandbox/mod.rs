@@ -75,7 +75,7 @@ impl Inner {
 
     /// Waits until the state as it is now is saved; at once for an account kept in
     /// memory only.
-    async fn durable(&self) -> Result<(), crate::store::StoreError> {
+    async fn durable(&self) -> Result<(), crate::adapters::store::StoreError> {
         match &self.persistence {
             Some(persistence) => persistence.durable().await,
             None => Ok(()),
@@ -103,8 +103,8 @@ impl Sandbox {
     /// shows (see `persist.rs`).
     pub async fn kept_in(
         config: SandboxConfig,
-        store: Arc<dyn crate::store::Store>,
-    ) -> Result<Self, crate::store::StoreError> {
+        store: Arc<dyn crate::adapters::store::Store>,
+    ) -> Result<Self, crate::adapters::store::StoreError> {
         let state = State::new(
             billing::to_units(config.balance),
             config.account_webhook_url.clone(),
@@ -171,7 +171,7 @@ impl Sandbox {
 /// The sandbox stays stopped afterwards: later sends are still answered but
 /// their statuses no longer move.
 pub async fn serve(
-    listener: impl Into<crate::listen::Listeners>,
+    listener: impl Into<crate::transport::listen::Listeners>,
     sandbox: Sandbox,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {

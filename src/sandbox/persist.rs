@@ -17,8 +17,8 @@ use std::time::Duration;
 use super::delivery::{self, Delivery};
 use super::state::State;
 use super::{Inner, lock, saved};
-use crate::group_commit::GroupWriter;
-use crate::store::{SandboxSave, Store, StoreError};
+use crate::adapters::store::{SandboxSave, Store, StoreError};
+use crate::core::group_commit::GroupWriter;
 
 /// How often changes no answer waits for (deliveries moving) are saved.
 const SAVE_EVERY: Duration = Duration::from_millis(250);

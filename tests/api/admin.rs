@@ -11,7 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use msgw::http_listener::ListenerLimits;
+use msgw::transport::http_listener::ListenerLimits;
 use serde_json::json;
 use tokio::{io::AsyncReadExt, net::TcpStream};
 
@@ -136,7 +136,7 @@ async fn probe(app: &TestApp, path: &str, timeout: Duration) -> (Result<u16, Str
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probes_answer_within_a_second_while_idle_reconnecting_sockets_hold_the_admin_port() {
     let app = spawn_app().await;
-    let sockets = msgw::fd_limit::ADMIN_CONNECTIONS + 16;
+    let sockets = msgw::process::fd_limit::ADMIN_CONNECTIONS + 16;
     let flood = Flood::start(app.admin_addr, sockets);
     flood.churning(sockets, 16).await;
     let second = Duration::from_secs(1);
@@ -170,7 +170,8 @@ async fn a_silent_admin_connection_is_closed_after_the_short_header_timeout() {
         .ok();
     let after = opened.elapsed();
     assert!(
-        after >= msgw::admin::HEADER_TIMEOUT && after < msgw::admin::HEADER_TIMEOUT * 2,
+        after >= msgw::transport::admin::HEADER_TIMEOUT
+            && after < msgw::transport::admin::HEADER_TIMEOUT * 2,
         "closed after {after:?}"
     );
     assert_eq!(

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use msgw::proto::{MessageStatus, StreamStatusEventsRequest};
+use msgw::transport::proto::{MessageStatus, StreamStatusEventsRequest};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 

@@ -1,7 +1,7 @@
 //! The requests the tests build, in one place: a plain send looks the same in every
 //! test unless the test says otherwise.
 
-use msgw::proto::{SendSmsRequest, SendViberRequest, send_viber_request};
+use msgw::transport::proto::{SendSmsRequest, SendViberRequest, send_viber_request};
 
 /// An SMS of `id` to the usual number, signed `msgw`.
 pub fn sms(id: u64) -> SendSmsRequest {

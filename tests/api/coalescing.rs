@@ -5,8 +5,8 @@
 use std::{collections::HashMap, time::Duration};
 
 use msgw::{
-    dispatch::Limits,
-    proto::{BatchItem, BatchRequest, GetBalanceRequest, batch_item::Operation as Item},
+    core::dispatch::Limits,
+    transport::proto::{BatchItem, BatchRequest, GetBalanceRequest, batch_item::Operation as Item},
 };
 use serde_json::{Value, json};
 use tonic::{Code, Request};

@@ -10,8 +10,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use msgw::grpc::port::PortLimits;
-use msgw::proto::StreamStatusEventsRequest;
+use msgw::transport::grpc::port::PortLimits;
+use msgw::transport::proto::StreamStatusEventsRequest;
 use serde_json::json;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
@@ -139,7 +139,7 @@ async fn a_connection_that_never_speaks_is_closed_after_the_handshake_timeout() 
 /// Proves `stream` is alive: a webhook's event arrives on it.
 async fn still_streaming(
     app: &TestApp,
-    stream: &mut tonic::Streaming<msgw::proto::StreamStatusEventsResponse>,
+    stream: &mut tonic::Streaming<msgw::transport::proto::StreamStatusEventsResponse>,
     id: u64,
 ) {
     let body = json!({"success": true, "id": id.to_string(), "msg_id": format!("m{id}"),
@@ -203,7 +203,7 @@ async fn at_the_cap_the_longest_idle_connection_makes_room_and_busy_ones_stay() 
         .connect()
         .await
         .unwrap();
-    let mut second = msgw::proto::event_service_client::EventServiceClient::new(channel)
+    let mut second = msgw::transport::proto::event_service_client::EventServiceClient::new(channel)
         .stream_status_events(StreamStatusEventsRequest::default())
         .await
         .expect("the second connection makes room for itself")

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use msgw::proto::*;
+use msgw::transport::proto::*;
 use serde_json::json;
 use tonic::Code;
 

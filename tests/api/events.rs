@@ -2,8 +2,8 @@
 
 use std::{sync::Arc, time::Duration};
 
-use msgw::proto::*;
-use msgw::store::{Retention, SqlStore, Store};
+use msgw::adapters::store::{Retention, SqlStore, Store};
+use msgw::transport::proto::*;
 use serde_json::json;
 use tokio_stream::StreamExt;
 use tonic::{Code, Streaming};
@@ -724,8 +724,8 @@ async fn a_webhook_signed_before_a_secret_rotation_is_still_taken() {
     })
     .await;
     let signed_with = |secret: &str| {
-        let token = msgw::hooks::HookSigner::new(&secret.to_owned().into())
-            .token(msgw::domain::ClientId::new(77).unwrap());
+        let token = msgw::core::hooks::HookSigner::new(&secret.to_owned().into())
+            .token(msgw::core::domain::ClientId::new(77).unwrap());
         format!("/v1/webhooks/status/{token}")
     };
     assert_eq!(

@@ -190,7 +190,7 @@ async fn both_examples_speak_mtls_from_environment_variables() {
     let read = |name: &str| std::fs::read_to_string(file(name)).unwrap();
     let app = spawn(Options {
         sandbox_step: Some(Duration::from_millis(20)),
-        tls: Some(msgw::auth::tls::TlsFiles {
+        tls: Some(msgw::transport::auth::tls::TlsFiles {
             cert: file("server.pem"),
             key: file("server.key"),
             client_ca: Some(file("ca.pem")),

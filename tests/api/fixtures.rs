@@ -1,6 +1,6 @@
 //! The gateway's published fixtures (docs/gateway.md#fixtures), decoded into typed responses.
 
-use msgw::proto::*;
+use msgw::transport::proto::*;
 use serde_json::{Value, json};
 
 use crate::helpers::spawn_app;

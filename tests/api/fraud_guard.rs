@@ -5,12 +5,12 @@
 
 use std::time::Duration;
 
-use msgw::proto::{
+use msgw::core::verify::Settings as VerifySettings;
+use msgw::core::verify::guard::{Mode, Settings};
+use msgw::transport::proto::{
     CheckVerificationRequest, ListHeldRangesRequest, ReleaseRangeRequest, StartVerificationRequest,
     Verification, VerificationStatus,
 };
-use msgw::verify::Settings as VerifySettings;
-use msgw::verify::guard::{Mode, Settings};
 use tonic::{Code, Status};
 use tonic_types::StatusExt;
 
@@ -141,7 +141,7 @@ pub fn sent_before_the_hold(results: &[Result<(), Status>]) -> usize {
     sent
 }
 
-pub async fn held_ranges(app: &TestApp) -> Vec<msgw::proto::HeldRange> {
+pub async fn held_ranges(app: &TestApp) -> Vec<msgw::transport::proto::HeldRange> {
     app.fraud_guard()
         .list_held_ranges(ListHeldRangesRequest::default())
         .await

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use msgw::proto::{CheckVerificationRequest, ListHeldRangesRequest};
-use msgw::verify::guard::Settings;
+use msgw::core::verify::guard::Settings;
+use msgw::transport::proto::{CheckVerificationRequest, ListHeldRangesRequest};
 
 use crate::fraud_guard::{
     PUMPED, assert_suspected, codes_to, guarded, pump, pumped, quick_guard, request,

@@ -4,18 +4,19 @@
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use msgw::{
-    app::Application,
-    config::{Config, Upstream},
-    proto::{
+    adapters::store::Retention, core::dispatch::Limits, core::hooks::HookSigner,
+    core::reconcile::ReconcileConfig, sandbox::SandboxConfig, transport::grpc::port::PortLimits,
+    transport::http_listener::ListenerLimits,
+};
+use msgw::{
+    process::app::Application,
+    process::config::{Config, Upstream},
+    transport::proto::{
         account_service_client::AccountServiceClient, event_service_client::EventServiceClient,
         messaging_service_client::MessagingServiceClient,
         template_service_client::TemplateServiceClient,
         verification_service_client::VerificationServiceClient,
     },
-};
-use msgw::{
-    dispatch::Limits, grpc::port::PortLimits, hooks::HookSigner, http_listener::ListenerLimits,
-    reconcile::ReconcileConfig, sandbox::SandboxConfig, store::Retention,
 };
 use tokio::{sync::oneshot, task::JoinHandle};
 use tonic::transport::Channel;
@@ -68,8 +69,10 @@ impl TestApp {
 
     pub fn fraud_guard(
         &self,
-    ) -> msgw::proto::fraud_guard_service_client::FraudGuardServiceClient<Channel> {
-        msgw::proto::fraud_guard_service_client::FraudGuardServiceClient::new(self.channel.clone())
+    ) -> msgw::transport::proto::fraud_guard_service_client::FraudGuardServiceClient<Channel> {
+        msgw::transport::proto::fraud_guard_service_client::FraudGuardServiceClient::new(
+            self.channel.clone(),
+        )
     }
 
     pub fn store_url(&self) -> String {
@@ -131,7 +134,7 @@ impl TestApp {
         let signer = HookSigner::new(&WEBHOOK_SECRET.to_owned().into());
         format!(
             "/v1/webhooks/status/{}",
-            signer.token(msgw::domain::ClientId::new(client_id).expect("an id above 0"))
+            signer.token(msgw::core::domain::ClientId::new(client_id).expect("an id above 0"))
         )
     }
 
@@ -207,7 +210,7 @@ pub struct Options {
     /// The webhook secret before a rotation.
     pub webhook_secret_previous: Option<String>,
     /// TLS (and mTLS) on the gRPC port.
-    pub tls: Option<msgw::auth::tls::TlsFiles>,
+    pub tls: Option<msgw::transport::auth::tls::TlsFiles>,
     /// What the harness's client trusts and presents; set exactly when `tls` is.
     pub tls_client: Option<TlsClient>,
     /// The callers file (bearer tokens, permissions, rates).
@@ -216,7 +219,7 @@ pub struct Options {
     pub callers_file: Option<std::path::PathBuf>,
     /// Verifications: secret (PostgreSQL stores get [`VERIFY_SECRET`]), resend
     /// interval, phone limit, allowed prefixes.
-    pub verify: msgw::verify::Settings,
+    pub verify: msgw::core::verify::Settings,
 }
 
 impl Default for Options {
@@ -249,7 +252,7 @@ impl Default for Options {
             tls_client: None,
             callers: None,
             callers_file: None,
-            verify: msgw::verify::Settings::default(),
+            verify: msgw::core::verify::Settings::default(),
         }
     }
 }
@@ -466,8 +469,12 @@ pub fn error_info(status: &tonic::Status) -> (String, std::collections::HashMap<
 }
 
 /// An exact amount as msgw answers it (`google.type.Money`).
-pub fn money(currency: &str, units: i64, nanos: i32) -> Option<msgw::proto::google_type::Money> {
-    Some(msgw::proto::google_type::Money {
+pub fn money(
+    currency: &str,
+    units: i64,
+    nanos: i32,
+) -> Option<msgw::transport::proto::google_type::Money> {
+    Some(msgw::transport::proto::google_type::Money {
         currency_code: currency.into(),
         units,
         nanos,

@@ -5,8 +5,8 @@
 
 use std::time::{Duration, Instant};
 
-use msgw::grpc::port::{OPEN_PATH_STREAMS, PortLimits, STREAM_COST};
-use msgw::proto::{StreamStatusEventsRequest, event_service_client::EventServiceClient};
+use msgw::transport::grpc::port::{OPEN_PATH_STREAMS, PortLimits, STREAM_COST};
+use msgw::transport::proto::{StreamStatusEventsRequest, event_service_client::EventServiceClient};
 use tokio::{io::AsyncWriteExt, net::TcpStream};
 
 use crate::events::next;

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use msgw::proto::{
+use msgw::transport::proto::{
     BatchItem, BatchRequest, GetBalanceRequest, SendVoiceOtpRequest, batch_item::Operation as Item,
     batch_result::Result as Res,
 };
@@ -408,7 +408,7 @@ async fn retried_batch_replays_each_accepted_item() {
     };
     let first = app.messaging().batch(request()).await.unwrap().into_inner();
     let again = app.messaging().batch(request()).await.unwrap().into_inner();
-    let msg_id = |r: &msgw::proto::BatchResult| match &r.result {
+    let msg_id = |r: &msgw::transport::proto::BatchResult| match &r.result {
         Some(Res::SendSms(s)) => s.receipt.as_ref().unwrap().msg_id.clone(),
         other => panic!("{other:?}"),
     };

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use msgw::proto::*;
+use msgw::transport::proto::*;
 
 use crate::helpers::{Reply, default_reply, spawn_app};
 

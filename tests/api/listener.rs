@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use msgw::http_listener::ListenerLimits;
+use msgw::transport::http_listener::ListenerLimits;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpStream,

@@ -12,7 +12,7 @@ use std::{
 };
 
 use futures_util::future::join_all;
-use msgw::proto::{SendSmsResponse, messaging_service_client::MessagingServiceClient};
+use msgw::transport::proto::{SendSmsResponse, messaging_service_client::MessagingServiceClient};
 use tonic::{Code, transport::Channel};
 use tonic_types::StatusExt;
 
@@ -79,7 +79,7 @@ fn backing_off(status: &tonic::Status) -> Duration {
         .and_then(|r| r.retry_delay)
         .expect("RetryInfo");
     assert!(
-        delay > Duration::ZERO && delay <= msgw::dispatch::LOOKUP_BACKOFF_MAX,
+        delay > Duration::ZERO && delay <= msgw::core::dispatch::LOOKUP_BACKOFF_MAX,
         "{delay:?}"
     );
     delay
@@ -116,7 +116,10 @@ async fn concurrent_retries_of_an_unknown_id_ask_the_gateway_once_then_back_off(
     let clients = [app.messaging()];
     let delay = retries_at_once(&clients, 9101, 20).await;
     assert_eq!(gateway.statuses(), 1, "one lookup for twenty retries");
-    assert!(delay <= msgw::dispatch::LOOKUP_BACKOFF_FIRST, "{delay:?}");
+    assert!(
+        delay <= msgw::core::dispatch::LOOKUP_BACKOFF_FIRST,
+        "{delay:?}"
+    );
     // Inside the backoff: answered without asking.
     for _ in 0..5 {
         backing_off(&send(app.messaging(), 9101).await.unwrap_err());
@@ -128,7 +131,7 @@ async fn concurrent_retries_of_an_unknown_id_ask_the_gateway_once_then_back_off(
     let delay = retries_at_once(&clients, 9101, 5).await;
     assert_eq!(gateway.statuses(), 2);
     assert!(
-        delay > msgw::dispatch::LOOKUP_BACKOFF_FIRST,
+        delay > msgw::core::dispatch::LOOKUP_BACKOFF_FIRST,
         "the second backoff is longer: {delay:?}"
     );
 

@@ -2,7 +2,7 @@
 
 use std::{process::Command, time::Duration};
 
-use msgw::proto::*;
+use msgw::transport::proto::*;
 use tokio_stream::StreamExt;
 use tonic::Code;
 
@@ -248,12 +248,14 @@ async fn sigterm_drains_an_in_flight_call_and_ends_streams_cleanly() {
     let (mut child, addr) = start_binary(&gateway.url, store.path());
     let channel = connect(addr).await;
 
-    let mut stream = msgw::proto::event_service_client::EventServiceClient::new(channel.clone())
-        .stream_status_events(StreamStatusEventsRequest::default())
-        .await
-        .unwrap()
-        .into_inner();
-    let mut account = msgw::proto::account_service_client::AccountServiceClient::new(channel);
+    let mut stream =
+        msgw::transport::proto::event_service_client::EventServiceClient::new(channel.clone())
+            .stream_status_events(StreamStatusEventsRequest::default())
+            .await
+            .unwrap()
+            .into_inner();
+    let mut account =
+        msgw::transport::proto::account_service_client::AccountServiceClient::new(channel);
     let call = tokio::spawn(async move { account.get_balance(GetBalanceRequest {}).await });
     gateway.first_request().await;
 

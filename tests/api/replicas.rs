@@ -13,7 +13,7 @@ use std::{
 };
 
 use futures_util::{StreamExt as _, stream};
-use msgw::{app::Application, hooks::HookSigner, proto::*};
+use msgw::{core::hooks::HookSigner, process::app::Application, transport::proto::*};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 use tonic::{Code, transport::Channel};
@@ -117,7 +117,7 @@ impl Replica {
     /// could not be reached.
     async fn webhook(&self, http: &reqwest::Client, id: u64) -> Option<u16> {
         let token = HookSigner::new(&WEBHOOK_SECRET.to_owned().into())
-            .token(msgw::domain::ClientId::new(id).unwrap());
+            .token(msgw::core::domain::ClientId::new(id).unwrap());
         let body = json!({"success": true, "id": id.to_string(), "msg_id": format!("m{id}"),
                           "type": "sms", "status": "DELIVERED"});
         http.post(format!(
@@ -421,7 +421,7 @@ async fn a_replica_killed_mid_load_loses_nothing_acknowledged_and_its_subscriber
                         let mut addr = addr;
                         for attempt in 0..50 {
                             let token = HookSigner::new(&WEBHOOK_SECRET.to_owned().into())
-            .token(msgw::domain::ClientId::new(id).unwrap());
+            .token(msgw::core::domain::ClientId::new(id).unwrap());
                             let body = json!({"success": true, "id": id.to_string(), "msg_id": format!("m{id}"),
                                               "type": "sms", "status": "DELIVERED"});
                             let sent = http

@@ -12,7 +12,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use msgw::proto::*;
+use msgw::transport::proto::*;
 use tokio_stream::StreamExt;
 use tonic::{Code, transport::Channel};
 
@@ -146,7 +146,8 @@ fn free_port() -> u16 {
 /// restarts as a client should (see the README: retry on anything but a refusal);
 /// returns its msg_id.
 async fn send_until_acknowledged(channel: Channel, id: u64, until: Instant) -> String {
-    let mut client = msgw::proto::messaging_service_client::MessagingServiceClient::new(channel);
+    let mut client =
+        msgw::transport::proto::messaging_service_client::MessagingServiceClient::new(channel);
     loop {
         match client.send_sms(sms_to(id, "380971234567")).await {
             Ok(response) => return response.into_inner().receipt.unwrap().msg_id,
@@ -165,7 +166,8 @@ async fn send_until_acknowledged(channel: Channel, id: u64, until: Instant) -> S
 
 /// The sandbox's balance in ten-thousandths, as msgw reports it.
 async fn balance(channel: Channel, until: Instant) -> i64 {
-    let mut client = msgw::proto::account_service_client::AccountServiceClient::new(channel);
+    let mut client =
+        msgw::transport::proto::account_service_client::AccountServiceClient::new(channel);
     loop {
         if let Ok(r) = client.get_balance(GetBalanceRequest {}).await {
             let amount = r.into_inner().amount.unwrap();
@@ -239,8 +241,9 @@ async fn sends_through_sigkills(mut msgw: Sandboxed) {
 
     let acknowledged = acknowledged.lock().unwrap().clone();
     assert_eq!(acknowledged.len() as u64, total);
-    let mut client =
-        msgw::proto::messaging_service_client::MessagingServiceClient::new(channel.clone());
+    let mut client = msgw::transport::proto::messaging_service_client::MessagingServiceClient::new(
+        channel.clone(),
+    );
     let mut owners: HashMap<String, u64> = HashMap::new();
     for (&id, msg_id) in &acknowledged {
         let status = client
@@ -280,7 +283,7 @@ async fn hooks_given_before_a_restart_verify_after_it_without_a_configured_secre
 
     // The sandbox resumes the delivery and posts its final status to the hook URL
     // msgw signed before the kill; only a webhook msgw accepted becomes this event.
-    let mut events = msgw::proto::event_service_client::EventServiceClient::new(channel)
+    let mut events = msgw::transport::proto::event_service_client::EventServiceClient::new(channel)
         .stream_status_events(StreamStatusEventsRequest::default())
         .await
         .unwrap()

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use msgw::proto::*;
+use msgw::transport::proto::*;
 use tonic::Code;
 
 use crate::builders::sms_to;

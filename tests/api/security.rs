@@ -3,7 +3,7 @@
 
 use std::{path::PathBuf, time::Duration};
 
-use msgw::proto::*;
+use msgw::transport::proto::*;
 use serde_json::json;
 use tokio_stream::StreamExt;
 use tonic::{Code, Request, Streaming};
@@ -523,7 +523,7 @@ async fn a_bad_callers_file_refuses_to_start_and_says_where() {
         },
         &gateway,
     );
-    let error = msgw::app::Application::build(config)
+    let error = msgw::process::app::Application::build(config)
         .await
         .err()
         .expect("a bad callers file refuses to start")

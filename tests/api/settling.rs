@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use msgw::proto::{
+use msgw::transport::proto::{
     EventSource, StreamStatusEventsRequest, messaging_service_client::MessagingServiceClient,
 };
 use tonic::{Code, Request, transport::Channel};
@@ -28,7 +28,10 @@ async fn app(upstream_timeout: Duration, settle: Duration) -> (TestApp, Remember
 }
 
 /// A send of `id` with a deadline of `timeout`.
-pub fn with_deadline(id: u64, timeout: Duration) -> Request<msgw::proto::SendSmsRequest> {
+pub fn with_deadline(
+    id: u64,
+    timeout: Duration,
+) -> Request<msgw::transport::proto::SendSmsRequest> {
     let mut request = Request::new(sms(id, "x"));
     request.set_timeout(timeout);
     request
@@ -41,7 +44,10 @@ pub async fn retry_until_ok(
     mut client: MessagingServiceClient<Channel>,
     id: u64,
     within: Duration,
-) -> (tonic::Response<msgw::proto::SendSmsResponse>, usize) {
+) -> (
+    tonic::Response<msgw::transport::proto::SendSmsResponse>,
+    usize,
+) {
     let give_up = Instant::now() + within;
     let mut refused = 0;
     loop {
@@ -249,7 +255,7 @@ async fn a_status_refused_for_another_reason_than_not_found_never_leads_to_a_sen
 async fn a_call_queued_past_the_life_of_a_claim_is_still_sent_once() {
     let app = spawn(Options {
         upstream_timeout: Duration::from_secs(1),
-        limits: msgw::dispatch::Limits {
+        limits: msgw::core::dispatch::Limits {
             connections: 2,
             batch_max: 1,
             queue_max: 1000,

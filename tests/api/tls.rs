@@ -8,12 +8,12 @@ use std::{
 };
 
 use msgw::{
-    auth::{
+    transport::auth::{
         incoming::PeerInfo,
         tls::{TlsFiles, TlsReloader},
     },
-    grpc::port::PortLimits,
-    proto::GetBalanceRequest,
+    transport::grpc::port::PortLimits,
+    transport::proto::GetBalanceRequest,
 };
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
@@ -223,14 +223,14 @@ async fn a_layer_reads_the_verified_client_name_from_peer_info() {
     let (_, health_service) = tonic_health::server::health_reporter();
     let service = tower_layer::Layer::layer(&layer, tonic::service::Routes::new(health_service));
     let (_serving, stop) = tokio::sync::watch::channel(false);
-    tokio::spawn(msgw::grpc::port::serve(
+    tokio::spawn(msgw::transport::grpc::port::serve(
         listener,
         Some(reloader),
         service,
         PortLimits::default(),
         16,
         usize::MAX,
-        msgw::metrics::Metrics::new().unwrap(),
+        msgw::process::metrics::Metrics::new().unwrap(),
         stop,
     ));
 
@@ -305,7 +305,7 @@ async fn grpcurl_lists_and_calls_an_mtls_msgw_with_a_client_certificate() {
 
 #[tokio::test]
 async fn an_mtls_caller_gets_the_permissions_of_its_callers_file_entry() {
-    use msgw::proto::{
+    use msgw::transport::proto::{
         StreamStatusEventsRequest, messaging_service_client::MessagingServiceClient,
     };
     let dir = tempfile::tempdir().unwrap();

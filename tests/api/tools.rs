@@ -170,8 +170,8 @@ async fn the_sandbox_docs_pumping_run_gets_the_range_held() {
     );
     let app = crate::helpers::spawn(crate::helpers::Options {
         sandbox_step: Some(std::time::Duration::from_millis(50)),
-        verify: msgw::verify::Settings {
-            guard: msgw::verify::guard::Settings {
+        verify: msgw::core::verify::Settings {
+            guard: msgw::core::verify::guard::Settings {
                 grace: std::time::Duration::from_secs(1),
                 ..Default::default()
             },

@@ -1,6 +1,6 @@
 //! Every operation and variant: the exact JSON object that reaches the gateway.
 
-use msgw::proto::{self, *};
+use msgw::transport::proto::{self, *};
 use prost_types::Duration;
 use serde_json::{Value, json};
 

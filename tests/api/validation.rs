@@ -1,7 +1,7 @@
 //! Every validation rule of docs/gateway.md#validation-rules: INVALID_ARGUMENT naming
 //! every violated field, and not a single request to the gateway.
 
-use msgw::proto::*;
+use msgw::transport::proto::*;
 use prost_types::Duration;
 
 use crate::builders::{sms, viber};

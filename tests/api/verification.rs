@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
-use msgw::proto::{
+use msgw::core::verify::Settings as VerifySettings;
+use msgw::transport::proto::{
     CancelVerificationRequest, Channel, CheckVerificationRequest, GetVerificationRequest,
     StartVerificationRequest, Verification, VerificationStatus, VoiceGender, VoiceProfile,
 };
-use msgw::verify::Settings as VerifySettings;
 use serde_json::{Value, json};
 use tonic::Code;
 
@@ -721,7 +721,9 @@ async fn the_plain_code_is_neither_in_the_stores_files_nor_in_the_trace_log() {
     };
     let channel = crate::helpers::connect(addr).await;
     let mut client =
-        msgw::proto::verification_service_client::VerificationServiceClient::new(channel);
+        msgw::transport::proto::verification_service_client::VerificationServiceClient::new(
+            channel,
+        );
     client
         .start_verification(StartVerificationRequest {
             code_length: 8,
@@ -906,7 +908,7 @@ async fn a_verification_send_is_a_message_whose_status_reaches_the_event_stream(
     let app = spawn_sandboxed_app(Duration::from_millis(20)).await;
     let mut stream = app
         .events()
-        .stream_status_events(msgw::proto::StreamStatusEventsRequest {
+        .stream_status_events(msgw::transport::proto::StreamStatusEventsRequest {
             from_oldest: true,
             ids: vec![41],
             final_only: true,

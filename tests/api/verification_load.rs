@@ -8,7 +8,7 @@ use std::sync::{
     atomic::{AtomicUsize, Ordering},
 };
 
-use msgw::proto::StartVerificationRequest;
+use msgw::transport::proto::StartVerificationRequest;
 use tonic::Code;
 
 use crate::helpers::{Options, TestApp, error_info, sms, spawn};

@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use msgw::proto::*;
+use msgw::transport::proto::*;
 use serde_json::{Value, json};
 
 use crate::helpers::{

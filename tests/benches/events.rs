@@ -26,13 +26,13 @@ use std::{
 
 use clap::Parser;
 use msgw::{
-    app::Application,
-    config::{Config, Upstream},
-    hooks::HookSigner,
-    proto::{StreamStatusEventsRequest, event_service_client::EventServiceClient},
-    reconcile::ReconcileConfig,
+    adapters::store::Retention,
+    core::hooks::HookSigner,
+    core::reconcile::ReconcileConfig,
+    process::app::Application,
+    process::config::{Config, Upstream},
     sandbox::SandboxConfig,
-    store::Retention,
+    transport::proto::{StreamStatusEventsRequest, event_service_client::EventServiceClient},
 };
 use tokio::sync::Semaphore;
 use tokio_stream::StreamExt;
@@ -184,7 +184,9 @@ async fn main() -> anyhow::Result<()> {
         let permit = permits.clone().acquire_owned().await?;
         let url = format!(
             "http://{http}/v1/webhooks/status/{}",
-            signer.token(msgw::domain::ClientId::new(id).map_err(|e| anyhow::anyhow!("{e:?}"))?)
+            signer.token(
+                msgw::core::domain::ClientId::new(id).map_err(|e| anyhow::anyhow!("{e:?}"))?
+            )
         );
         let body = format!(
             r#"{{"success":true,"id":"{id}","msg_id":"{}","type":"sms","status":"DELIVERED","updated":"2026-01-01T00:00:00+00:00"}}"#,

@@ -299,7 +299,9 @@ async fn attack(args: &Args, kind: Kind, conns: usize) -> anyhow::Result<()> {
 /// Sends a few hundred SMS through the sandbox and waits until their delivery events are
 /// in the log, so that an event stream from the oldest has something to send.
 async fn seed_events(addr: SocketAddr) -> anyhow::Result<()> {
-    use msgw::proto::{SendSmsRequest, messaging_service_client::MessagingServiceClient};
+    use msgw::transport::proto::{
+        SendSmsRequest, messaging_service_client::MessagingServiceClient,
+    };
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?
         .connect()
         .await?;
@@ -318,8 +320,8 @@ async fn seed_events(addr: SocketAddr) -> anyhow::Result<()> {
         client.send_sms(request).await?;
     }
     // The sandbox reports each SMS within seconds: wait for the first events.
-    let mut events = msgw::proto::event_service_client::EventServiceClient::new(channel);
-    let mut request = tonic::Request::new(msgw::proto::StreamStatusEventsRequest {
+    let mut events = msgw::transport::proto::event_service_client::EventServiceClient::new(channel);
+    let mut request = tonic::Request::new(msgw::transport::proto::StreamStatusEventsRequest {
         from_oldest: true,
         ..Default::default()
     });

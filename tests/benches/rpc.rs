@@ -39,12 +39,12 @@ use std::{
 use clap::Parser;
 use gateway::FakeGateway;
 use msgw::{
-    app::Application,
-    config::{Config, Upstream},
-    dispatch::Limits,
-    proto::{SendSmsRequest, messaging_service_client::MessagingServiceClient},
-    reconcile::ReconcileConfig,
-    store::Retention,
+    adapters::store::Retention,
+    core::dispatch::Limits,
+    core::reconcile::ReconcileConfig,
+    process::app::Application,
+    process::config::{Config, Upstream},
+    transport::proto::{SendSmsRequest, messaging_service_client::MessagingServiceClient},
 };
 
 use tokio::runtime::Runtime;

@@ -27,10 +27,12 @@ use std::{
 use clap::Parser;
 use gateway::FakeGateway;
 use msgw::{
-    app::Application,
-    config::{Config, Upstream},
-    proto::{StartVerificationRequest, verification_service_client::VerificationServiceClient},
-    verify::guard::{Mode, Settings},
+    core::verify::guard::{Mode, Settings},
+    process::app::Application,
+    process::config::{Config, Upstream},
+    transport::proto::{
+        StartVerificationRequest, verification_service_client::VerificationServiceClient,
+    },
 };
 
 use tonic::transport::Channel;
@@ -176,7 +178,7 @@ async fn run(
     };
     let config = Config {
         verify_secret: Some("bench-verify-secret-0123456789".to_owned().into()),
-        verify: msgw::verify::Settings {
+        verify: msgw::core::verify::Settings {
             guard: guard.settings(),
             ..Default::default()
         },

@@ -3,11 +3,11 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use msgw::domain::{Channel, ClientId};
-use msgw::store::{
+use msgw::adapters::store::{
     AcceptedOutcome, ClaimChange, ClaimReply, ClaimState, Fingerprint, SentMessage, Settlement,
     Store,
 };
+use msgw::core::domain::{Channel, ClientId};
 
 use crate::Fixture;
 
@@ -118,7 +118,7 @@ pub async fn retention_never_drops_a_claim_whose_outcome_is_open(fixture: Fixtur
         ])
         .await
         .unwrap();
-    let retention = msgw::store::Retention {
+    let retention = msgw::adapters::store::Retention {
         max_age: std::time::Duration::from_secs(3600),
         max_events: 1_000_000,
         claims_max_age: std::time::Duration::from_secs(3600),
@@ -443,8 +443,8 @@ pub async fn replicas_claiming_the_same_ids_at_once_own_each_exactly_once(fixtur
     assert_eq!(owned, ids, "every id owned by exactly one claimer");
 }
 
-fn caller(name: &str) -> Option<msgw::domain::CallerName> {
-    Some(msgw::domain::CallerName::parse(name).unwrap())
+fn caller(name: &str) -> Option<msgw::core::domain::CallerName> {
+    Some(msgw::core::domain::CallerName::parse(name).unwrap())
 }
 
 pub async fn a_claim_records_its_caller_and_its_messages_events_carry_it(fixture: Fixture) {
@@ -500,7 +500,7 @@ pub async fn a_claim_records_its_caller_and_its_messages_events_carry_it(fixture
         .collect();
     assert_eq!(callers, vec![caller("billing"), caller("orders"), None]);
     let read: Vec<_> = store
-        .events_after(msgw::domain::Cursor::START, 10)
+        .events_after(msgw::core::domain::Cursor::START, 10)
         .await
         .unwrap()
         .into_iter()
@@ -522,9 +522,10 @@ pub async fn a_claim_records_its_caller_and_its_messages_events_carry_it(fixture
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_send_path_writes_survive_their_connections_being_dropped() {
     let schema = crate::postgres::TestSchema::create().await;
-    let store = msgw::store::SqlStore::postgres(&schema.url, None, Duration::from_secs(60))
-        .await
-        .unwrap();
+    let store =
+        msgw::adapters::store::SqlStore::postgres(&schema.url, None, Duration::from_secs(60))
+            .await
+            .unwrap();
     let claim = |id: u64| ClaimChange::Claim {
         id: ClientId::new(id).unwrap(),
         fingerprint: Fingerprint([7; 32]),

@@ -5,11 +5,11 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use chrono::Utc;
-use msgw::domain::{CallerName, ClientId, Phone};
-use msgw::store::{
+use msgw::adapters::store::{
     ClaimChange, Fingerprint, GuardCheck, GuardFinding, KeyCheck, Retention, SandboxSave,
     StartOutcome, StoreError, VerificationChange, Window, copy,
 };
+use msgw::core::domain::{CallerName, ClientId, Phone};
 use sqlx::Connection;
 
 use crate::verifications::{id, limit, new, phone, start};
@@ -22,7 +22,7 @@ async fn a_sqlite_store_moves_to_postgres_with_its_claims_tracking_and_cursors()
     crate::shared::sent(old.as_ref(), 1..=3).await;
     // A caller's claim, whose events carry the caller: both must survive the copy.
     old.apply_claims(&[ClaimChange::Claim {
-        caller: Some(msgw::domain::CallerName::parse("billing").unwrap()),
+        caller: Some(msgw::core::domain::CallerName::parse("billing").unwrap()),
         id: ClientId::new(4).unwrap(),
         fingerprint: Fingerprint([4; 32]),
         at: Utc::now(),
@@ -57,10 +57,10 @@ async fn a_sqlite_store_moves_to_postgres_with_its_claims_tracking_and_cursors()
     }
     assert_eq!(
         new.client_id_of("m2").await.unwrap(),
-        msgw::domain::ClientId::new(2).ok()
+        msgw::core::domain::ClientId::new(2).ok()
     );
     let billing = new
-        .events_after(msgw::domain::Cursor::START, 100)
+        .events_after(msgw::core::domain::Cursor::START, 100)
         .await
         .unwrap();
     assert!(
@@ -70,10 +70,10 @@ async fn a_sqlite_store_moves_to_postgres_with_its_claims_tracking_and_cursors()
         "{billing:?}"
     );
     assert_eq!(
-        new.events_after(msgw::domain::Cursor::START, 100)
+        new.events_after(msgw::core::domain::Cursor::START, 100)
             .await
             .unwrap(),
-        old.events_after(msgw::domain::Cursor::START, 100)
+        old.events_after(msgw::core::domain::Cursor::START, 100)
             .await
             .unwrap()
     );
@@ -146,7 +146,7 @@ async fn schema(fixture: &Fixture) -> Vec<(String, BTreeSet<String>)> {
 }
 
 /// Fails when a migration adds a table (or a column to one database only) that
-/// copy-store does not know: teach `src/store/copy.rs` to copy it.
+/// copy-store does not know: teach `src/adapters/store/copy.rs` to copy it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn copy_store_knows_every_table_of_both_schemas() {
     let sqlite = schema(&Fixture::sqlite().await).await;
@@ -159,7 +159,7 @@ async fn copy_store_knows_every_table_of_both_schemas() {
     for (table, _) in sqlite.iter().chain(&postgres) {
         assert!(
             known.contains(table.as_str()),
-            "copy-store does not know the table {table}: copy it in src/store/copy.rs"
+            "copy-store does not know the table {table}: copy it in src/adapters/store/copy.rs"
         );
     }
     for table in copy::TABLES {
@@ -359,6 +359,6 @@ async fn verifications_the_guards_counts_and_the_sandbox_move_too() {
     );
 }
 
-fn new_start(n: u64, number: Phone) -> msgw::store::NewVerification {
+fn new_start(n: u64, number: Phone) -> msgw::adapters::store::NewVerification {
     new(n, None, number, Utc::now())
 }

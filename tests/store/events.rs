@@ -4,15 +4,17 @@
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
 use chrono::{TimeZone, Utc};
-use msgw::domain::{Cursor, DeliveryReport, EventSource, Media, NewEvent, Reply, ReportedStatus};
-use msgw::store::{Retention, Store};
+use msgw::adapters::store::{Retention, Store};
+use msgw::core::domain::{
+    Cursor, DeliveryReport, EventSource, Media, NewEvent, Reply, ReportedStatus,
+};
 
 use crate::Fixture;
 
 pub fn event(client_id: u64, status: &str) -> NewEvent {
     NewEvent {
         report: DeliveryReport {
-            client_id: msgw::domain::ClientId::new(client_id).ok(),
+            client_id: msgw::core::domain::ClientId::new(client_id).ok(),
             msg_id: Some(format!("m{client_id}")),
             channel_raw: Some("sms".into()),
             status: Some(ReportedStatus::new(status.to_owned())),
@@ -199,7 +201,7 @@ pub async fn a_messages_final_event_is_found_before_newer_ones(fixture: Fixture)
     let store = fixture.open().await;
     assert_eq!(
         store
-            .last_event_of(msgw::domain::ClientId::new(7).unwrap())
+            .last_event_of(msgw::core::domain::ClientId::new(7).unwrap())
             .await
             .unwrap(),
         None
@@ -208,7 +210,7 @@ pub async fn a_messages_final_event_is_found_before_newer_ones(fixture: Fixture)
     polled.source = EventSource::Poll;
     store.append_batch(&[polled]).await.unwrap();
     let newest = store
-        .last_event_of(msgw::domain::ClientId::new(7).unwrap())
+        .last_event_of(msgw::core::domain::ClientId::new(7).unwrap())
         .await
         .unwrap()
         .unwrap();
@@ -221,7 +223,7 @@ pub async fn a_messages_final_event_is_found_before_newer_ones(fixture: Fixture)
     later.source = EventSource::Poll;
     store.append_batch(&[later]).await.unwrap();
     let found = store
-        .last_event_of(msgw::domain::ClientId::new(7).unwrap())
+        .last_event_of(msgw::core::domain::ClientId::new(7).unwrap())
         .await
         .unwrap()
         .unwrap();

@@ -6,8 +6,10 @@ use std::{sync::Arc, time::Duration};
 
 use chrono::Utc;
 use futures_util::future::join_all;
-use msgw::domain::Phone;
-use msgw::store::{GuardCheck, GuardFinding, KeyCheck, Retention, StartOutcome, Store, Window};
+use msgw::adapters::store::{
+    GuardCheck, GuardFinding, KeyCheck, Retention, StartOutcome, Store, Window,
+};
+use msgw::core::domain::Phone;
 
 use crate::Fixture;
 use crate::verifications::{check as check_code, limit, new, start as call};
@@ -45,7 +47,10 @@ async fn start(store: &dyn Store, n: u64, guard: &GuardCheck) -> (StartOutcome, 
 
 async fn approve(store: &dyn Store, n: u64) {
     let approved = check_code(store, pumped(n), true).await.unwrap();
-    assert_eq!(approved.status, msgw::domain::VerificationStatus::Approved);
+    assert_eq!(
+        approved.status,
+        msgw::core::domain::VerificationStatus::Approved
+    );
 }
 
 pub async fn a_range_is_held_by_its_unconverted_starts_and_approvals_keep_it_open(

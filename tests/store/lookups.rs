@@ -2,8 +2,10 @@
 //! when the next may run are stored with the claim, for every replica.
 
 use chrono::{DateTime, Duration, Utc};
-use msgw::domain::ClientId;
-use msgw::store::{ClaimChange, ClaimReply, ClaimState, Fingerprint, Lookups, Settlement};
+use msgw::adapters::store::{
+    ClaimChange, ClaimReply, ClaimState, Fingerprint, Lookups, Settlement,
+};
+use msgw::core::domain::ClientId;
 
 use crate::Fixture;
 

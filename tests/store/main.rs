@@ -15,7 +15,7 @@ mod verifications;
 
 use std::{sync::Arc, time::Duration};
 
-use msgw::store::Store;
+use msgw::adapters::store::Store;
 
 /// A store under test; `open` returns another handle on it (as another replica would).
 pub struct Fixture {
@@ -50,7 +50,7 @@ impl Fixture {
 
     /// A handle on the store (migrated on first open).
     pub async fn open(&self) -> Arc<dyn Store> {
-        msgw::store::open(&self.url, None, Duration::ZERO)
+        msgw::adapters::store::open(&self.url, None, Duration::ZERO)
             .await
             .expect("open the store")
     }

@@ -3,10 +3,10 @@
 use std::time::Duration;
 
 use chrono::Utc;
-use msgw::domain::{Channel, ClientId};
-use msgw::store::{
+use msgw::adapters::store::{
     AcceptedOutcome, ClaimChange, Fingerprint, SandboxSave, SentMessage, Settlement, Store,
 };
+use msgw::core::domain::{Channel, ClientId};
 
 use crate::{Fixture, events::event};
 
@@ -94,7 +94,7 @@ pub async fn a_due_message_is_taken_by_one_replica_until_its_lease_ends(fixture:
     assert!(!due.contains(&1));
     assert_eq!(
         a.client_id_of("m7").await.unwrap(),
-        msgw::domain::ClientId::new(7).ok()
+        msgw::core::domain::ClientId::new(7).ok()
     );
 }
 

@@ -1,0 +1,324 @@
+//! How one statement runs on either database: [`Sql`] is a statement's text (`$N`
+//! placeholders, which both databases read) with its values, and [`Conn`] a connection
+//! of either store, whose methods bind the values and run the statement on it. The
+//! SQL written once for both databases is written against these; everything else
+//! about a database stays in `sqlite/` or `postgres/`.
+
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::{PgArguments, PgRow};
+use sqlx::sqlite::{SqliteArguments, SqliteRow};
+use sqlx::{Arguments, FromRow, PgConnection, Postgres, Sqlite, SqliteConnection, Transaction};
+
+use crate::adapters::store::StoreError;
+
+/// A value bound to a placeholder: the column types msgw stores.
+#[derive(Debug, Clone, PartialEq)]
+pub(in crate::adapters::store) enum Value {
+    /// BIGINT (SQLite: INTEGER).
+    Int(Option<i64>),
+    /// TEXT.
+    Text(Option<String>),
+    /// BYTEA (SQLite: BLOB).
+    Bytes(Option<Vec<u8>>),
+    /// BOOLEAN (SQLite: INTEGER 0 or 1).
+    Bool(bool),
+}
+
+impl From<i64> for Value {
+    fn from(v: i64) -> Self {
+        Self::Int(Some(v))
+    }
+}
+
+impl From<Option<i64>> for Value {
+    fn from(v: Option<i64>) -> Self {
+        Self::Int(v)
+    }
+}
+
+impl From<&str> for Value {
+    fn from(v: &str) -> Self {
+        Self::Text(Some(v.to_owned()))
+    }
+}
+
+impl From<String> for Value {
+    fn from(v: String) -> Self {
+        Self::Text(Some(v))
+    }
+}
+
+impl From<Option<String>> for Value {
+    fn from(v: Option<String>) -> Self {
+        Self::Text(v)
+    }
+}
+
+impl From<&String> for Value {
+    fn from(v: &String) -> Self {
+        Self::Text(Some(v.clone()))
+    }
+}
+
+impl From<Option<&str>> for Value {
+    fn from(v: Option<&str>) -> Self {
+        Self::Text(v.map(str::to_owned))
+    }
+}
+
+impl From<&[u8]> for Value {
+    fn from(v: &[u8]) -> Self {
+        Self::Bytes(Some(v.to_vec()))
+    }
+}
+
+impl From<Vec<u8>> for Value {
+    fn from(v: Vec<u8>) -> Self {
+        Self::Bytes(Some(v))
+    }
+}
+
+impl From<Option<&[u8]>> for Value {
+    fn from(v: Option<&[u8]>) -> Self {
+        Self::Bytes(v.map(<[u8]>::to_vec))
+    }
+}
+
+impl From<bool> for Value {
+    fn from(v: bool) -> Self {
+        Self::Bool(v)
+    }
+}
+
+/// A statement both databases speak, with the values of its placeholders in order.
+#[derive(Debug, Clone)]
+pub(in crate::adapters::store) struct Sql {
+    text: &'static str,
+    values: Vec<Value>,
+}
+
+impl Sql {
+    /// The statement `text`, no value bound yet.
+    pub(in crate::adapters::store) fn new(text: &'static str) -> Self {
+        Self {
+            text,
+            values: Vec::new(),
+        }
+    }
+
+    /// Binds the next placeholder.
+    pub(in crate::adapters::store) fn bind(mut self, value: impl Into<Value>) -> Self {
+        self.values.push(value.into());
+        self
+    }
+
+    fn sqlite(self) -> Result<(&'static str, SqliteArguments<'static>), StoreError> {
+        let mut args = SqliteArguments::default();
+        for value in self.values {
+            match value {
+                Value::Int(v) => args.add(v),
+                Value::Text(v) => args.add(v),
+                Value::Bytes(v) => args.add(v),
+                Value::Bool(v) => args.add(v),
+            }
+            .map_err(sqlx::Error::Encode)?;
+        }
+        Ok((self.text, args))
+    }
+
+    fn postgres(self) -> Result<(&'static str, PgArguments), StoreError> {
+        let mut args = PgArguments::default();
+        for value in self.values {
+            match value {
+                Value::Int(v) => args.add(v),
+                Value::Text(v) => args.add(v),
+                Value::Bytes(v) => args.add(v),
+                Value::Bool(v) => args.add(v),
+            }
+            .map_err(sqlx::Error::Encode)?;
+        }
+        Ok((self.text, args))
+    }
+}
+
+/// A row type both databases read (`#[derive(sqlx::FromRow)]`, or a tuple).
+pub(in crate::adapters::store) trait Row:
+    for<'r> FromRow<'r, SqliteRow> + for<'r> FromRow<'r, PgRow> + Send + Unpin
+{
+}
+
+impl<T> Row for T where T: for<'r> FromRow<'r, SqliteRow> + for<'r> FromRow<'r, PgRow> + Send + Unpin
+{}
+
+/// A connection of either store: a pooled one, or the one a transaction runs on.
+pub(in crate::adapters::store) enum Conn<'c> {
+    /// SQLite's.
+    Sqlite(&'c mut SqliteConnection),
+    /// PostgreSQL's.
+    Postgres(&'c mut PgConnection),
+}
+
+impl Conn<'_> {
+    /// Runs `sql`; the rows it changed.
+    pub(in crate::adapters::store) async fn execute(
+        &mut self,
+        sql: Sql,
+    ) -> Result<u64, StoreError> {
+        Ok(match self {
+            Self::Sqlite(conn) => {
+                let (text, args) = sql.sqlite()?;
+                let done = sqlx::query_with(text, args).execute(&mut **conn).await?;
+                done.rows_affected()
+            }
+            Self::Postgres(conn) => {
+                let (text, args) = sql.postgres()?;
+                let done = sqlx::query_with(text, args).execute(&mut **conn).await?;
+                done.rows_affected()
+            }
+        })
+    }
+
+    /// Runs `sql`; its first row, if any.
+    pub(in crate::adapters::store) async fn fetch_optional<T: Row>(
+        &mut self,
+        sql: Sql,
+    ) -> Result<Option<T>, StoreError> {
+        Ok(match self {
+            Self::Sqlite(conn) => {
+                let (text, args) = sql.sqlite()?;
+                let query = sqlx::query_as_with(text, args);
+                query.fetch_optional(&mut **conn).await?
+            }
+            Self::Postgres(conn) => {
+                let (text, args) = sql.postgres()?;
+                let query = sqlx::query_as_with(text, args);
+                query.fetch_optional(&mut **conn).await?
+            }
+        })
+    }
+
+    /// Runs `sql`, which returns exactly one row.
+    pub(in crate::adapters::store) async fn fetch_one<T: Row>(
+        &mut self,
+        sql: Sql,
+    ) -> Result<T, StoreError> {
+        self.fetch_optional(sql)
+            .await?
+            .ok_or(StoreError::Database(sqlx::Error::RowNotFound))
+    }
+
+    /// Runs `sql`; its rows.
+    pub(in crate::adapters::store) async fn fetch_all<T: Row>(
+        &mut self,
+        sql: Sql,
+    ) -> Result<Vec<T>, StoreError> {
+        Ok(match self {
+            Self::Sqlite(conn) => {
+                let (text, args) = sql.sqlite()?;
+                let query = sqlx::query_as_with(text, args);
+                query.fetch_all(&mut **conn).await?
+            }
+            Self::Postgres(conn) => {
+                let (text, args) = sql.postgres()?;
+                let query = sqlx::query_as_with(text, args);
+                query.fetch_all(&mut **conn).await?
+            }
+        })
+    }
+
+    /// Makes transactions that take `lock` with the same `key` take turns, until this
+    /// one ends: across replicas, with PostgreSQL's advisory locks. SQLite needs none:
+    /// every transaction that writes holds the file's one write lock from its start.
+    pub(in crate::adapters::store) async fn lock(
+        &mut self,
+        lock: Lock,
+        key: impl ToString,
+    ) -> Result<(), StoreError> {
+        match self {
+            Self::Sqlite(_) => Ok(()),
+            Self::Postgres(_) => {
+                let sql = Sql::new(lock.postgres()).bind(key.to_string());
+                self.execute(sql).await.map(drop)
+            }
+        }
+    }
+}
+
+/// What a transaction locks before it reads what it will decide on. Taken in this
+/// order when a transaction takes several (a start, then its range, keys by
+/// [`crate::adapters::store::guard::key_lock`], calling code), so two never wait on each other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::adapters::store) enum Lock {
+    /// Starts of a number: two replicas cannot both see room under its limit.
+    Start,
+    /// The fraud guard's judgement of a range.
+    Range,
+    /// The count of a caller-supplied key (by its lock number).
+    Key,
+    /// The count of a calling code.
+    Country,
+}
+
+impl Lock {
+    /// PostgreSQL's statement (`$1`: the key). The two-key form keeps these locks apart
+    /// from single-key ones (sqlx's migration lock).
+    fn postgres(self) -> &'static str {
+        match self {
+            Self::Start => {
+                "SELECT pg_advisory_xact_lock(hashtext('msgw.verifications'), hashtext($1::text))"
+            }
+            Self::Range => {
+                "SELECT pg_advisory_xact_lock(hashtext('msgw.guard.range'), hashtext($1))"
+            }
+            Self::Key => "SELECT pg_advisory_xact_lock(hashtext('msgw.guard.key'), $1::int4)",
+            Self::Country => {
+                "SELECT pg_advisory_xact_lock(hashtext('msgw.guard.country'), hashtext($1))"
+            }
+        }
+    }
+}
+
+/// A connection taken from either store's pool, returned to it when dropped.
+pub(in crate::adapters::store) enum Pooled {
+    /// SQLite's.
+    Sqlite(PoolConnection<Sqlite>),
+    /// PostgreSQL's.
+    Postgres(PoolConnection<Postgres>),
+}
+
+impl Pooled {
+    /// The connection, to run statements on.
+    pub(in crate::adapters::store) fn conn(&mut self) -> Conn<'_> {
+        match self {
+            Self::Sqlite(conn) => Conn::Sqlite(conn),
+            Self::Postgres(conn) => Conn::Postgres(conn),
+        }
+    }
+}
+
+/// A transaction of either store; rolled back when dropped uncommitted.
+pub(in crate::adapters::store) enum Tx<'c> {
+    /// SQLite's.
+    Sqlite(Transaction<'c, Sqlite>),
+    /// PostgreSQL's.
+    Postgres(Transaction<'c, Postgres>),
+}
+
+impl Tx<'_> {
+    /// The transaction's connection, to run statements on.
+    pub(in crate::adapters::store) fn conn(&mut self) -> Conn<'_> {
+        match self {
+            Self::Sqlite(tx) => Conn::Sqlite(tx),
+            Self::Postgres(tx) => Conn::Postgres(tx),
+        }
+    }
+
+    /// Commits it.
+    pub(in crate::adapters::store) async fn commit(self) -> Result<(), StoreError> {
+        match self {
+            Self::Sqlite(tx) => tx.commit().await?,
+            Self::Postgres(tx) => tx.commit().await?,
+        }
+        Ok(())
+    }
+}

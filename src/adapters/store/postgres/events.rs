@@ -1,0 +1,249 @@
+//! PostgreSQL's event log across replicas: appends that take their cursors in commit
+//! order (one multi-row insert of events as columns), and how a replica learns of
+//! events another one committed (LISTEN/NOTIFY, and the head read again whenever the
+//! listener reconnects and every second).
+
+use std::{collections::HashSet, time::Duration};
+
+use sqlx::postgres::{PgListener, PgPool};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::adapters::store::rows::{
+    callers_by_id, cursor_from_db, cursor_to_db, id_to_db, ms, replies_to_json, report_id_to_db,
+};
+use crate::adapters::store::{StoreError, advance};
+use crate::core::domain::{CallerName, Cursor, NewEvent, StatusEvent};
+
+/// How often the listener also reads the newest cursor, in case a notification was
+/// lost in a way the connection did not notice (a half-open TCP connection).
+const HEAD_CHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// The NOTIFY channel of a schema (an identifier of at most 63 bytes).
+pub(super) fn channel_of(schema: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(schema.as_bytes());
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    format!("msgw_events_{hex}")
+}
+
+/// Keeps `appended` at the newest cursor any replica committed: LISTENs for their
+/// notifications and, whenever the listening connection is (re)established, reads the
+/// newest cursor from the database, so nothing committed while it was away is missed.
+pub(super) async fn follow_appends(pool: PgPool, channel: String, appended: watch::Sender<Cursor>) {
+    let mut backoff = Duration::from_millis(100);
+    while !pool.is_closed() {
+        match listen(&pool, &channel).await {
+            Ok(mut listener) => {
+                backoff = Duration::from_millis(100);
+                if let Err(e) = follow(&pool, &mut listener, &appended).await {
+                    if pool.is_closed() {
+                        return;
+                    }
+                    tracing::warn!(error = %e, "store: lost the notification connection; reconnecting and catching up");
+                }
+            }
+            Err(e) => {
+                if pool.is_closed() {
+                    return;
+                }
+                tracing::warn!(error = %e, retry_in = ?backoff, "store: cannot listen for other replicas' events");
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+async fn listen(pool: &PgPool, channel: &str) -> Result<PgListener, sqlx::Error> {
+    let mut listener = PgListener::connect_with(pool).await?;
+    listener.listen(channel).await?;
+    Ok(listener)
+}
+
+/// Follows notifications until the connection is lost.
+async fn follow(
+    pool: &PgPool,
+    listener: &mut PgListener,
+    appended: &watch::Sender<Cursor>,
+) -> Result<(), StoreError> {
+    // Listening from here on: whatever committed before is in the head.
+    advance(appended, head(pool).await?);
+    let mut next_check = Instant::now() + HEAD_CHECK_EVERY;
+    loop {
+        // Checked first: a steady flow of notifications never starves the check.
+        if Instant::now() >= next_check {
+            advance(appended, head(pool).await?);
+            next_check = Instant::now() + HEAD_CHECK_EVERY;
+        }
+        let Ok(received) = tokio::time::timeout_at(next_check, listener.try_recv()).await else {
+            continue;
+        };
+        let Some(notification) = received? else {
+            return Err(StoreError::Append("notification connection closed".into()));
+        };
+        match notification.payload().parse::<u64>() {
+            Ok(cursor) => advance(appended, Cursor::new(cursor)),
+            Err(_) => tracing::warn!(
+                payload = notification.payload(),
+                "store: unreadable notification ignored"
+            ),
+        }
+    }
+}
+
+pub(super) async fn head(pool: &PgPool) -> Result<Cursor, StoreError> {
+    let (cursor,): (i64,) = sqlx::query_as("SELECT cursor FROM event_head")
+        .fetch_one(pool)
+        .await?;
+    cursor_from_db(cursor)
+}
+
+/// Events as columns, for one multi-row `INSERT ... SELECT FROM UNNEST(...)`.
+#[derive(Default)]
+struct EventColumns {
+    cursor: Vec<i64>,
+    dedup_key: Vec<String>,
+    client_id: Vec<i64>,
+    msg_id: Vec<Option<String>>,
+    channel: Vec<Option<String>>,
+    status: Vec<Option<String>>,
+    success: Vec<bool>,
+    error: Vec<Option<String>>,
+    updated: Vec<Option<String>>,
+    reply: Vec<Option<String>>,
+    duration_s: Vec<Option<f64>>,
+    request_id: Vec<Option<String>>,
+    replies: Vec<String>,
+    received_at_ms: Vec<i64>,
+    source: Vec<&'static str>,
+    is_final: Vec<bool>,
+    caller: Vec<Option<String>>,
+}
+
+impl EventColumns {
+    fn push(&mut self, cursor: Cursor, key: String, event: &NewEvent, caller: Option<&CallerName>) {
+        let r = &event.report;
+        self.cursor.push(cursor_to_db(cursor));
+        self.dedup_key.push(key);
+        self.client_id.push(report_id_to_db(r.client_id));
+        self.msg_id.push(r.msg_id.clone());
+        self.channel.push(r.channel_raw.clone());
+        self.status.push(r.status.as_ref().map(|s| s.raw.clone()));
+        self.success.push(r.success);
+        self.error.push(r.error.clone());
+        self.updated.push(r.updated.map(|u| u.to_rfc3339()));
+        self.reply.push(r.reply.clone());
+        self.duration_s.push(r.duration_secs);
+        self.request_id.push(r.request_id.clone());
+        self.replies.push(replies_to_json(&r.replies));
+        self.received_at_ms.push(ms(event.received_at));
+        self.source.push(event.source.as_str());
+        self.is_final.push(event.is_final());
+        self.caller.push(caller.map(|c| c.as_str().to_owned()));
+    }
+}
+
+/// Appends events in one transaction, each unless stored already (`None`), holding the
+/// lock on `event_head` until the commit, whose NOTIFY on `channel` wakes the other
+/// replicas; with the head after it.
+pub(super) async fn append(
+    pool: &PgPool,
+    channel: &str,
+    events: &[NewEvent],
+) -> Result<(Vec<Option<StatusEvent>>, Cursor), StoreError> {
+    let mut tx = pool.begin().await?;
+    // Held until commit: appends of every replica take their cursors one after
+    // another, and each commits before the next one reads the head.
+    let (head,): (i64,) = sqlx::query_as("SELECT cursor FROM event_head FOR UPDATE")
+        .fetch_one(&mut *tx)
+        .await?;
+    let head = cursor_from_db(head)?;
+    let keys: Vec<String> = events.iter().map(NewEvent::dedup_key).collect();
+    // Read after taking the lock: every append that could hold one of these keys
+    // has committed.
+    let stored: Vec<(String,)> =
+        sqlx::query_as("SELECT dedup_key FROM events WHERE dedup_key = ANY($1)")
+            .bind(&keys)
+            .fetch_all(&mut *tx)
+            .await?;
+    let mut seen: HashSet<String> = stored.into_iter().map(|(k,)| k).collect();
+    let ids: Vec<i64> = events
+        .iter()
+        .filter_map(|e| e.report.client_id)
+        .map(|id| id_to_db(id.get()))
+        .collect();
+    let callers = callers_by_id(
+        sqlx::query_as(
+            "SELECT client_id, caller FROM claims WHERE caller IS NOT NULL AND client_id = ANY($1)",
+        )
+        .bind(&ids)
+        .fetch_all(&mut *tx)
+        .await?,
+    )?;
+    let mut columns = EventColumns::default();
+    let mut next = head;
+    let mut appended = Vec::with_capacity(events.len());
+    for (event, key) in events.iter().zip(keys) {
+        if seen.contains(&key) {
+            appended.push(None);
+            continue;
+        }
+        next = next.next();
+        seen.insert(key.clone());
+        let caller = event
+            .report
+            .client_id
+            .and_then(|id| callers.get(&id))
+            .cloned();
+        columns.push(next, key, event, caller.as_ref());
+        appended.push(Some(StatusEvent {
+            cursor: next,
+            caller,
+            event: event.clone(),
+        }));
+    }
+    if next > head {
+        let c = columns;
+        sqlx::query(
+            "INSERT INTO events (cursor, dedup_key, client_id, msg_id, channel, status, success,
+                                 error, updated, reply, duration_s, request_id, replies,
+                                 received_at_ms, source, is_final, caller)
+             SELECT * FROM UNNEST($1::BIGINT[], $2::TEXT[], $3::BIGINT[], $4::TEXT[],
+                                  $5::TEXT[], $6::TEXT[], $7::BOOLEAN[], $8::TEXT[],
+                                  $9::TEXT[], $10::TEXT[], $11::DOUBLE PRECISION[],
+                                  $12::TEXT[], $13::TEXT[], $14::BIGINT[], $15::TEXT[],
+                                  $16::BOOLEAN[], $17::TEXT[])",
+        )
+        .bind(&c.cursor)
+        .bind(&c.dedup_key)
+        .bind(&c.client_id)
+        .bind(&c.msg_id)
+        .bind(&c.channel)
+        .bind(&c.status)
+        .bind(&c.success)
+        .bind(&c.error)
+        .bind(&c.updated)
+        .bind(&c.reply)
+        .bind(&c.duration_s)
+        .bind(&c.request_id)
+        .bind(&c.replies)
+        .bind(&c.received_at_ms)
+        .bind(&c.source)
+        .bind(&c.is_final)
+        .bind(&c.caller)
+        .execute(&mut *tx)
+        .await?;
+        // The notification is delivered when (and only if) the transaction commits.
+        sqlx::query(
+            "WITH h AS (UPDATE event_head SET cursor = $1 RETURNING cursor)
+                 SELECT pg_notify($2, cursor::TEXT) FROM h",
+        )
+        .bind(cursor_to_db(next))
+        .bind(channel)
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await?;
+    Ok((appended, next))
+}

@@ -1,0 +1,312 @@
+//! [`SqlStore`], the one implementation of [`Store`]: msgw's store on SQLite or on
+//! PostgreSQL. A method whose SQL both databases speak is written once, over a
+//! connection of either ([`Conn`]); a method that differs asks the database's own
+//! code (`sqlite/`, `postgres/`): the send path's claims and settlements, event
+//! appends (cursor order across replicas), taking due polls (`FOR UPDATE SKIP
+//! LOCKED`), the sandbox's message rows, opening and closing.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::sync::watch;
+
+use super::common::conn::{Pooled, Tx};
+use super::common::{claims, events, guard, sandbox, upkeep, verifications};
+use super::postgres::{self, PgDb};
+use super::sqlite::{self, SqliteDb};
+use super::verifications::writes_without_row;
+use super::{
+    ClaimChange, ClaimRecord, ClaimReply, CodeCheck, Decided, GuardCheck, PendingMessage,
+    RangeHold, Retention, SandboxSave, Start, StartOutcome, Store, StoreError, VerificationChange,
+    VerificationRecord,
+};
+use crate::core::domain::{CallerName, ClientId, Cursor, NewEvent, Phone, StatusEvent};
+
+/// msgw's store on one of its two databases.
+#[derive(Debug, Clone)]
+pub struct SqlStore {
+    db: Db,
+}
+
+#[derive(Debug, Clone)]
+enum Db {
+    Sqlite(SqliteDb),
+    Postgres(PgDb),
+}
+
+impl SqlStore {
+    /// Opens (creating if missing) the SQLite database `url` names and migrates it.
+    /// Sent messages are first polled `first_poll_after` after sending.
+    pub async fn sqlite(url: &str, first_poll_after: Duration) -> Result<Self, StoreError> {
+        let db = Db::Sqlite(SqliteDb::open(url, first_poll_after).await?);
+        Ok(Self { db })
+    }
+
+    /// Connects to the PostgreSQL database `url` names (TLS and other options from the
+    /// URL; `password`, when given, replaces one in the URL), migrates it and starts
+    /// listening for other replicas' appends. Sent messages are first polled
+    /// `first_poll_after` after sending.
+    pub async fn postgres(
+        url: &str,
+        password: Option<&secrecy::SecretString>,
+        first_poll_after: Duration,
+    ) -> Result<Self, StoreError> {
+        let db = Db::Postgres(PgDb::open(url, password, first_poll_after).await?);
+        Ok(Self { db })
+    }
+
+    /// A connection to read on (SQLite: its readers, beside the writer).
+    async fn read(&self) -> Result<Pooled, StoreError> {
+        Ok(match &self.db {
+            Db::Sqlite(db) => Pooled::Sqlite(db.read().await?),
+            Db::Postgres(db) => Pooled::Postgres(db.read().await?),
+        })
+    }
+
+    /// A connection to write on, outside a transaction (SQLite: its one writer).
+    async fn write(&self) -> Result<Pooled, StoreError> {
+        Ok(match &self.db {
+            Db::Sqlite(db) => Pooled::Sqlite(db.write().await?),
+            Db::Postgres(db) => Pooled::Postgres(db.read().await?),
+        })
+    }
+
+    /// A transaction that reads, then writes (SQLite's holds the write lock from its
+    /// start: one that read first could neither wait for the lock nor write once
+    /// another writer committed).
+    async fn begin_write(&self) -> Result<Tx<'static>, StoreError> {
+        Ok(match &self.db {
+            Db::Sqlite(db) => Tx::Sqlite(db.begin_write().await?),
+            Db::Postgres(db) => Tx::Postgres(db.begin().await?),
+        })
+    }
+}
+
+#[tonic::async_trait]
+impl Store for SqlStore {
+    async fn apply_claims(&self, changes: &[ClaimChange]) -> Result<Vec<ClaimReply>, StoreError> {
+        match &self.db {
+            Db::Sqlite(db) => db.apply_claims(changes).await,
+            Db::Postgres(db) => db.apply_claims(changes).await,
+        }
+    }
+
+    fn send_path_writers(&self) -> usize {
+        match &self.db {
+            Db::Sqlite(_) => 1,
+            Db::Postgres(db) => db.send_path_writers(),
+        }
+    }
+
+    async fn claim_of(&self, id: ClientId) -> Result<Option<ClaimRecord>, StoreError> {
+        claims::claim_of(&mut self.read().await?.conn(), id).await
+    }
+
+    async fn unsettled_claims(
+        &self,
+        now: DateTime<Utc>,
+        in_flight_before: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<(ClientId, ClaimRecord)>, StoreError> {
+        let mut conn = self.read().await?;
+        claims::unsettled(&mut conn.conn(), now, in_flight_before, limit).await
+    }
+
+    async fn client_id_of(&self, msg_id: &str) -> Result<Option<ClientId>, StoreError> {
+        events::client_id_of(&mut self.read().await?.conn(), msg_id).await
+    }
+
+    async fn append_batch(
+        &self,
+        events: &[NewEvent],
+    ) -> Result<Vec<Option<StatusEvent>>, StoreError> {
+        match &self.db {
+            Db::Sqlite(db) => db.append_batch(events).await,
+            Db::Postgres(db) => db.append_batch(events).await,
+        }
+    }
+
+    async fn events_after(
+        &self,
+        cursor: Cursor,
+        limit: u32,
+    ) -> Result<Vec<StatusEvent>, StoreError> {
+        events::after(&mut self.read().await?.conn(), cursor, limit).await
+    }
+
+    async fn last_event_of(&self, client_id: ClientId) -> Result<Option<StatusEvent>, StoreError> {
+        events::last_of(&mut self.read().await?.conn(), client_id).await
+    }
+
+    async fn oldest_cursor(&self) -> Result<Option<Cursor>, StoreError> {
+        events::oldest_cursor(&mut self.read().await?.conn()).await
+    }
+
+    async fn latest_cursor(&self) -> Result<Cursor, StoreError> {
+        match &self.db {
+            Db::Sqlite(db) => db.latest_cursor().await,
+            Db::Postgres(db) => db.latest_cursor().await,
+        }
+    }
+
+    fn appended(&self) -> watch::Receiver<Cursor> {
+        match &self.db {
+            Db::Sqlite(db) => db.appended(),
+            Db::Postgres(db) => db.appended(),
+        }
+    }
+
+    async fn prune(&self, retention: Retention, now: DateTime<Utc>) -> Result<u64, StoreError> {
+        upkeep::prune(&mut self.write().await?.conn(), retention, now).await
+    }
+
+    async fn take_due_for_poll(
+        &self,
+        now: DateTime<Utc>,
+        limit: u32,
+        lease: Duration,
+    ) -> Result<Vec<PendingMessage>, StoreError> {
+        let due_sql = match &self.db {
+            Db::Sqlite(_) => sqlite::DUE_FOR_POLL_SQL,
+            Db::Postgres(_) => postgres::DUE_FOR_POLL_SQL,
+        };
+        let mut conn = self.write().await?;
+        upkeep::take_due(&mut conn.conn(), due_sql, now, limit, lease).await
+    }
+
+    async fn schedule_poll(
+        &self,
+        client_id: ClientId,
+        next: Option<DateTime<Utc>>,
+    ) -> Result<(), StoreError> {
+        upkeep::schedule_poll(&mut self.write().await?.conn(), client_id, next).await
+    }
+
+    async fn try_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let mut conn = self.write().await?;
+        upkeep::try_lease(&mut conn.conn(), name, holder, ttl, now).await
+    }
+
+    async fn sandbox_state(&self, account: &str) -> Result<Option<String>, StoreError> {
+        sandbox::state(&mut self.read().await?.conn(), account).await
+    }
+
+    async fn sandbox_messages(&self, account: &str) -> Result<Vec<(u64, String)>, StoreError> {
+        sandbox::messages(&mut self.read().await?.conn(), account).await
+    }
+
+    async fn save_sandbox(&self, account: &str, save: &SandboxSave) -> Result<(), StoreError> {
+        match &self.db {
+            Db::Sqlite(db) => db.save_sandbox(account, save).await,
+            Db::Postgres(db) => db.save_sandbox(account, save).await,
+        }
+    }
+
+    async fn start_verification(&self, start: &Start) -> Result<Decided<StartOutcome>, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let decided = verifications::start(&mut tx.conn(), start).await?;
+        // A call whose id another start took meanwhile wrote nothing worth keeping.
+        if decided.outcome != StartOutcome::IdTaken {
+            tx.commit().await?;
+        }
+        Ok(decided)
+    }
+
+    async fn check_verification(
+        &self,
+        caller: Option<&CallerName>,
+        phone: Phone,
+        now: DateTime<Utc>,
+        right: CodeCheck<'_>,
+        lift: Option<&GuardCheck>,
+    ) -> Result<Decided<Option<VerificationRecord>>, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let decided = verifications::check(&mut tx.conn(), caller, phone, now, right, lift).await?;
+        tx.commit().await?;
+        Ok(decided)
+    }
+
+    async fn cancel_verification(
+        &self,
+        caller: Option<&CallerName>,
+        phone: Phone,
+        now: DateTime<Utc>,
+    ) -> Result<Decided<Option<VerificationRecord>>, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let decided = verifications::cancel(&mut tx.conn(), caller, phone, now).await?;
+        tx.commit().await?;
+        Ok(decided)
+    }
+
+    async fn pending_verification(
+        &self,
+        caller: Option<&CallerName>,
+        phone: Phone,
+        now: DateTime<Utc>,
+    ) -> Result<Decided<Option<VerificationRecord>>, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let decided = verifications::look(&mut tx.conn(), caller, phone, now).await?;
+        tx.commit().await?;
+        Ok(decided)
+    }
+
+    async fn range_hold(
+        &self,
+        range: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Option<RangeHold>, StoreError> {
+        guard::hold_of(&mut self.read().await?.conn(), range, now).await
+    }
+
+    async fn held_ranges(
+        &self,
+        now: DateTime<Utc>,
+        after: &str,
+        limit: u32,
+    ) -> Result<Vec<RangeHold>, StoreError> {
+        guard::held(&mut self.read().await?.conn(), now, after, limit).await
+    }
+
+    async fn release_range(
+        &self,
+        range: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Option<RangeHold>, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let released = guard::release(&mut tx.conn(), range, now).await?;
+        tx.commit().await?;
+        Ok(released)
+    }
+
+    async fn verification_of_send(
+        &self,
+        send: ClientId,
+    ) -> Result<Option<(VerificationRecord, bool)>, StoreError> {
+        verifications::of_send(&mut self.read().await?.conn(), send).await
+    }
+
+    async fn change_verification(
+        &self,
+        change: &VerificationChange,
+    ) -> Result<Option<VerificationRecord>, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let changed = verifications::change(&mut tx.conn(), change).await?;
+        if changed.is_some() || writes_without_row(change) {
+            tx.commit().await?;
+        }
+        Ok(changed)
+    }
+
+    async fn close(&self) {
+        match &self.db {
+            Db::Sqlite(db) => db.close().await,
+            Db::Postgres(db) => db.close().await,
+        }
+    }
+}

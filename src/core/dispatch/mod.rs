@@ -1,0 +1,260 @@
+//! The one place where domain operations become gateway requests and gateway
+//! answers become domain results and errors. Calls queue in the coalescer, which
+//! sends what queued together in one envelope over a bounded number of gateway
+//! requests in flight (`coalescer`); each envelope claims its keyed operations (every
+//! send, the voice OTP call) first, so each client id reaches the gateway at most
+//! once however often it is retried (`claims`, `envelope`).
+
+mod acquire;
+mod claims;
+mod coalescer;
+mod confidential;
+mod envelope;
+mod lookups;
+mod resolve;
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use crate::adapters::store::Store;
+use crate::adapters::upstream::{Gateway, UpstreamError};
+use crate::core::domain::{CallerName, ClientId, Error, Operation, Output, UnavailableCause};
+use crate::core::hooks::HookUrls;
+use crate::process::metrics::Metrics;
+
+pub use claims::{Claims, Owned, STALE_MARGIN, fingerprint};
+use coalescer::Coalescer;
+pub use coalescer::Limits;
+pub use confidential::Confidential;
+use envelope::{Answer, Engine};
+pub use lookups::{LOOKUP_BACKOFF_FIRST, LOOKUP_BACKOFF_MAX};
+
+/// Delivery tracking: hook URLs injected into sends, and sent messages recorded
+/// for reconcile.
+#[derive(Debug, Clone)]
+pub struct Tracking {
+    /// Builds each message's hook URL.
+    pub hooks: HookUrls,
+    /// Where claims and sent messages are recorded.
+    pub store: Arc<dyn Store>,
+    /// After a request is cut while the gateway may hold it, how long "not found" from
+    /// `status` still means "not yet" (`MSGW_UPSTREAM_SETTLE`).
+    pub settle: std::time::Duration,
+}
+
+/// The answer to one operation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Executed {
+    /// What the gateway answered.
+    pub output: Output,
+    /// The stored answer of an earlier call with the same id: nothing was sent now.
+    pub replayed: bool,
+}
+
+/// Runs operations against the gateway.
+#[derive(Debug, Clone)]
+pub struct Dispatcher {
+    engine: Arc<Engine>,
+    coalescer: Arc<Coalescer<Engine>>,
+}
+
+impl Dispatcher {
+    /// A dispatcher over `gateway` within `limits`, without delivery tracking or
+    /// idempotency.
+    pub fn new(gateway: Gateway, limits: Limits, metrics: Arc<Metrics>) -> Self {
+        Self::build(
+            Engine {
+                gateway,
+                tracking: None,
+                claims: None,
+                metrics,
+                recording: tokio::sync::Semaphore::new(limits.connections),
+            },
+            limits,
+        )
+    }
+
+    /// The same dispatcher, injecting hooks into sends, claiming keyed operations'
+    /// ids in the store and recording sent messages.
+    pub fn with_tracking(self, tracking: Tracking) -> Self {
+        let stale_after = self.engine.gateway.timeout() + STALE_MARGIN;
+        Self::build(
+            Engine {
+                gateway: self.engine.gateway.clone(),
+                claims: Some(Claims::new(
+                    tracking.store.clone(),
+                    stale_after,
+                    tracking.settle,
+                    &self.engine.metrics,
+                )),
+                tracking: Some(tracking),
+                metrics: self.engine.metrics.clone(),
+                recording: tokio::sync::Semaphore::new(self.coalescer.limits().connections),
+            },
+            self.coalescer.limits(),
+        )
+    }
+
+    fn build(engine: Engine, limits: Limits) -> Self {
+        let engine = Arc::new(engine);
+        let coalescer = Coalescer::new(engine.clone(), limits, engine.metrics.clone());
+        Self { engine, coalescer }
+    }
+
+    /// Operations one call may hold at most: they always share one envelope.
+    pub fn batch_max(&self) -> usize {
+        self.coalescer.limits().batch_max
+    }
+
+    /// The claims of keyed operations, when msgw tracks them.
+    pub fn claims(&self) -> Option<&Claims> {
+        self.engine.claims.as_ref()
+    }
+
+    /// The metrics this dispatcher records into.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.engine.metrics
+    }
+
+    /// Who sent message `id` through msgw: `None` when msgw holds no claim of it (never
+    /// sent through msgw, or its claim is past retention), `Some(None)` when it was
+    /// sent without caller authentication.
+    pub async fn sender_of(&self, id: ClientId) -> Result<Option<Option<CallerName>>, Error> {
+        let Some(claims) = &self.engine.claims else {
+            return Ok(None);
+        };
+        claims
+            .record(id)
+            .await
+            .map(|record| record.map(|r| r.caller))
+            .map_err(|e| e.unavailable("msgw's store is unavailable"))
+    }
+
+    /// Runs one operation.
+    pub async fn execute(
+        &self,
+        op: Operation,
+        deadline: Option<Instant>,
+    ) -> Result<Executed, Error> {
+        let mut results = self.execute_all(vec![op], deadline, None).await?;
+        results
+            .pop()
+            .unwrap_or_else(|| Err(Error::Internal("no result for the operation".into())))
+    }
+
+    /// Runs several operations of `caller` in one envelope: an error of the whole call,
+    /// or one result per operation in order. Keyed operations' ids must be distinct. An
+    /// operation whose id another call is sending waits for that call's outcome (up to
+    /// `deadline`) and is then answered from it.
+    pub async fn execute_all(
+        &self,
+        ops: Vec<Operation>,
+        deadline: Option<Instant>,
+        caller: Option<&CallerName>,
+    ) -> Result<Vec<Result<Executed, Error>>, Error> {
+        self.execute_all_kept(ops, deadline, caller, None).await
+    }
+
+    /// Runs one operation of `caller` whose text carries a secret: the same send, with
+    /// the same exactly-once rules, but its claim keeps no copy of the secret (see
+    /// [`Confidential`]).
+    pub async fn execute_confidential(
+        &self,
+        op: Operation,
+        deadline: Option<Instant>,
+        caller: Option<&CallerName>,
+        confidential: &Confidential,
+    ) -> Result<Executed, Error> {
+        let mut results = self
+            .execute_all_kept(vec![op], deadline, caller, Some(confidential))
+            .await?;
+        results
+            .pop()
+            .unwrap_or_else(|| Err(Error::Internal("no result for the operation".into())))
+    }
+
+    /// [`Dispatcher::execute_all`], with the claims kept as `confidential` says when set.
+    async fn execute_all_kept(
+        &self,
+        ops: Vec<Operation>,
+        deadline: Option<Instant>,
+        caller: Option<&CallerName>,
+        confidential: Option<&Confidential>,
+    ) -> Result<Vec<Result<Executed, Error>>, Error> {
+        let mut results: Vec<Option<Result<Executed, Error>>> = ops.iter().map(|_| None).collect();
+        let mut pending: Vec<(usize, Operation)> = ops.into_iter().enumerate().collect();
+        while !pending.is_empty() {
+            let mut settled = self.engine.claims.as_ref().map(Claims::subscribe);
+            let (indices, batch): (Vec<usize>, Vec<Operation>) = pending.into_iter().unzip();
+            let answers = self
+                .coalescer
+                .call_kept(batch, deadline, caller.cloned(), confidential.cloned())
+                .await?;
+            if answers.len() != indices.len() {
+                return Err(Error::Internal(format!(
+                    "{} answers for {} operations",
+                    answers.len(),
+                    indices.len()
+                )));
+            }
+            pending = Vec::new();
+            let mut stale_at: Option<chrono::DateTime<chrono::Utc>> = None;
+            for (i, answer) in indices.into_iter().zip(answers) {
+                match answer {
+                    Answer::Done(result) => results[i] = Some(result),
+                    Answer::Wait { op, stale_at: s } => {
+                        stale_at = Some(stale_at.map_or(s, |t| t.min(s)));
+                        pending.push((i, op));
+                    }
+                }
+            }
+            let (Some(stale_at), Some(claims), Some(settled)) =
+                (stale_at, &self.engine.claims, settled.as_mut())
+            else {
+                continue;
+            };
+            if !claims.wait(settled, stale_at, deadline).await {
+                for (i, op) in pending.drain(..) {
+                    results[i] = Some(Err(match op.idempotency_key() {
+                        Some(id) => claims::in_progress(id, stale_at),
+                        // Sent round again (its call waited too long for a slot):
+                        // nothing of it left msgw.
+                        None => Error::DeadlineExceeded {
+                            outcome_unknown: false,
+                        },
+                    }));
+                }
+            }
+        }
+        Ok(results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(Error::Internal("operation left unanswered".into()))))
+            .collect())
+    }
+}
+
+/// Maps a failed upstream request; `changes_state` says whether any operation in it
+/// could have done something that a blind retry would do twice.
+fn upstream_error(e: &UpstreamError, changes_state: bool) -> Error {
+    let cause = match e {
+        UpstreamError::AccessDenied => return Error::AccessDenied,
+        UpstreamError::EnvelopeRejected(text) => return Error::Rejected(text.clone()),
+        UpstreamError::Deadline => {
+            return Error::DeadlineExceeded {
+                outcome_unknown: changes_state,
+            };
+        }
+        UpstreamError::Unreachable(_) | UpstreamError::Transport(_) => {
+            UnavailableCause::Unreachable
+        }
+        UpstreamError::Timeout(_) => UnavailableCause::Timeout,
+        UpstreamError::HttpStatus(code) => UnavailableCause::HttpStatus(*code),
+        UpstreamError::BadEnvelope(_) => UnavailableCause::BadResponse,
+    };
+    Error::Unavailable {
+        cause,
+        outcome_unknown: changes_state && e.may_have_arrived(),
+        detail: e.to_string(),
+    }
+}

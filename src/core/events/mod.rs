@@ -1,0 +1,413 @@
+//! The event log's live side: appends in cursor order, fans events out to
+//! subscribers, and lets each subscriber replay from the store, so a slow or
+//! reconnecting subscriber neither blocks others nor misses anything.
+//!
+//! The live channel carries every event in cursor order without a gap: this
+//! replica's own appends go straight in when they are next in line; everything else
+//! (other replicas' appends, announced by the store) is read from the store first.
+
+use std::{collections::HashSet, sync::Arc, time::Duration};
+
+use chrono::Utc;
+use tokio::sync::{Mutex, broadcast, mpsc, watch};
+
+use crate::adapters::store::{Retention, Store, StoreError};
+use crate::core::domain::{
+    CallerName, Channel, ClientId, Cursor, Error, NewEvent, StatusEvent, UnavailableCause,
+};
+use crate::core::group_commit::GroupWriter;
+use crate::process::metrics::Metrics;
+use crate::process::periodic::{Leased, Periodic};
+
+/// Where a subscription starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// With the next event appended.
+    Live,
+    /// Just after this cursor.
+    After(Cursor),
+    /// At the oldest retained event.
+    Oldest,
+}
+
+/// Which events a subscriber wants; empty sets mean all.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    /// Client ids.
+    pub ids: HashSet<ClientId>,
+    /// Gateway message ids.
+    pub msg_ids: HashSet<String>,
+    /// Channels.
+    pub channels: HashSet<Channel>,
+    /// Only final statuses.
+    pub final_only: bool,
+    /// Only events of messages this caller sent (`None`: every caller's).
+    pub sender: Option<CallerName>,
+}
+
+impl Filter {
+    /// Whether `e` passes the filter.
+    pub fn matches(&self, e: &StatusEvent) -> bool {
+        let r = &e.event.report;
+        (self.ids.is_empty() || r.client_id.is_some_and(|id| self.ids.contains(&id)))
+            && (self.msg_ids.is_empty()
+                || r.msg_id.as_ref().is_some_and(|m| self.msg_ids.contains(m)))
+            && (self.channels.is_empty() || r.channel().is_some_and(|c| self.channels.contains(&c)))
+            && (!self.final_only || e.event.is_final())
+            && self
+                .sender
+                .as_ref()
+                .is_none_or(|s| e.caller.as_ref() == Some(s))
+    }
+}
+
+/// Events fetched from the store per query while replaying.
+const REPLAY_PAGE: u32 = 512;
+/// Events a subscription buffers towards its client before it falls back to the store.
+const SUBSCRIBER_BUFFER: usize = 256;
+
+/// Events committed in one transaction at most. Under load, webhooks that arrive
+/// while a commit is running share the next one (group commit).
+const MAX_GROUP: usize = 256;
+
+/// The event log: the store plus the in-memory fan-out.
+pub struct EventLog {
+    store: Arc<dyn Store>,
+    live: Arc<Tail>,
+    // One writer task appends; its groups reach the fan-out in cursor order.
+    writer: GroupWriter<NewEvent, Option<StatusEvent>>,
+    closing: watch::Sender<bool>,
+    metrics: Arc<Metrics>,
+}
+
+/// The live channel and the newest cursor published on it.
+struct Tail {
+    channel: broadcast::Sender<Arc<StatusEvent>>,
+    /// `None` until the follower has read where the log stands.
+    published: Mutex<Option<Cursor>>,
+}
+
+impl Tail {
+    /// Publishes this replica's own appended events that are next in line; anything
+    /// after a gap is left to [`follow_store`], which reads it from the store.
+    async fn publish_appended(&self, stored: &[Option<StatusEvent>]) {
+        let mut published = self.published.lock().await;
+        let Some(last) = published.as_mut() else {
+            return;
+        };
+        for e in stored.iter().flatten() {
+            if e.cursor <= *last {
+                continue;
+            }
+            if e.cursor != last.next() {
+                return;
+            }
+            // No receiver is fine: subscribers replay from the store.
+            let _ = self.channel.send(Arc::new(e.clone()));
+            *last = e.cursor;
+        }
+    }
+
+    /// Reads from the store and publishes everything up to `target`. The store is read
+    /// without holding the tail, so this replica's own appends are not held up by it.
+    async fn catch_up(&self, store: &dyn Store, target: Cursor) -> Result<(), StoreError> {
+        let known = *self.published.lock().await;
+        let mut last = match known {
+            Some(last) => last,
+            None => {
+                let latest = store.latest_cursor().await?;
+                *self.published.lock().await.get_or_insert(latest)
+            }
+        };
+        while last < target {
+            let page = store.events_after(last, REPLAY_PAGE).await?;
+            let short = page.len() < REPLAY_PAGE as usize;
+            let mut published = self.published.lock().await;
+            let current = published.get_or_insert(last);
+            // Own appends may have gone out meanwhile: publish only what lies beyond.
+            // Cursors the store skips were pruned: nothing to wait for.
+            for e in page {
+                if e.cursor > *current {
+                    *current = e.cursor;
+                    let _ = self.channel.send(Arc::new(e));
+                }
+            }
+            if short {
+                *current = (*current).max(target);
+            }
+            last = *current;
+        }
+        Ok(())
+    }
+}
+
+/// Publishes what the store announces (other replicas' appends, or own ones that
+/// came after a gap) until the log closes. A failed read is retried: the target
+/// stays until it is published.
+async fn follow_store(store: Arc<dyn Store>, tail: Arc<Tail>, mut closing: watch::Receiver<bool>) {
+    let mut appended = store.appended();
+    let mut retry = Duration::from_millis(50);
+    loop {
+        let target = *appended.borrow_and_update();
+        match tail.catch_up(store.as_ref(), target).await {
+            Ok(()) => {
+                retry = Duration::from_millis(50);
+                tokio::select! {
+                    changed = appended.changed() => if changed.is_err() { return },
+                    _ = closing.wait_for(|c| *c) => return,
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, retry_in = ?retry, "event log: cannot read new events for live subscribers");
+                tokio::select! {
+                    () = tokio::time::sleep(retry) => {}
+                    _ = closing.wait_for(|c| *c) => return,
+                }
+                retry = (retry * 2).min(Duration::from_secs(2));
+            }
+        }
+    }
+}
+
+fn store_error(e: StoreError) -> Error {
+    e.unavailable("msgw's event store is unavailable")
+}
+
+fn shutting_down() -> Error {
+    Error::Unavailable {
+        cause: UnavailableCause::ShuttingDown,
+        outcome_unknown: false,
+        detail: "msgw is shutting down: reconnect and resume after the last cursor you processed"
+            .into(),
+    }
+}
+
+impl EventLog {
+    /// An event log over `store`; `fan_out` events are kept in memory for live subscribers.
+    pub fn new(store: Arc<dyn Store>, fan_out: usize, metrics: Arc<Metrics>) -> Arc<Self> {
+        let (channel, _) = broadcast::channel(fan_out.max(16));
+        let live = Arc::new(Tail {
+            channel,
+            published: Mutex::new(None),
+        });
+        let (closing, _) = watch::channel(false);
+        let writer = GroupWriter::spawn(MAX_GROUP, {
+            let (store, live, metrics) = (store.clone(), live.clone(), metrics.clone());
+            move |events| append_group(store.clone(), live.clone(), metrics.clone(), events)
+        });
+        tokio::spawn(follow_store(
+            store.clone(),
+            live.clone(),
+            closing.subscribe(),
+        ));
+        Arc::new(Self {
+            store,
+            live,
+            writer,
+            closing,
+            metrics,
+        })
+    }
+
+    /// Durably appends an event and publishes it; `None` for a duplicate.
+    pub async fn append(&self, event: NewEvent) -> Result<Option<StatusEvent>, StoreError> {
+        self.writer.submit(event).await
+    }
+
+    /// Ends every subscription with UNAVAILABLE (shutdown), and refuses new ones.
+    pub fn close(&self) {
+        self.closing.send_replace(true);
+    }
+
+    /// Starts a subscription; events (or the error that ends it) arrive on the receiver.
+    pub async fn subscribe(
+        self: &Arc<Self>,
+        start: Start,
+        filter: Filter,
+    ) -> Result<mpsc::Receiver<Result<StatusEvent, Error>>, Error> {
+        if *self.closing.borrow() {
+            return Err(shutting_down());
+        }
+        // Subscribe before reading the store: whatever is appended from now on is
+        // either in the replay or in the channel, so nothing falls in between.
+        let live = self.live.channel.subscribe();
+        let after = self.start_cursor(start).await?;
+        let (tx, rx) = mpsc::channel(SUBSCRIBER_BUFFER);
+        let log = Arc::clone(self);
+        tokio::spawn(async move {
+            log.metrics.open_streams.inc();
+            let metrics = log.metrics.clone();
+            let _open = scopeguard(move || metrics.open_streams.dec());
+            let mut closing = log.closing.subscribe();
+            // A filtered stream may never send again: notice the client leaving
+            // without waiting for the next matching event.
+            let ended = tokio::select! {
+                r = log.pump(after, &filter, live, &tx) => r,
+                _ = closing.wait_for(|c| *c) => Err(shutting_down()),
+                () = tx.closed() => Ok(()),
+            };
+            if let Err(e) = ended {
+                // The client may be gone already; nothing more to do then.
+                let _ = tx.send(Err(e)).await;
+            }
+        });
+        Ok(rx)
+    }
+
+    async fn start_cursor(&self, start: Start) -> Result<Cursor, Error> {
+        let latest = self.store.latest_cursor().await.map_err(store_error)?;
+        match start {
+            Start::Live => Ok(latest),
+            Start::Oldest => Ok(self
+                .store
+                .oldest_cursor()
+                .await
+                .map_err(store_error)?
+                .map_or(latest, Cursor::prev)),
+            Start::After(cursor) => {
+                let oldest = self.store.oldest_cursor().await.map_err(store_error)?;
+                // Resuming after `cursor` needs every event from cursor + 1 on.
+                let first_kept = oldest.unwrap_or(latest.next());
+                if cursor > latest {
+                    return Err(Error::CursorOutOfRange {
+                        oldest_available: first_kept.prev().get(),
+                        detail: format!(
+                            "cursor {cursor} is ahead of the newest event ({latest}); the oldest cursor to resume after is {}",
+                            first_kept.prev()
+                        ),
+                    });
+                }
+                if cursor.next() < first_kept {
+                    return Err(Error::CursorOutOfRange {
+                        oldest_available: first_kept.prev().get(),
+                        detail: format!(
+                            "events after cursor {cursor} are past the retention; the oldest cursor to resume after is {}",
+                            first_kept.prev()
+                        ),
+                    });
+                }
+                Ok(cursor)
+            }
+        }
+    }
+
+    /// Sends events after `last` to `tx` forever: from the store until caught up,
+    /// then live; back to the store whenever the live channel lost events.
+    async fn pump(
+        &self,
+        mut last: Cursor,
+        filter: &Filter,
+        mut live: broadcast::Receiver<Arc<StatusEvent>>,
+        tx: &mpsc::Sender<Result<StatusEvent, Error>>,
+    ) -> Result<(), Error> {
+        loop {
+            loop {
+                let page = self
+                    .store
+                    .events_after(last, REPLAY_PAGE)
+                    .await
+                    .map_err(store_error)?;
+                for e in &page {
+                    last = e.cursor;
+                    if filter.matches(e) && tx.send(Ok(e.clone())).await.is_err() {
+                        return Ok(());
+                    }
+                }
+                if page.len() < REPLAY_PAGE as usize {
+                    break;
+                }
+            }
+            loop {
+                match live.recv().await {
+                    Ok(e) if e.cursor <= last => continue,
+                    // Not the next one: something was missed; the store has it.
+                    Ok(e) if e.cursor != last.next() => break,
+                    Ok(e) => {
+                        last = e.cursor;
+                        if filter.matches(&e) && tx.send(Ok((*e).clone())).await.is_err() {
+                            return Ok(());
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Lagged(missed)) => {
+                        tracing::debug!(
+                            missed,
+                            last = last.get(),
+                            "subscriber fell behind; replaying from the store"
+                        );
+                        break;
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return Err(shutting_down()),
+                }
+            }
+        }
+    }
+
+    /// The final event of message `id` if one is retained, else its newest.
+    pub async fn last_event_of(&self, id: ClientId) -> Result<Option<StatusEvent>, Error> {
+        self.store.last_event_of(id).await.map_err(store_error)
+    }
+
+    /// The metrics the log records into.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Applies the retention every `every` until `stop` turns true, whenever `replica`
+    /// holds the retention lease (one replica of those sharing the store at a time).
+    pub async fn run_retention(
+        self: Arc<Self>,
+        retention: Retention,
+        every: Duration,
+        replica: String,
+        stop: watch::Receiver<bool>,
+    ) {
+        let lease = Leased::new(self.store.clone(), "retention", replica, every);
+        let mut ticks = Periodic::new(every, stop);
+        while ticks.next().await {
+            if !lease.held().await {
+                continue;
+            }
+            match self.store.prune(retention, Utc::now()).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(dropped = n, "event retention applied"),
+                Err(e) => tracing::error!(error = %e, "event retention failed"),
+            }
+        }
+    }
+}
+
+/// Commits one group of appends, then publishes the stored events in cursor order.
+async fn append_group(
+    store: Arc<dyn Store>,
+    live: Arc<Tail>,
+    metrics: Arc<Metrics>,
+    events: Vec<NewEvent>,
+) -> Result<Vec<Option<StatusEvent>>, StoreError> {
+    let stored = store.append_batch(&events).await?;
+    for (stored, event) in stored.iter().zip(&events) {
+        let result = if stored.is_some() {
+            "stored"
+        } else {
+            "duplicate"
+        };
+        metrics
+            .events_total
+            .with_label_values(&[event.source.as_str(), result])
+            .inc();
+    }
+    live.publish_appended(&stored).await;
+    Ok(stored)
+}
+
+/// Runs `f` when dropped, however the task ends.
+fn scopeguard(f: impl FnOnce()) -> impl Drop {
+    struct Guard<F: FnOnce()>(Option<F>);
+    impl<F: FnOnce()> Drop for Guard<F> {
+        fn drop(&mut self) {
+            if let Some(f) = self.0.take() {
+                f();
+            }
+        }
+    }
+    Guard(Some(f))
+}

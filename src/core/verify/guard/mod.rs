@@ -1,0 +1,286 @@
+//! The fraud guard in front of every verification send (SMS pumping: a bot starts
+//! verifications to ranges of premium numbers and never enters a code). It holds a
+//! range whose verifications are started and not approved, limits the caller-supplied
+//! keys of the end user behind a start (IP, user) and the starts per calling code,
+//! and in shadow mode decides and counts without refusing. Its counters live in the
+//! store and are read and written in the transaction that starts the verification
+//! ([`crate::adapters::store::GuardCheck`]), so replicas share them.
+
+pub mod countries;
+pub mod holds;
+pub mod settings;
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use chrono::{DateTime, Utc};
+
+pub use settings::{CountryLimits, KeyLimits, Mode, Rate, SafePrefixes, Settings};
+
+use super::chrono;
+use super::code::Codes;
+use crate::adapters::store::{GuardCheck, GuardFinding, KeyCheck, RangeHold, Store, Window};
+use crate::core::domain::{Error, Phone};
+use crate::process::metrics::Metrics;
+
+/// Caller-supplied rate-limit keys of a start: key name → value (the end user behind
+/// the call, which msgw cannot see).
+pub type RateLimitKeys = BTreeMap<String, String>;
+
+/// How often the gauge of ranges held is read from the store.
+const HELD_GAUGE_EVERY: Duration = Duration::from_secs(15);
+
+/// Keys a start may carry at most, and the longest value of one.
+pub const MAX_KEYS: usize = 8;
+/// See [`MAX_KEYS`].
+pub const KEY_VALUE_MAX: usize = 256;
+
+/// The fraud guard.
+#[derive(Debug, Clone)]
+pub struct Guard {
+    settings: Arc<Settings>,
+    codes: Codes,
+    metrics: Arc<Metrics>,
+}
+
+/// Time until `oldest` leaves a window that began at `since` when it was counted (at
+/// least a second): the window slides as far as `oldest` is past its start.
+fn retry_after(oldest: DateTime<Utc>, since: DateTime<Utc>) -> Duration {
+    (oldest - since)
+        .to_std()
+        .unwrap_or_default()
+        .max(Duration::from_secs(1))
+}
+
+/// The calling code of a number, as metrics and budgets name it.
+pub fn calling_code(phone: Phone) -> &'static str {
+    countries::calling_code(&phone.get().to_string()).unwrap_or(countries::UNASSIGNED)
+}
+
+impl Guard {
+    /// A guard set by `settings`, keeping keys as HMACs under `codes`' guard key.
+    pub fn new(settings: Settings, codes: Codes, metrics: Arc<Metrics>) -> Self {
+        for warning in settings.warnings() {
+            tracing::warn!("fraud guard: {warning}");
+        }
+        Self {
+            settings: Arc::new(settings),
+            codes,
+            metrics,
+        }
+    }
+
+    /// Its settings.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// The range of a number: its first digits.
+    pub fn range_of(&self, phone: Phone) -> String {
+        phone
+            .get()
+            .to_string()
+            .chars()
+            .take(self.settings.prefix_digits)
+            .collect()
+    }
+
+    /// Whether the guard looks at sends to `phone`: it is not off, and the number is
+    /// not exempt.
+    fn guards(&self, phone: Phone) -> bool {
+        self.settings.mode != Mode::Off
+            && !self.settings.safe_prefixes.covers(&phone.get().to_string())
+    }
+
+    /// What the store checks before starting a verification of `phone` with `keys`
+    /// (keys without a limit are not kept), and whose range it judges before a resend;
+    /// `None` when the guard leaves it alone.
+    pub fn check(
+        &self,
+        phone: Phone,
+        keys: &RateLimitKeys,
+        now: DateTime<Utc>,
+    ) -> Option<GuardCheck> {
+        let mut check = self.range_check(phone, now)?;
+        let s = &self.settings;
+        let window = |rate: Rate| Window {
+            max: rate.max,
+            since: now - chrono(rate.per),
+        };
+        check.keys = keys
+            .iter()
+            .filter_map(|(name, value)| {
+                let rate = s.key_limits.of(name)?;
+                Some(KeyCheck {
+                    name: name.clone(),
+                    mac: self.codes.rate_limit_key(name, value),
+                    window: window(rate),
+                })
+            })
+            .collect();
+        check.country = s.country_limits.of(&check.calling_code).map(window);
+        Some(check)
+    }
+
+    /// The range rule alone for `phone` (no keys, no budget); `None` when the guard
+    /// leaves the number alone.
+    fn range_check(&self, phone: Phone, now: DateTime<Utc>) -> Option<GuardCheck> {
+        if !self.guards(phone) {
+            return None;
+        }
+        let s = &self.settings;
+        Some(GuardCheck {
+            enforce: s.mode == Mode::On,
+            range: self.range_of(phone),
+            calling_code: calling_code(phone).to_owned(),
+            since: now - chrono(s.window),
+            decided_before: now - chrono(s.grace),
+            min_starts: s.min_starts,
+            min_conversion: s.min_conversion,
+            hold_until: now + chrono(s.hold),
+            country: None,
+            keys: Vec::new(),
+        })
+    }
+
+    /// Counts and logs what the store found against a start, and the error that
+    /// refuses it when the guard is on (the first finding; shadow refuses nothing).
+    pub fn judge(&self, findings: &[GuardFinding]) -> Result<(), Error> {
+        let mode = self.settings.mode;
+        let findings: Vec<&GuardFinding> = findings
+            .iter()
+            .filter(|f| !matches!(f, GuardFinding::Lifted { .. }))
+            .collect();
+        for finding in &findings {
+            if let GuardFinding::Held { hold, new: true } = finding {
+                self.held(hold, mode);
+            }
+        }
+        let counted = match mode {
+            Mode::On => &findings[..findings.len().min(1)],
+            Mode::Shadow | Mode::Off => &findings[..],
+        };
+        for finding in counted {
+            self.count_refusal(reason(finding), mode);
+        }
+        match (mode, findings.first()) {
+            (Mode::On, Some(finding)) => Err(refusal(finding)),
+            _ => Ok(()),
+        }
+    }
+
+    /// What the store judges after an approval of a verification of `phone`: a hold on
+    /// its range ends at once if the range's figures no longer call for it (its real
+    /// users entered their codes). `None` unless the guard is on and looks at `phone`.
+    pub fn lift_check(&self, phone: Phone, now: DateTime<Utc>) -> Option<GuardCheck> {
+        self.range_check(phone, now).filter(|c| c.enforce)
+    }
+
+    /// Logs what an approval's judgement of a held range found.
+    pub fn lifted(&self, findings: &[GuardFinding]) {
+        for finding in findings {
+            if let GuardFinding::Lifted { hold } = finding {
+                tracing::warn!(
+                    range = %hold.range,
+                    "fraud guard: range released early: its verifications are being approved"
+                );
+            }
+        }
+    }
+
+    /// Counts a verification of `phone` started or approved, by calling code.
+    pub fn count(&self, phone: Phone, event: &str) {
+        self.metrics
+            .verifications_by_country_total
+            .with_label_values(&[calling_code(phone), event])
+            .inc();
+    }
+
+    fn count_refusal(&self, reason: &str, mode: Mode) {
+        self.metrics
+            .guard_refusals_total
+            .with_label_values(&[reason, mode.as_str()])
+            .inc();
+    }
+
+    fn held(&self, hold: &RangeHold, mode: Mode) {
+        self.metrics
+            .guard_holds_total
+            .with_label_values(&[mode.as_str()])
+            .inc();
+        tracing::warn!(
+            range = %hold.range,
+            held_until = %hold.until.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            unconverted = hold.unconverted,
+            approved = hold.approved,
+            mode = mode.as_str(),
+            "fraud guard: range held: its verifications are started and not approved (SMS pumping?); `msgw guard release {}` releases it",
+            hold.range
+        );
+    }
+
+    /// Keeps the gauge of ranges held up to date until `stop`.
+    pub async fn watch(self, store: Arc<dyn Store>, stop: tokio::sync::watch::Receiver<bool>) {
+        if self.settings.mode == Mode::Off {
+            return;
+        }
+        let mut every = crate::process::periodic::Periodic::new(HELD_GAUGE_EVERY, stop);
+        while every.next().await {
+            self.refresh_held(store.as_ref(), Utc::now()).await;
+        }
+    }
+
+    /// Refreshes the gauge of ranges held from the store.
+    pub async fn refresh_held(&self, store: &dyn Store, now: DateTime<Utc>) {
+        let (mut on, mut shadow, mut after) = (0i64, 0i64, String::new());
+        loop {
+            let Ok(page) = store.held_ranges(now, &after, 1000).await else {
+                return;
+            };
+            for hold in &page {
+                *if hold.shadow { &mut shadow } else { &mut on } += 1;
+            }
+            match page.last() {
+                Some(last) if page.len() == 1000 => after = last.range.clone(),
+                _ => break,
+            }
+        }
+        let gauge = &self.metrics.guard_ranges_held;
+        gauge.with_label_values(&["on"]).set(on);
+        gauge.with_label_values(&["shadow"]).set(shadow);
+    }
+}
+
+/// The reason of a finding, as metrics name it.
+fn reason(finding: &GuardFinding) -> &'static str {
+    match finding {
+        GuardFinding::Held { .. } | GuardFinding::Lifted { .. } => "suspected_fraud",
+        GuardFinding::KeyLimited { .. } => "key_rate_limited",
+        GuardFinding::CountryLimited { .. } => "country_rate_limited",
+    }
+}
+
+/// The error that refuses a start for `finding`.
+fn refusal(finding: &GuardFinding) -> Error {
+    match finding {
+        GuardFinding::Held { hold, .. } | GuardFinding::Lifted { hold } => Error::SuspectedFraud {
+            range: hold.range.clone(),
+            until: hold.until,
+        },
+        GuardFinding::KeyLimited {
+            name,
+            window,
+            oldest,
+        } => Error::KeyRateLimited {
+            name: name.clone(),
+            retry_after: retry_after(*oldest, window.since),
+        },
+        GuardFinding::CountryLimited {
+            code,
+            window,
+            oldest,
+        } => Error::CountryRateLimited {
+            calling_code: code.clone(),
+            retry_after: retry_after(*oldest, window.since),
+        },
+    }
+}

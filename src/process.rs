@@ -1,0 +1,18 @@
+//! The process: the command line and its options, the checked configuration, startup
+//! (binding the ports, wiring the layers), and what every layer uses of the process:
+//! logs and metrics, option values, timers, what msgw reads of the machine (CPUs,
+//! memory, file limit).
+
+pub mod app;
+pub mod check;
+pub mod cli;
+pub mod config;
+pub mod cpus;
+pub mod fd_limit;
+pub mod kept_secret;
+pub mod memory;
+pub mod metrics;
+pub mod parse;
+pub mod periodic;
+pub mod secrets;
+pub mod telemetry;

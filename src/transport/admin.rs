@@ -1,0 +1,56 @@
+//! The admin listener: `/metrics` for Prometheus, on its own address
+//! (`MSGW_ADMIN_ADDR`), never on the webhook listener that faces the gateway from the
+//! internet: balance and traffic figures are not for the public. Also `/livez` and
+//! `/readyz` for probes that cannot speak gRPC over TLS (kubelet's gRPC probe cannot).
+//! On the sandbox, `app.rs` adds the sandbox's inbox (`/sandbox/`), whose live pages
+//! are bounded so that probes keep their room.
+//!
+//! Probes must be answered whatever else is connected: the listener is bounded like the
+//! webhook listener (at its cap the connection waiting for a request longest makes
+//! room), and its header timeout is short, since probes and scrapes send their request
+//! as soon as they have connected.
+
+use std::{sync::Arc, time::Duration};
+
+use axum::{Router, http::StatusCode, routing::get};
+use tokio::sync::watch;
+
+use crate::process::metrics::Metrics;
+use crate::transport::http_listener::ListenerLimits;
+
+/// How long an admin connection may go without a request's headers (new, or idle
+/// between requests): a probe or a scrape sends its request at once, so a connection
+/// that has sent none by then is not one of them.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The admin listener's bounds: [`HEADER_TIMEOUT`], and
+/// [`ADMIN_CONNECTIONS`](crate::process::fd_limit::ADMIN_CONNECTIONS) at most (the only bodies
+/// it reads are the inbox buttons' few bytes).
+pub fn limits() -> ListenerLimits {
+    ListenerLimits {
+        header_timeout: HEADER_TIMEOUT,
+        body_timeout: HEADER_TIMEOUT,
+        max_connections: crate::process::fd_limit::ADMIN_CONNECTIONS,
+    }
+}
+
+/// The admin routes; `ready` follows the gRPC health status (true: SERVING).
+pub fn router(metrics: Arc<Metrics>, ready: watch::Receiver<bool>) -> Router {
+    Router::new()
+        .route("/metrics", get(crate::process::metrics::handler))
+        .with_state(metrics)
+        .route("/livez", get(|| async { "ok\n" }))
+        .route(
+            "/readyz",
+            get(move || {
+                let ready = *ready.borrow();
+                async move {
+                    if ready {
+                        (StatusCode::OK, "SERVING\n")
+                    } else {
+                        (StatusCode::SERVICE_UNAVAILABLE, "NOT_SERVING\n")
+                    }
+                }
+            }),
+        )
+}

@@ -1,0 +1,66 @@
+//! Where a connection table counts: the gRPC port's series, or an HTTP listener's.
+
+use prometheus::{IntCounter, IntCounterVec, IntGauge};
+
+use super::Close;
+use crate::process::metrics::Metrics;
+
+/// Where a port's table counts its connections.
+#[derive(Clone)]
+pub struct ConnMetrics {
+    pub(super) open: IntGauge,
+    pub(super) max: IntGauge,
+    pub(super) closed: IntCounterVec,
+    /// The `listener` label of an HTTP listener's series (the gRPC port's have none).
+    pub(super) listener: Option<&'static str>,
+    /// Connections refused at the cap; `None`: the port waits instead.
+    pub(super) refused: Option<IntCounter>,
+    /// The gRPC port's memory series.
+    pub(super) memory: Option<MemoryMetrics>,
+}
+
+/// What the gRPC port's streams hold, may hold, and how many are stalled.
+#[derive(Clone)]
+pub(super) struct MemoryMetrics {
+    pub(super) held: IntGauge,
+    pub(super) budget: IntGauge,
+    pub(super) stalled: IntGauge,
+}
+
+impl ConnMetrics {
+    /// The gRPC port's series.
+    pub fn grpc(metrics: &Metrics) -> Self {
+        Self {
+            open: metrics.grpc_connections_open.clone(),
+            max: metrics.grpc_connections_max.clone(),
+            closed: metrics.grpc_connections_closed.clone(),
+            listener: None,
+            refused: Some(metrics.grpc_connections_refused.clone()),
+            memory: Some(MemoryMetrics {
+                held: metrics.grpc_held_bytes.clone(),
+                budget: metrics.grpc_memory_budget.clone(),
+                stalled: metrics.grpc_streams_stalled.clone(),
+            }),
+        }
+    }
+
+    /// The series of the HTTP listener named `listener` (`webhook`, `admin`).
+    pub fn http(metrics: &Metrics, listener: &'static str) -> Self {
+        Self {
+            open: metrics.http_connections_open.with_label_values(&[listener]),
+            max: metrics.http_connections_max.with_label_values(&[listener]),
+            closed: metrics.http_connections_closed.clone(),
+            listener: Some(listener),
+            refused: None,
+            memory: None,
+        }
+    }
+
+    pub(super) fn closed(&self, reason: Close) {
+        match self.listener {
+            Some(listener) => self.closed.with_label_values(&[listener, reason.label()]),
+            None => self.closed.with_label_values(&[reason.label()]),
+        }
+        .inc();
+    }
+}

@@ -1,0 +1,238 @@
+//! The connection table: who makes room at the cap, and when; what its streams hold.
+
+use super::*;
+use crate::process::metrics::Metrics;
+
+#[tokio::test(start_paused = true)]
+async fn at_the_cap_the_longest_idle_connection_makes_room() {
+    let table = Table::new(
+        2,
+        Duration::from_secs(60),
+        usize::MAX,
+        ConnMetrics::grpc(&Metrics::new().unwrap()),
+    );
+    let first = table.admit().unwrap();
+    tokio::time::advance(Duration::from_secs(1)).await;
+    let second = table.admit().unwrap();
+    let _busy = first.stream_opened(true, false, 0).unwrap();
+    // `first` has a stream open: `second` is the one to go.
+    let third = table.admit().unwrap();
+    assert_eq!(second.closing().await, Close::Evicted);
+    // Every connection not closing has a stream open: refused.
+    let _busy_third = third.stream_opened(true, false, 0).unwrap();
+    assert!(table.admit().is_none());
+    second.finished();
+    assert!(
+        table.admit().is_none(),
+        "still full: first and third are busy"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn streams_needing_no_token_do_not_keep_a_connection_at_the_cap() {
+    let table = Table::new(
+        2,
+        Duration::from_secs(60),
+        usize::MAX,
+        ConnMetrics::grpc(&Metrics::new().unwrap()),
+    );
+    let watcher = table.admit().unwrap();
+    let _watch = watcher.stream_opened(false, false, 0).unwrap();
+    let caller = table.admit().unwrap();
+    let _call = caller.stream_opened(true, false, 0).unwrap();
+    let newcomer = table.admit().expect("the health watcher makes room");
+    assert_eq!(watcher.closing().await, Close::Evicted);
+    drop(newcomer);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_connection_is_idle_from_its_last_stream_on() {
+    let table = Table::new(
+        8,
+        Duration::from_secs(60),
+        usize::MAX,
+        ConnMetrics::grpc(&Metrics::new().unwrap()),
+    );
+    let conn = table.admit().unwrap();
+    let start = Instant::now();
+    assert_eq!(conn.idle_deadline(), Some(start + Duration::from_secs(60)));
+    let stream = conn.stream_opened(true, false, 0).unwrap();
+    assert_eq!(conn.idle_deadline(), None);
+    tokio::time::advance(Duration::from_secs(10)).await;
+    drop(stream);
+    assert_eq!(conn.idle_deadline(), Some(start + Duration::from_secs(70)));
+    conn.finished();
+    table.emptied().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn at_the_ceiling_the_oldest_closing_connection_is_dropped_at_once() {
+    // Cap 8: the ceiling is 10 connections, closing ones included.
+    let table = Table::new(
+        8,
+        Duration::from_secs(60),
+        usize::MAX,
+        ConnMetrics::grpc(&Metrics::new().unwrap()),
+    );
+    let mut conns: Vec<_> = (0..8).map(|_| table.admit().unwrap()).collect();
+    conns.push(table.admit().unwrap()); // evicts conns[0]
+    conns.push(table.admit().unwrap()); // evicts conns[1]
+    let waiting = {
+        let table = table.clone();
+        tokio::spawn(async move { table.room().await })
+    };
+    tokio::task::yield_now().await;
+    assert!(!waiting.is_finished(), "at the ceiling");
+    conns[0].aborted().await;
+    conns[0].finished();
+    waiting.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_connection_whose_streams_are_all_stalled_makes_room_at_the_cap() {
+    let table = Table::new(
+        2,
+        Duration::from_secs(60),
+        usize::MAX,
+        ConnMetrics::grpc(&Metrics::new().unwrap()),
+    );
+    let reading = table.admit().unwrap();
+    let _call = reading.stream_opened(true, false, 0).unwrap();
+    let stalled = table.admit().unwrap();
+    let stream = stalled.stream_opened(true, false, 0).unwrap();
+    let busy = stalled.stream_opened(true, false, 0).unwrap();
+    let mark = stream.stalled();
+    assert!(table.admit().is_none(), "one stream still reads");
+    let _mark = busy.stalled();
+    let newcomer = table.admit().expect("every stream of `stalled` is stalled");
+    assert_eq!(stalled.closing().await, Close::Evicted);
+    drop((mark, newcomer));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_connection_has_few_open_path_streams_but_any_number_of_checks_and_its_own() {
+    let table = Table::new(
+        8,
+        Duration::from_secs(60),
+        usize::MAX,
+        ConnMetrics::grpc(&Metrics::new().unwrap()),
+    );
+    let conn = table.admit().unwrap();
+    let open: Vec<_> = (0..OPEN_PATH_STREAMS)
+        .map(|_| conn.stream_opened(false, false, 0).unwrap())
+        .collect();
+    assert_eq!(
+        conn.stream_opened(false, false, 0).err(),
+        Some(Refused::OpenPathStreams)
+    );
+    let own: Vec<_> = (0..100)
+        .map(|_| conn.stream_opened(true, false, 0).unwrap())
+        .collect();
+    let checks: Vec<_> = (0..OPEN_PATH_STREAMS * 2)
+        .map(|_| conn.stream_opened(false, true, 0).unwrap())
+        .collect();
+    drop(open);
+    assert!(conn.stream_opened(false, false, 0).is_ok());
+    drop(checks);
+    drop(own);
+}
+
+#[tokio::test(start_paused = true)]
+async fn at_the_memory_budget_streams_are_refused_and_the_heaviest_connection_goes() {
+    let metrics = Metrics::new().unwrap();
+    let budget = 10 * STREAM_COST;
+    let table = Table::new(
+        8,
+        Duration::from_secs(60),
+        budget,
+        ConnMetrics::grpc(&metrics),
+    );
+    let light = table.admit().unwrap();
+    let heavy = table.admit().unwrap();
+    let _light_stream = light.stream_opened(true, false, 100).unwrap();
+    let heavy_stream = heavy.stream_opened(true, false, 100).unwrap();
+    heavy_stream.hold(6 * STREAM_COST);
+    assert_eq!(table.held(), 8 * STREAM_COST + 200);
+    assert_eq!(heavy.held(), 7 * STREAM_COST + 100);
+    let _second = light.stream_opened(true, false, 0).unwrap();
+    assert_eq!(
+        light.stream_opened(true, false, 0).err(),
+        Some(Refused::MemoryBudget)
+    );
+    let _probe = light
+        .stream_opened(false, true, 0)
+        .expect("a health check is served at the budget");
+    assert_eq!(
+        light.stream_opened(true, false, 0).err(),
+        Some(Refused::MemoryBudget),
+        "refused while the heavy connection lets go"
+    );
+    assert_eq!(
+        light.closed_for(),
+        None,
+        "one connection goes, not every one"
+    );
+    heavy.aborted().await;
+    assert_eq!(heavy.closed_for(), Some(Close::MemoryBudget));
+    assert_eq!(light.closed_for(), None);
+    // Once the heavy connection's streams are gone, there is room again.
+    drop(heavy_stream);
+    heavy.finished();
+    assert_eq!(table.held(), 3 * STREAM_COST + 100);
+    assert!(light.stream_opened(true, false, 0).is_ok());
+    assert_eq!(
+        metrics
+            .grpc_connections_closed
+            .with_label_values(&["memory_budget"])
+            .get(),
+        1
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_connection_idle_less_than_the_least_idle_time_does_not_make_room_yet() {
+    let least = Duration::from_millis(100);
+    let table = Table::with_least_idle(
+        1,
+        Duration::from_secs(60),
+        least,
+        ConnMetrics::http(&Metrics::new().unwrap(), "admin"),
+    );
+    let first = table.admit().unwrap();
+    let admitted = Instant::now();
+    assert_eq!(table.try_admit().err(), Some(Some(admitted + least)));
+    tokio::time::advance(least).await;
+    let second = table.admit().expect("room once it has waited long enough");
+    assert_eq!(first.closing().await, Close::Evicted);
+    drop(second);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_connection_that_stops_serving_frees_room_for_the_one_waiting() {
+    let table = Table::with_least_idle(
+        1,
+        Duration::from_secs(60),
+        Duration::ZERO,
+        ConnMetrics::http(&Metrics::new().unwrap(), "webhook"),
+    );
+    let serving = table.admit().unwrap();
+    let request = serving.stream_opened(true, false, 0).unwrap();
+    assert_eq!(
+        table.try_admit().err(),
+        Some(None),
+        "every connection is serving"
+    );
+    let waiting = {
+        let table = table.clone();
+        tokio::spawn(async move { table.freed().await })
+    };
+    tokio::task::yield_now().await;
+    assert!(!waiting.is_finished());
+    drop(request);
+    waiting.await.unwrap();
+    assert!(
+        table.try_admit().is_ok(),
+        "the answered connection makes room"
+    );
+    assert_eq!(serving.closing().await, Close::Evicted);
+}

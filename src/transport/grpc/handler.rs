@@ -1,0 +1,238 @@
+//! What every unary RPC does alike: parse into operations, run them through
+//! dispatch, answer, and trace it. RPCs differ only in their operations and in how
+//! their results become the response (one operation, or a `Batch` of them).
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+use tonic::{Request, Response, Status, metadata::MetadataValue};
+use tracing::{Instrument, field};
+
+use super::convert::{FromOutput, IntoOperation};
+use crate::core::dispatch::{Dispatcher, Executed};
+use crate::core::domain::{Error, Operation, Violations};
+use crate::process::metrics::Metrics;
+use crate::transport::auth::{self, Caller};
+
+/// Response metadata of an answer replayed from an earlier call with the same id.
+pub const REPLAYED: &str = "msgw-replayed";
+
+/// A request msgw answers by running operations.
+pub trait Rpc<Resp>: Sized {
+    /// Whether its operations are the items of a `Batch` (errors name them).
+    const BATCH: bool = false;
+
+    /// What the response needs besides the results (e.g. each Batch item's kind).
+    type Shape;
+
+    /// Parses the request into its operations (at most `batch_max`), collecting every
+    /// violation.
+    fn plan(self, batch_max: usize) -> Result<(Vec<Operation>, Self::Shape), Error>;
+
+    /// The response from the operations' results, and whether it is a replay.
+    fn respond(
+        shape: Self::Shape,
+        results: Vec<Result<Executed, Error>>,
+    ) -> Result<(Resp, bool), Error>;
+}
+
+/// A request of one operation: its result is the RPC's.
+impl<Req: IntoOperation, Resp: FromOutput> Rpc<Resp> for Req {
+    type Shape = ();
+
+    fn plan(self, _batch_max: usize) -> Result<(Vec<Operation>, ()), Error> {
+        Ok((vec![parse(self)?], ()))
+    }
+
+    fn respond((): (), results: Vec<Result<Executed, Error>>) -> Result<(Resp, bool), Error> {
+        let executed = results
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| Err(Error::Internal("no result for the operation".into())))?;
+        Ok((Resp::from_output(executed.output)?, executed.replayed))
+    }
+}
+
+/// Parses a request into its operation, collecting every violation.
+pub fn parse<R: IntoOperation>(request: R) -> Result<Operation, Error> {
+    let mut violations = Violations::new();
+    let op = request.into_operation(&mut violations.scope(""));
+    violations.finish(op)
+}
+
+/// Runs one unary RPC: its operations go to the gateway through `dispatcher`.
+pub async fn unary<Req, Resp>(
+    dispatcher: &Dispatcher,
+    request: Request<Req>,
+) -> Result<Response<Resp>, Status>
+where
+    Req: Rpc<Resp>,
+{
+    unary_with(dispatcher, request, |ops, deadline, caller| async move {
+        dispatcher
+            .execute_all(ops, deadline, caller.name.as_ref())
+            .await
+    })
+    .await
+}
+
+/// Runs one unary RPC whose operations `execute` carries out (the gateway's answer by
+/// default, see [`unary`]): the caller, parsing, permissions, the own-messages rule,
+/// counting and tracing are the same for every RPC.
+pub async fn unary_with<Req, Resp, Run>(
+    dispatcher: &Dispatcher,
+    request: Request<Req>,
+    execute: impl FnOnce(Vec<Operation>, Option<Instant>, Arc<Caller>) -> Run,
+) -> Result<Response<Resp>, Status>
+where
+    Req: Rpc<Resp>,
+    Run: Future<Output = Result<Vec<Result<Executed, Error>>, Error>>,
+{
+    let caller = auth::caller_of(&request)?;
+    let method = auth::method_of(&request);
+    observed(dispatcher.metrics(), method, &caller, async {
+        let deadline = super::deadline::deadline(&request);
+        let (ops, shape) = request.into_inner().plan(dispatcher.batch_max())?;
+        record_operations(&ops);
+        auth::admit(&caller, &ops, Req::BATCH)?;
+        own_messages_only(dispatcher, &caller, &ops, Req::BATCH).await?;
+        let names: Vec<&'static str> = ops.iter().map(Operation::rpc_name).collect();
+        let results = execute(ops, deadline, caller.clone()).await;
+        count_operations(dispatcher.metrics(), &names, &results);
+        Req::respond(shape, results?)
+    })
+    .await
+}
+
+/// Refuses the status of a message another caller sent to a caller that sees only
+/// its own messages (`events = "own"`): a status carries the recipient's replies. The
+/// answer is the same whether the id exists or not, so it reveals nothing.
+pub async fn own_messages_only(
+    dispatcher: &Dispatcher,
+    caller: &Caller,
+    ops: &[Operation],
+    batch: bool,
+) -> Result<(), Error> {
+    if caller.events != auth::EventScope::Own {
+        return Ok(());
+    }
+    for (i, op) in ops.iter().enumerate() {
+        let Operation::GetMessageStatus(id) = op else {
+            continue;
+        };
+        if dispatcher.sender_of(*id).await?.flatten().as_ref() != caller.name.as_ref() {
+            let item = if batch {
+                format!("items[{i}]: ")
+            } else {
+                String::new()
+            };
+            return Err(Error::PermissionDenied(format!(
+                "{item}caller {} sees only the statuses of messages it sent through msgw, and id {id} is not one of them",
+                caller.label()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Runs the work of one RPC of `method` for `caller` (the response, and whether it is
+/// a replay): traced, timed and counted like every other RPC.
+pub async fn observed<Resp>(
+    metrics: &Metrics,
+    method: &'static str,
+    caller: &Caller,
+    work: impl Future<Output = Result<(Resp, bool), Error>>,
+) -> Result<Response<Resp>, Status> {
+    let span = tracing::info_span!(
+        "rpc",
+        method,
+        caller = caller.label(),
+        client_id = field::Empty,
+        operations = field::Empty,
+        latency_ms = field::Empty,
+        outcome = field::Empty,
+    );
+    async move {
+        let started = Instant::now();
+        let result = work.await;
+        finish(metrics, method, caller, started, result.as_ref().err());
+        let (response, replayed) = result.map_err(Status::from)?;
+        let mut response = Response::new(response);
+        if replayed {
+            response
+                .metadata_mut()
+                .insert(REPLAYED, MetadataValue::from_static("true"));
+        }
+        Ok(response)
+    }
+    .instrument(span)
+    .await
+}
+
+/// Counts each operation's outcome: a Batch's items one by one, so one rejected item
+/// of four shows as one rejection and three successes.
+pub fn count_operations(
+    metrics: &Metrics,
+    names: &[&'static str],
+    results: &Result<Vec<Result<Executed, Error>>, Error>,
+) {
+    for (i, name) in names.iter().enumerate() {
+        let error = match results {
+            Ok(each) => each.get(i).and_then(|r| r.as_ref().err()),
+            Err(e) => Some(e),
+        };
+        count_operation(metrics, name, error);
+    }
+}
+
+/// Counts one operation's outcome (`None`: it succeeded).
+pub fn count_operation(metrics: &Metrics, name: &str, error: Option<&Error>) {
+    match error {
+        None => metrics.operation(name, tonic::Code::Ok, ""),
+        Some(e) => metrics.operation(name, super::status::code(e), super::status::reason(e)),
+    }
+}
+
+/// Puts the call's size, and the client id of a lone operation, on the current RPC span.
+pub fn record_operations(ops: &[Operation]) {
+    let span = tracing::Span::current();
+    span.record("operations", ops.len());
+    if let [op] = ops
+        && let Some(id) = op.client_id()
+    {
+        span.record("client_id", id.get());
+    }
+}
+
+/// Records latency and outcome on the current RPC span and logs the end of the call.
+fn finish(
+    metrics: &Metrics,
+    method: &str,
+    caller: &Caller,
+    started: Instant,
+    error: Option<&Error>,
+) {
+    let span = tracing::Span::current();
+    let latency = started.elapsed();
+    span.record("latency_ms", latency.as_secs_f64() * 1000.0);
+    metrics.rpc(
+        method,
+        caller.label(),
+        error.map_or(tonic::Code::Ok, super::status::code),
+        latency,
+    );
+    match error {
+        None => {
+            span.record("outcome", "ok");
+            tracing::info!("rpc done");
+        }
+        Some(e) => {
+            span.record("outcome", super::status::outcome(e));
+            if super::status::is_refusal(e) {
+                tracing::info!(error = %e, "rpc refused");
+            } else {
+                tracing::warn!(error = %e, "rpc failed");
+            }
+        }
+    }
+}

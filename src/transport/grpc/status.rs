@@ -1,0 +1,474 @@
+//! The one mapping of the domain error to gRPC statuses (docs/api.md#errors).
+
+use std::collections::HashMap;
+
+use prost::Message;
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, FieldViolation, StatusExt};
+
+use crate::core::domain::{Error, UnavailableCause};
+
+/// `ErrorInfo.domain` of every msgw error.
+pub const ERROR_DOMAIN: &str = "msgw";
+
+/// The gRPC code of an error (what the status carries, without building it).
+pub fn code(e: &Error) -> Code {
+    match e {
+        Error::InvalidArgument(_) => Code::InvalidArgument,
+        Error::AccessDenied => Code::Unauthenticated,
+        Error::Rejected(_) => Code::FailedPrecondition,
+        Error::Unavailable { .. } => Code::Unavailable,
+        Error::DeadlineExceeded { .. } => Code::DeadlineExceeded,
+        Error::CursorOutOfRange { .. } => Code::OutOfRange,
+        Error::IdConflict { .. } => Code::AlreadyExists,
+        Error::SendInProgress { .. } => Code::Aborted,
+        Error::ResultLost(_) => Code::FailedPrecondition,
+        Error::Overloaded { .. } => Code::ResourceExhausted,
+        Error::MessageNotFound { .. } => Code::NotFound,
+        Error::PermissionDenied(_) => Code::PermissionDenied,
+        Error::RateLimited { .. } => Code::ResourceExhausted,
+        Error::VerificationNotFound | Error::RangeNotHeld { .. } => Code::NotFound,
+        Error::PhoneRateLimited { .. }
+        | Error::ResendTooSoon { .. }
+        | Error::SendsExhausted
+        | Error::KeyRateLimited { .. }
+        | Error::CountryRateLimited { .. } => Code::ResourceExhausted,
+        Error::DestinationNotAllowed | Error::SuspectedFraud { .. } => Code::PermissionDenied,
+        Error::Internal(_) => Code::Internal,
+    }
+}
+
+/// The `ErrorInfo.reason` of an error ("" when its status carries none).
+pub fn reason(e: &Error) -> &'static str {
+    match e {
+        Error::InvalidArgument(_) | Error::Internal(_) | Error::PermissionDenied(_) => "",
+        Error::AccessDenied => "UPSTREAM_ACCESS_DENIED",
+        Error::Rejected(_) => "UPSTREAM_REJECTED",
+        Error::Unavailable {
+            outcome_unknown: true,
+            ..
+        }
+        | Error::DeadlineExceeded {
+            outcome_unknown: true,
+        } => "OUTCOME_UNKNOWN",
+        Error::Unavailable { cause, .. } => match cause {
+            UnavailableCause::Store => "STORE_UNAVAILABLE",
+            UnavailableCause::ShuttingDown => "SHUTTING_DOWN",
+            UnavailableCause::Unreachable
+            | UnavailableCause::Timeout
+            | UnavailableCause::HttpStatus(_)
+            | UnavailableCause::BadResponse => "UPSTREAM_UNAVAILABLE",
+            // Always with `outcome_unknown` (above); here only for completeness.
+            UnavailableCause::Settling { .. } | UnavailableCause::LookupBackoff { .. } => {
+                "OUTCOME_UNKNOWN"
+            }
+        },
+        Error::DeadlineExceeded { .. } => "UPSTREAM_DEADLINE",
+        Error::CursorOutOfRange { .. } => "CURSOR_OUT_OF_RANGE",
+        Error::IdConflict { .. } => "ID_CONFLICT",
+        Error::SendInProgress { .. } => "SEND_IN_PROGRESS",
+        Error::ResultLost(_) => "RESULT_LOST",
+        Error::Overloaded { .. } => "QUEUE_FULL",
+        Error::MessageNotFound { .. } => "MESSAGE_NOT_FOUND",
+        Error::RateLimited { .. } => "RATE_LIMITED",
+        Error::VerificationNotFound => "VERIFICATION_NOT_FOUND",
+        Error::PhoneRateLimited { .. } => "PHONE_RATE_LIMITED",
+        Error::DestinationNotAllowed => "DESTINATION_NOT_ALLOWED",
+        Error::ResendTooSoon { .. } => "RESEND_TOO_SOON",
+        Error::SendsExhausted => "VERIFICATION_SENDS_EXHAUSTED",
+        Error::SuspectedFraud { .. } => "SUSPECTED_FRAUD",
+        Error::RangeNotHeld { .. } => "RANGE_NOT_HELD",
+        Error::KeyRateLimited { .. } => "KEY_RATE_LIMITED",
+        Error::CountryRateLimited { .. } => "COUNTRY_RATE_LIMITED",
+    }
+}
+
+/// The gRPC outcome of an error as one word for spans and logs: its reason in lower
+/// case, or its code's name when its status carries no reason.
+pub fn outcome(e: &Error) -> String {
+    match reason(e) {
+        "" => crate::process::metrics::code_name(code(e)).to_owned(),
+        reason => reason.to_ascii_lowercase(),
+    }
+}
+
+/// Whether the error refuses the caller's request (its call was wrong, or asked too
+/// much too soon), rather than a failure of msgw or the gateway.
+pub fn is_refusal(e: &Error) -> bool {
+    matches!(
+        code(e),
+        Code::InvalidArgument
+            | Code::FailedPrecondition
+            | Code::AlreadyExists
+            | Code::Aborted
+            | Code::ResourceExhausted
+            | Code::PermissionDenied
+            | Code::NotFound
+            | Code::OutOfRange
+    )
+}
+
+/// What a status carries besides its code, message and reason: `ErrorInfo` metadata,
+/// `RetryInfo`, and field violations.
+#[derive(Default)]
+struct Details {
+    metadata: Vec<(&'static str, String)>,
+    retry_after: Option<std::time::Duration>,
+    violations: Vec<crate::core::domain::FieldViolation>,
+}
+
+/// The details of each error: the one place a variant's extra fields become status details.
+fn details(e: Error) -> Details {
+    let metadata = |pairs: Vec<(&'static str, String)>| Details {
+        metadata: pairs,
+        ..Details::default()
+    };
+    match e {
+        Error::InvalidArgument(violations) => Details {
+            violations,
+            ..Details::default()
+        },
+        Error::Rejected(text) => metadata(vec![("upstream_error", text)]),
+        Error::Unavailable { cause, .. } => Details {
+            metadata: vec![("cause", cause_name(cause))],
+            retry_after: match cause {
+                UnavailableCause::Settling { retry_after }
+                | UnavailableCause::LookupBackoff { retry_after } => Some(retry_after),
+                _ => None,
+            },
+            ..Details::default()
+        },
+        Error::DeadlineExceeded { .. } => metadata(vec![("cause", "deadline".to_owned())]),
+        Error::CursorOutOfRange {
+            oldest_available, ..
+        } => metadata(vec![(
+            "oldest_available_cursor",
+            oldest_available.to_string(),
+        )]),
+        Error::IdConflict { msg_id, .. } => {
+            metadata(msg_id.map(|m| ("msg_id", m)).into_iter().collect())
+        }
+        Error::SendInProgress { retry_after, .. }
+        | Error::Overloaded { retry_after }
+        | Error::PhoneRateLimited { retry_after }
+        | Error::ResendTooSoon { retry_after } => Details {
+            retry_after: Some(retry_after),
+            ..Details::default()
+        },
+        Error::MessageNotFound { upstream_error, .. } => {
+            metadata(vec![("upstream_error", upstream_error)])
+        }
+        Error::RangeNotHeld { range } => metadata(vec![("range", range)]),
+        Error::SuspectedFraud { range, until } => metadata(vec![
+            ("range", range),
+            (
+                "held_until",
+                until.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            ),
+        ]),
+        Error::KeyRateLimited { name, retry_after } => Details {
+            metadata: vec![("key", name)],
+            retry_after: Some(retry_after),
+            ..Details::default()
+        },
+        Error::CountryRateLimited {
+            calling_code,
+            retry_after,
+        } => Details {
+            metadata: vec![("calling_code", calling_code)],
+            retry_after: Some(retry_after),
+            ..Details::default()
+        },
+        Error::RateLimited {
+            caller,
+            retry_after,
+            ..
+        } => Details {
+            metadata: vec![("caller", caller)],
+            retry_after,
+            ..Details::default()
+        },
+        Error::AccessDenied
+        | Error::ResultLost(_)
+        | Error::PermissionDenied(_)
+        | Error::VerificationNotFound
+        | Error::DestinationNotAllowed
+        | Error::SendsExhausted
+        | Error::Internal(_) => Details::default(),
+    }
+}
+
+/// The `cause` of an `UNAVAILABLE`.
+fn cause_name(cause: UnavailableCause) -> String {
+    match cause {
+        UnavailableCause::Unreachable => "unreachable".to_owned(),
+        UnavailableCause::Timeout => "timeout".to_owned(),
+        UnavailableCause::HttpStatus(code) => format!("http_{code}"),
+        UnavailableCause::BadResponse => "bad_response".to_owned(),
+        UnavailableCause::Store => "store".to_owned(),
+        UnavailableCause::ShuttingDown => "shutting_down".to_owned(),
+        UnavailableCause::Settling { .. } => "settling".to_owned(),
+        UnavailableCause::LookupBackoff { .. } => "lookup_backoff".to_owned(),
+    }
+}
+
+impl From<Error> for Status {
+    fn from(e: Error) -> Self {
+        let (code, reason, message) = (code(&e), reason(&e), e.to_string());
+        let details = details(e);
+        if reason.is_empty() && details.violations.is_empty() && details.retry_after.is_none() {
+            return Status::new(code, message);
+        }
+        let mut rich = ErrorDetails::new();
+        if !details.violations.is_empty() {
+            rich.set_bad_request(bounded(details.violations));
+        }
+        if let Some(after) = details.retry_after {
+            rich.set_retry_info(Some(after));
+        }
+        if !reason.is_empty() {
+            let metadata: HashMap<String, String> = details
+                .metadata
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v))
+                .collect();
+            rich.set_error_info(reason, ERROR_DOMAIN, metadata);
+        }
+        Status::with_error_details(code, message, rich)
+    }
+}
+
+/// Field violations listed in one status at most.
+const MAX_VIOLATIONS: usize = 50;
+/// Bytes of field paths and descriptions in one status at most: with the message
+/// and framing, the status stays under 8 KiB, below every common client's metadata
+/// limit (grpcio's is 16 KiB), so the details always reach the caller.
+const MAX_VIOLATION_BYTES: usize = 6 * 1024;
+
+/// The first violations that fit the bounds, then one saying how many more there are.
+fn bounded(violations: Vec<crate::core::domain::FieldViolation>) -> Vec<FieldViolation> {
+    let total = violations.len();
+    let mut bytes = 0;
+    let mut listed: Vec<FieldViolation> = Vec::new();
+    for v in violations {
+        let size = v.field.len() + v.description.len();
+        if listed.len() == MAX_VIOLATIONS || bytes + size > MAX_VIOLATION_BYTES {
+            break;
+        }
+        bytes += size;
+        listed.push(FieldViolation::new(v.field, v.description));
+    }
+    if listed.len() < total {
+        let more = total - listed.len();
+        listed.push(FieldViolation::new(
+            "",
+            format!("and {more} more violations not listed; fix these and send again"),
+        ));
+    }
+    listed
+}
+
+/// A status as the `google.rpc.Status` message of a batch result, details included.
+pub fn to_rpc_status(status: &Status) -> tonic_types::pb::Status {
+    // tonic keeps the details of a rich status as an encoded google.rpc.Status.
+    tonic_types::pb::Status::decode(status.details())
+        .ok()
+        .filter(|s| s.code == status.code() as i32)
+        .unwrap_or_else(|| tonic_types::pb::Status {
+            code: status.code() as i32,
+            message: status.message().to_owned(),
+            details: Vec::new(),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tonic_types::StatusExt;
+
+    use super::*;
+    use crate::core::domain::FieldViolation as Violation;
+
+    /// One error of each kind; the match below stops compiling when a variant is added
+    /// without being listed here.
+    fn every_error() -> Vec<Error> {
+        let second = Duration::from_secs(1);
+        let all = vec![
+            Error::InvalidArgument(vec![Violation {
+                field: "phone".into(),
+                description: "bad".into(),
+            }]),
+            Error::AccessDenied,
+            Error::Rejected("Error in Sender-name".into()),
+            Error::Unavailable {
+                cause: UnavailableCause::Timeout,
+                outcome_unknown: true,
+                detail: "cut".into(),
+            },
+            Error::Unavailable {
+                cause: UnavailableCause::Settling {
+                    retry_after: second,
+                },
+                outcome_unknown: true,
+                detail: "settling".into(),
+            },
+            Error::Unavailable {
+                cause: UnavailableCause::Store,
+                outcome_unknown: false,
+                detail: "store".into(),
+            },
+            Error::DeadlineExceeded {
+                outcome_unknown: false,
+            },
+            Error::DeadlineExceeded {
+                outcome_unknown: true,
+            },
+            Error::MessageNotFound {
+                id: 1,
+                upstream_error: "Message not found".into(),
+            },
+            Error::IdConflict {
+                id: 1,
+                msg_id: Some("m".into()),
+            },
+            Error::SendInProgress {
+                id: 1,
+                retry_after: second,
+            },
+            Error::ResultLost("lost".into()),
+            Error::Overloaded {
+                retry_after: second,
+            },
+            Error::CursorOutOfRange {
+                oldest_available: 5,
+                detail: "old".into(),
+            },
+            Error::PermissionDenied("no".into()),
+            Error::RateLimited {
+                caller: "billing".into(),
+                sends: 1,
+                retry_after: Some(second),
+            },
+            Error::VerificationNotFound,
+            Error::PhoneRateLimited {
+                retry_after: second,
+            },
+            Error::DestinationNotAllowed,
+            Error::ResendTooSoon {
+                retry_after: second,
+            },
+            Error::SendsExhausted,
+            Error::SuspectedFraud {
+                range: "881234".into(),
+                until: chrono::DateTime::UNIX_EPOCH,
+            },
+            Error::RangeNotHeld {
+                range: "881234".into(),
+            },
+            Error::KeyRateLimited {
+                name: "ip".into(),
+                retry_after: second,
+            },
+            Error::CountryRateLimited {
+                calling_code: "380".into(),
+                retry_after: second,
+            },
+            Error::Internal("bug".into()),
+        ];
+        for e in &all {
+            match e {
+                Error::InvalidArgument(_)
+                | Error::AccessDenied
+                | Error::Rejected(_)
+                | Error::Unavailable { .. }
+                | Error::DeadlineExceeded { .. }
+                | Error::MessageNotFound { .. }
+                | Error::IdConflict { .. }
+                | Error::SendInProgress { .. }
+                | Error::ResultLost(_)
+                | Error::Overloaded { .. }
+                | Error::CursorOutOfRange { .. }
+                | Error::PermissionDenied(_)
+                | Error::RateLimited { .. }
+                | Error::VerificationNotFound
+                | Error::PhoneRateLimited { .. }
+                | Error::DestinationNotAllowed
+                | Error::ResendTooSoon { .. }
+                | Error::SendsExhausted
+                | Error::SuspectedFraud { .. }
+                | Error::RangeNotHeld { .. }
+                | Error::KeyRateLimited { .. }
+                | Error::CountryRateLimited { .. }
+                | Error::Internal(_) => {}
+            }
+        }
+        all
+    }
+
+    #[test]
+    fn every_error_becomes_the_status_its_code_and_reason_say() {
+        for e in every_error() {
+            let (code, reason, outcome) = (code(&e), reason(&e), outcome(&e));
+            let text = format!("{e:?}");
+            let status = Status::from(e);
+            assert_eq!(status.code(), code, "{text}");
+            let info = status.get_details_error_info();
+            match reason {
+                "" => assert!(info.is_none(), "{text}: no ErrorInfo expected"),
+                reason => {
+                    let info = info.unwrap_or_else(|| panic!("{text}: no ErrorInfo"));
+                    assert_eq!(
+                        (info.reason.as_str(), info.domain.as_str()),
+                        (reason, ERROR_DOMAIN)
+                    );
+                    assert_eq!(outcome, reason.to_ascii_lowercase(), "{text}");
+                }
+            }
+            assert!(
+                !outcome.is_empty() && !outcome.contains(' '),
+                "{text}: {outcome}"
+            );
+        }
+    }
+
+    #[test]
+    fn retry_advice_and_violations_reach_the_status() {
+        let retry = |e: Error| {
+            Status::from(e)
+                .get_details_retry_info()
+                .and_then(|r| r.retry_delay)
+        };
+        let second = Some(Duration::from_secs(1));
+        assert_eq!(
+            retry(Error::Overloaded {
+                retry_after: Duration::from_secs(1)
+            }),
+            second
+        );
+        assert_eq!(
+            retry(Error::Unavailable {
+                cause: UnavailableCause::Settling {
+                    retry_after: Duration::from_secs(1)
+                },
+                outcome_unknown: true,
+                detail: String::new(),
+            }),
+            second
+        );
+        let bad = Status::from(Error::InvalidArgument(vec![Violation {
+            field: "phone".into(),
+            description: "bad".into(),
+        }]));
+        let violations = bad.get_details_bad_request().unwrap().field_violations;
+        assert_eq!(violations[0].field, "phone");
+        let conflict = Status::from(Error::IdConflict {
+            id: 1,
+            msg_id: Some("m7".into()),
+        });
+        assert_eq!(
+            conflict.get_details_error_info().unwrap().metadata["msg_id"],
+            "m7"
+        );
+    }
+}

@@ -2,14 +2,14 @@
 //! operations and their facts (with the RPC names the proto gives them), dispatch (claims, coalescing), one-time-code
 //! verification and its fraud guard, the event log, reconcile, waits for a final status.
 
-pub mod balance;
+pub(crate) mod balance;
 pub mod dispatch;
 pub mod domain;
-pub mod events;
-pub mod group_commit;
+pub(crate) mod events;
+pub(crate) mod group_commit;
 pub mod hooks;
-pub mod mac;
+pub(crate) mod mac;
 pub mod reconcile;
-pub mod rpcs;
+pub(crate) mod rpcs;
 pub mod verify;
-pub mod wait;
+pub(crate) mod wait;

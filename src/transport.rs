@@ -4,9 +4,9 @@
 
 pub mod admin;
 pub mod auth;
-pub mod conn_table;
+pub(crate) mod conn_table;
 pub mod grpc;
 pub mod http_listener;
 pub mod listen;
 pub mod proto;
-pub mod webhook;
+pub(crate) mod webhook;

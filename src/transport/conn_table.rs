@@ -37,7 +37,7 @@ mod metrics;
 mod streams;
 
 pub use metrics::ConnMetrics;
-pub use streams::{OPEN_PATH_STREAMS, Refused, STREAM_COST, Stalled, StreamGuard};
+pub use streams::{OPEN_PATH_STREAMS, Refused, STREAM_COST, StreamGuard};
 
 /// Why msgw closed a connection (a metric label); `Client` when the client did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -43,8 +43,9 @@ pub enum Command {
     Serve(ServeArgs),
     /// Serve only the sandbox gateway (`POST /api/json.php`), for pointing other code at it.
     Sandbox(SandboxArgs),
-    /// Copy a stopped msgw's SQLite store into an empty PostgreSQL store (claims,
-    /// tracked messages and the event log with its cursors), to move to several replicas.
+    /// Copy a stopped msgw's SQLite store into an empty PostgreSQL store (every table:
+    /// claims, tracked messages, the event log with its cursors, verifications, the fraud
+    /// guard's counts and holds, the sandbox), to move to several replicas.
     CopyStore(CopyStoreArgs),
     /// Check that a running msgw serves (gRPC health); exit status 0 when it does.
     Check(CheckArgs),

@@ -203,6 +203,53 @@ async fn a_table_copy_store_does_not_know_is_named_and_nothing_is_copied() {
     assert_eq!(new.claim_of(id(1)).await.unwrap(), None);
 }
 
+/// Another program's SQLite file, or an empty one (a wrong path or mount), is refused
+/// as not msgw's, and left as it was: copy-store never migrates a file it was not
+/// given by msgw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_that_is_not_an_msgw_store_is_refused_and_left_untouched() {
+    let postgres = Fixture::postgres().await;
+    let dir = tempfile::tempdir().unwrap();
+    let foreign = dir.path().join("foreign.db");
+    let url = format!("sqlite://{}", foreign.display());
+    let options = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(&foreign)
+        .create_if_missing(true);
+    let mut conn = sqlx::SqliteConnection::connect_with(&options)
+        .await
+        .unwrap();
+    sqlx::query("CREATE TABLE users (id INTEGER, name TEXT)")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+    let before = std::fs::read(&foreign).unwrap();
+    let refused = copy::run(&url, postgres.url(), None).await;
+    assert!(
+        matches!(refused, Err(StoreError::Config(ref m)) if m.contains("not an msgw store")),
+        "{refused:?}"
+    );
+    assert_eq!(
+        std::fs::read(&foreign).unwrap(),
+        before,
+        "the file is untouched"
+    );
+
+    let empty = dir.path().join("empty.db");
+    std::fs::write(&empty, b"").unwrap();
+    let refused = copy::run(
+        &format!("sqlite://{}", empty.display()),
+        postgres.url(),
+        None,
+    )
+    .await;
+    assert!(
+        matches!(refused, Err(StoreError::Config(ref m)) if m.contains("empty")),
+        "{refused:?}"
+    );
+    assert_eq!(std::fs::metadata(&empty).unwrap().len(), 0);
+}
+
 fn guard(range: &str, calling_code: &str, min_starts: u32, keys: Vec<KeyCheck>) -> GuardCheck {
     let now = Utc::now();
     GuardCheck {

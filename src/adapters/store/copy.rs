@@ -115,12 +115,40 @@ pub async fn run(
     if !is_shared(to) {
         return Err(StoreError::Config("copy to a postgres://... store".into()));
     }
+    is_msgws(path).await?;
     let source = SqliteDb::open(from, Duration::ZERO).await?;
     let target = PgDb::open(to, password, Duration::ZERO).await?;
     let copied = sqlite_to_postgres(&source, &target).await;
     source.close().await;
     target.close().await;
     copied
+}
+
+/// Refuses, before anything opens it for writing (which would migrate it), a file that
+/// is not an msgw store: empty, not SQLite, or without msgw's migrations and claims.
+async fn is_msgws(path: &str) -> Result<(), StoreError> {
+    let not_msgws = |why: &str| StoreError::Config(format!("{path} is not an msgw store: {why}"));
+    if std::fs::metadata(path).map(|m| m.len()).unwrap_or(0) == 0 {
+        return Err(not_msgws("the file is empty"));
+    }
+    let options = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(path)
+        .read_only(true);
+    let pool = sqlx::sqlite::SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(options)
+        .await?;
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ('_sqlx_migrations', 'claims')",
+    )
+    .fetch_all(&pool)
+    .await
+    .map_err(|e| not_msgws(&e.to_string()))?;
+    pool.close().await;
+    if tables.len() < 2 {
+        return Err(not_msgws("it has no msgw tables"));
+    }
+    Ok(())
 }
 
 /// Copies `from` (SQLite) into `to` (PostgreSQL), whose tables must be empty; everything

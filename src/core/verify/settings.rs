@@ -14,8 +14,8 @@ pub struct Settings {
     /// sooner gets RESOURCE_EXHAUSTED with RetryInfo.
     #[arg(long = "verify-resend-interval", env = "MSGW_VERIFY_RESEND_INTERVAL", default_value = "30s", value_parser = parse::duration_between(Duration::ZERO, Duration::from_secs(3600)))]
     pub resend_interval: Duration,
-    /// New verifications of one phone number per hour ([`super::PHONE_WINDOW`]), across
-    /// callers (SMS-pumping guard).
+    /// New verifications of one phone number per hour, across callers (SMS-pumping
+    /// guard).
     #[arg(long = "verify-phone-limit", env = "MSGW_VERIFY_PHONE_LIMIT", default_value = "5", value_parser = parse::at_least(1u32))]
     pub phone_limit: u32,
     /// Country prefixes verifications may go to, comma-separated (e.g. `380,48,1`;

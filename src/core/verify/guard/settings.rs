@@ -289,6 +289,12 @@ impl Settings {
                 self.prefix_digits
             ));
         }
+        // No longer than a calling code: a whole country (or zone) is never judged.
+        for prefix in self.safe_prefixes.0.iter().filter(|p| p.len() <= 3) {
+            warnings.push(format!(
+                "MSGW_VERIFY_SAFE_PREFIXES has {prefix}: every number that begins with it (a whole country or more) is never judged; list your own test ranges instead"
+            ));
+        }
         warnings
     }
 
@@ -306,6 +312,18 @@ impl Settings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn settings_that_weaken_the_guard_are_warned_about_and_defaults_are_not() {
+        assert_eq!(Settings::default().warnings(), Vec::<String>::new());
+        let wide = Settings {
+            safe_prefixes: "3,38099912".parse().unwrap(),
+            ..Settings::default()
+        };
+        let warnings = wide.warnings();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(warnings[0].contains("has 3:"), "{warnings:?}");
+    }
 
     #[test]
     fn parses_key_limits() {

@@ -13,8 +13,11 @@ use std::{
 use tokio::time::Instant;
 use tonic::Request;
 
-/// Room left before the caller's deadline for msgw to answer.
-const MARGIN: Duration = Duration::from_millis(20);
+/// Room left before the caller's deadline for msgw to answer (at most a tenth of the
+/// deadline). The caller counts its deadline from its send and msgw from the request's
+/// arrival: a request that took longer than this to arrive (a throttled pod, a busy
+/// node) would have the caller's own timer fire first, without msgw's detail.
+const MARGIN: Duration = Duration::from_millis(100);
 
 /// When a request reached msgw's services.
 #[derive(Debug, Clone, Copy)]

@@ -134,14 +134,10 @@ impl FakeGateway {
 
     /// Waits until the gateway is answering no request; fails the test after 10 s.
     pub async fn idle(&self) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while self.state.concurrency.lock().unwrap().0 > 0 {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the fake gateway was still answering after 10 s"
-            );
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+        wait_until("the fake gateway was still answering after 10 s", || {
+            self.state.concurrency.lock().unwrap().0 == 0
+        })
+        .await;
     }
 
     /// How long each answer took since the last call, in the order they were given.
@@ -169,14 +165,8 @@ impl FakeGateway {
 
     /// Waits until the gateway has received `n` requests; fails the test after 10 s.
     pub async fn requests_at_least(&self, n: usize) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while self.requests().len() < n {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the fake gateway did not receive {n} requests within 10 s"
-            );
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+        let failure = format!("the fake gateway did not receive {n} requests within 10 s");
+        wait_until(&failure, || self.state.requests.lock().unwrap().len() >= n).await;
     }
 
     pub fn requests(&self) -> Vec<Recorded> {
@@ -198,6 +188,15 @@ impl FakeGateway {
         let data = r.body["data"].as_array().expect("data is an array");
         assert_eq!(data.len(), 1, "expected one operation: {data:#?}");
         data[0].clone()
+    }
+}
+
+/// Polls `done` every 2 ms; fails the test with `failure` after 10 s.
+async fn wait_until(failure: &str, done: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(tokio::time::Instant::now() < deadline, "{failure}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }
 

@@ -170,11 +170,7 @@ async fn unreadable_payload_of_accepted_send_is_outcome_unknown() {
 
 #[tokio::test]
 async fn unreachable_gateway_is_unavailable_and_outcome_known() {
-    // A port that was just free: nothing listens there.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let (closed, _held) = crate::helpers::refusing_addr();
     let app = spawn_app_with(Duration::from_secs(2), Some(format!("http://{closed}"))).await;
     let status = send(&app).await;
     assert_eq!(status.code(), Code::Unavailable);

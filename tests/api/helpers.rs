@@ -531,3 +531,12 @@ pub fn serving_binary(
     std::thread::spawn(move || for _ in lines {});
     (child, addr)
 }
+
+/// A loopback address where connections are refused for as long as the returned
+/// socket lives: it holds the port (bound, never listening), so no other test's
+/// listener can take it meanwhile, as one could a port that was freed.
+pub fn refusing_addr() -> (SocketAddr, tokio::net::TcpSocket) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    (socket.local_addr().unwrap(), socket)
+}

@@ -280,10 +280,7 @@ async fn rejected_send_retried_with_a_corrected_signature_is_sent() {
 
 #[tokio::test]
 async fn unreachable_gateway_releases_the_id_and_a_restart_on_the_same_store_sends_once() {
-    let closed = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
-    };
+    let (closed, _held) = crate::helpers::refusing_addr();
     let app = spawn(Options {
         upstream_url: Some(format!("http://{closed}")),
         ..Options::default()

@@ -124,10 +124,7 @@ async fn a_start_that_cannot_open_its_store_fails_fast_in_one_line_that_names_ca
         "{line}"
     );
 
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let (closed, _held) = crate::helpers::refusing_addr();
     let (line, took) = failed_start(&format!("postgres://msgw@{closed}/test")).await;
     assert!(took < Duration::from_secs(10), "{took:?}");
     assert!(line.contains(&format!("PostgreSQL at {closed}")), "{line}");

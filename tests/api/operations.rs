@@ -208,9 +208,8 @@ async fn msgw_check_exits_zero_only_when_msgw_serves() {
     assert!(serving.status.success(), "{serving:?}");
     assert!(String::from_utf8_lossy(&serving.stdout).contains("SERVING"));
     // Nothing listens there.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = closed.local_addr().unwrap().to_string();
-    drop(closed);
+    let (closed, _held) = crate::helpers::refusing_addr();
+    let addr = closed.to_string();
     let down = tokio::task::spawn_blocking(move || check(addr))
         .await
         .unwrap();

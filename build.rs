@@ -13,6 +13,7 @@ const PROTOS: &[&str] = &[
     "proto/msgw/v1/events.proto",
     "proto/msgw/v1/verification.proto",
     "proto/msgw/v1/fraud_guard.proto",
+    "proto/msgw/v1/suppression.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -59,6 +59,7 @@ async fn send_fixture() {
     assert_eq!(
         r.receipt,
         Some(SendReceipt {
+            scheduled_for: None,
             id: 100500,
             msg_id: "123456789".into(),
             parts: 1
@@ -79,6 +80,7 @@ async fn voice_otp_fixtures() {
         let r = app
             .messaging()
             .send_voice_otp(SendVoiceOtpRequest {
+                send_at: None,
                 id: app.gateway.requests().len() as u64 + 1,
                 phone: "380971234567".into(),
             })

@@ -130,6 +130,7 @@ async fn every_viber_kind_and_fallback_is_accepted_by_the_sandbox() {
         });
         app.messaging()
             .send_viber(SendViberRequest {
+                send_at: None,
                 id,
                 phone: "380971234560".into(),
                 signature: "msgw".into(),
@@ -177,6 +178,7 @@ async fn rcs_chains_telegram_voice_and_pipeline() {
     let app = spawn_sandboxed_app(STEP).await;
     let mut m = app.messaging();
     m.send_rcs(SendRcsRequest {
+        send_at: None,
         id: 20,
         phone: "380000000007".into(),
         message: "r".into(),
@@ -209,6 +211,7 @@ async fn rcs_chains_telegram_voice_and_pipeline() {
     .await;
 
     m.send_telegram_otp(SendTelegramOtpRequest {
+        send_at: None,
         id: 21,
         phone: "380971234567".into(),
         code: "4821".into(),
@@ -222,6 +225,7 @@ async fn rcs_chains_telegram_voice_and_pipeline() {
     );
 
     m.send_voice(SendVoiceRequest {
+        send_at: None,
         id: 22,
         phone: "380971234567".into(),
         message: "Your code is 4821".into(),
@@ -265,6 +269,7 @@ async fn voice_otp_code_is_the_calling_numbers_last_four_digits() {
     let r = app
         .messaging()
         .send_voice_otp(SendVoiceOtpRequest {
+            send_at: None,
             id: 33,
             phone: "380970000438".into(),
         })

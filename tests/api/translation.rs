@@ -48,6 +48,8 @@ async fn sms_with_every_field() {
     let r = app
         .messaging()
         .send_sms(SendSmsRequest {
+            max_parts: 0,
+            send_at: None,
             id: 100500,
             phone: "+380971234567".into(),
             message: "Message text to be sent via SMS".into(),
@@ -306,6 +308,7 @@ async fn telegram_otp() {
     let app = spawn_app().await;
     app.messaging()
         .send_telegram_otp(SendTelegramOtpRequest {
+            send_at: None,
             id: 9,
             phone: "380971234567".into(),
             code: "0042".into(),
@@ -327,6 +330,7 @@ async fn voice_with_dtmf() {
     let app = spawn_app().await;
     app.messaging()
         .send_voice(SendVoiceRequest {
+            send_at: None,
             id: 100500,
             phone: "380971234567".into(),
             message: "Your code is 100500".into(),
@@ -352,6 +356,7 @@ async fn voice_otp_returns_code_and_fee() {
     let r = app
         .messaging()
         .send_voice_otp(SendVoiceOtpRequest {
+            send_at: None,
             id: 3,
             phone: "380971234567".into(),
         })
@@ -378,6 +383,7 @@ async fn pipeline_with_every_channel_in_order() {
     };
     app.messaging()
         .send_pipeline(SendPipelineRequest {
+            send_at: None,
             id: 11,
             phone: "+380971234567".into(),
             channels: [
@@ -600,6 +606,8 @@ async fn documented_sms_request_is_reproduced_exactly() {
     let app = spawn_app().await;
     app.messaging()
         .send_sms(proto::SendSmsRequest {
+            max_parts: 0,
+            send_at: None,
             id: 100500,
             phone: "380971234567".into(),
             message: "Message text to be sent via SMS".into(),

@@ -326,6 +326,7 @@ async fn rejects_rcs_viber_fallback_breaking_viber_rules() {
 
 fn telegram(code: &str) -> SendTelegramOtpRequest {
     SendTelegramOtpRequest {
+        send_at: None,
         id: 1,
         phone: "380971234567".into(),
         code: code.into(),
@@ -355,6 +356,7 @@ async fn rejects_telegram_lifetime_under_a_minute() {
 #[tokio::test]
 async fn rejects_voice_without_profile_or_gender() {
     let base = SendVoiceRequest {
+        send_at: None,
         id: 1,
         phone: "380971234567".into(),
         message: "m".into(),
@@ -514,6 +516,7 @@ async fn rejects_status_and_hlr_without_valid_ids() {
     }));
     assert_eq!(f, ["id", "phone"]);
     let f = refused!(|app| app.messaging().send_voice_otp(SendVoiceOtpRequest {
+        send_at: None,
         id: 1,
         phone: String::new()
     }));

@@ -48,6 +48,17 @@ pub enum Error {
     /// nothing was sent.
     #[error("invalid request: {}", summary(.0))]
     InvalidArgument(Vec<FieldViolation>),
+    /// An SMS takes more parts than the request's `max_parts` allows (with every other
+    /// violation of the request); nothing was sent.
+    #[error("invalid request: {}", summary(.violations))]
+    TooManyParts {
+        /// The violations, the parts' among them.
+        violations: Vec<FieldViolation>,
+        /// What the text was counted as.
+        estimate: super::SmsEstimate,
+        /// The most parts allowed.
+        max_parts: u32,
+    },
     /// The gateway refused msgw's API key.
     #[error("the gateway refused msgw's API key (Access denied); check MSGW_API_KEY")]
     AccessDenied,
@@ -241,6 +252,8 @@ fn summary(violations: &[FieldViolation]) -> String {
 #[derive(Debug, Default)]
 pub struct Violations {
     list: Vec<FieldViolation>,
+    /// An SMS over its `max_parts`: the refusal says so in its reason.
+    parts: Option<(super::SmsEstimate, u32)>,
 }
 
 impl Violations {
@@ -264,7 +277,14 @@ impl Violations {
             _ if self.list.is_empty() => Err(Error::Internal(
                 "validation failed without a violation".into(),
             )),
-            _ => Err(Error::InvalidArgument(self.list)),
+            _ => Err(match self.parts {
+                Some((estimate, max_parts)) => Error::TooManyParts {
+                    violations: self.list,
+                    estimate,
+                    max_parts,
+                },
+                None => Error::InvalidArgument(self.list),
+            }),
         }
     }
 
@@ -301,6 +321,22 @@ impl Scope<'_> {
     /// Keeps the value, or records why `field` was refused.
     pub fn check<T>(&mut self, field: &str, result: Result<T, ValueError>) -> Option<T> {
         result.map_err(|e| self.add(field, e.0)).ok()
+    }
+
+    /// Records that the SMS text of `field` takes more parts than `max_parts`.
+    pub fn too_many_parts(&mut self, field: &str, estimate: super::SmsEstimate, max_parts: u32) {
+        let encoding = match estimate.encoding {
+            super::SmsEncoding::Gsm7 => "GSM-7",
+            super::SmsEncoding::Ucs2 => "UCS-2",
+        };
+        self.add(
+            field,
+            format!(
+                "takes {} parts ({} units in {encoding}), more than max_parts {max_parts}",
+                estimate.parts, estimate.units
+            ),
+        );
+        self.violations.parts.get_or_insert((estimate, max_parts));
     }
 
     /// A nested scope for a sub-message field (`field` may carry an index, `slides[2]`).

@@ -18,15 +18,20 @@ pub enum Permission {
     /// Operators' RPCs: the fraud guard's held ranges (FraudGuardService). Never
     /// granted by leaving `permissions` out of a callers file.
     Admin,
+    /// The suppression list of opted-out numbers (SuppressionService), and its changes
+    /// on the event stream. Never granted by leaving `permissions` out of a callers
+    /// file: removing a number lets sends reach someone who opted out.
+    Suppressions,
 }
 
 impl Permission {
-    pub(crate) const ALL: [Self; 5] = [
+    pub(crate) const ALL: [Self; 6] = [
         Self::Send,
         Self::Query,
         Self::Templates,
         Self::Events,
         Self::Admin,
+        Self::Suppressions,
     ];
     /// What a caller whose entry lists no permissions may do: all but `admin`.
     pub(crate) const DEFAULT: [Self; 4] = [Self::Send, Self::Query, Self::Templates, Self::Events];
@@ -39,6 +44,7 @@ impl Permission {
             Self::Templates => "templates",
             Self::Events => "events",
             Self::Admin => "admin",
+            Self::Suppressions => "suppressions",
         }
     }
 

@@ -57,11 +57,17 @@ pub fn admit_events(caller: &Caller) -> Result<(), Error> {
 
 /// Admits a caller to an operators' RPC (`rpc`): the `admin` permission.
 pub fn admit_admin(caller: &Caller, rpc: &str) -> Result<(), Error> {
-    if caller.may(Permission::Admin) {
+    admit_rpc(caller, rpc, Permission::Admin)
+}
+
+/// Admits a caller to an RPC (`rpc`) that is no gateway operation and needs `needed`.
+pub fn admit_rpc(caller: &Caller, rpc: &str, needed: Permission) -> Result<(), Error> {
+    if caller.may(needed) {
         Ok(())
     } else {
         Err(Error::PermissionDenied(format!(
-            "{rpc} needs the \"admin\" permission, which caller {} does not have",
+            "{rpc} needs the {:?} permission, which caller {} does not have",
+            needed.as_str(),
             caller.label()
         )))
     }

@@ -2,11 +2,11 @@
 
 use tonic::{Code, Status};
 
-use super::convert::{FromOutput, IntoOperation};
+use super::convert::{FromOutput, IntoOperation, counted_parts};
 use super::handler::Rpc;
 use super::status::to_rpc_status;
 use crate::core::dispatch::Executed;
-use crate::core::domain::{Error, Operation, Violations};
+use crate::core::domain::{Error, Operation, SmsEstimate, Violations};
 use crate::transport::proto::{
     BatchItem, BatchRequest, BatchResponse, BatchResult, batch_item::Operation as Item,
     batch_result::Result as Res,
@@ -20,23 +20,25 @@ pub const MAX_ITEMS: usize = 100;
 impl Rpc<BatchResponse> for BatchRequest {
     const BATCH: bool = true;
 
-    type Shape = Vec<Kind>;
+    /// Each item's kind, and the parts msgw counted for an SMS text.
+    type Shape = Vec<(Kind, Option<SmsEstimate>)>;
 
-    fn plan(self, batch_max: usize) -> Result<(Vec<Operation>, Vec<Kind>), Error> {
-        let (kinds, ops) = parse(self.items, batch_max.min(MAX_ITEMS))?
+    fn plan(self, batch_max: usize) -> Result<(Vec<Operation>, Self::Shape), Error> {
+        let (shape, ops) = parse(self.items, batch_max.min(MAX_ITEMS))?
             .into_iter()
+            .map(|(kind, op)| ((kind, counted_parts(&op)), op))
             .unzip();
-        Ok((ops, kinds))
+        Ok((ops, shape))
     }
 
     fn respond(
-        kinds: Vec<Kind>,
+        shape: Self::Shape,
         results: Vec<Result<Executed, Error>>,
     ) -> Result<(BatchResponse, bool), Error> {
-        let results = kinds
+        let results = shape
             .into_iter()
             .zip(results)
-            .map(|(kind, outcome)| result(kind, outcome))
+            .map(|((kind, counted), outcome)| result(kind, counted, outcome))
             .collect();
         // Replays are marked per item.
         Ok((BatchResponse { results }, false))
@@ -97,9 +99,13 @@ pub fn parse(items: Vec<BatchItem>, max_items: usize) -> Result<Vec<(Kind, Opera
 }
 
 /// The batch result of one item: its status, and its response when OK.
-fn result(kind: Kind, outcome: Result<Executed, Error>) -> BatchResult {
+fn result(
+    kind: Kind,
+    counted: Option<SmsEstimate>,
+    outcome: Result<Executed, Error>,
+) -> BatchResult {
     let replayed = outcome.as_ref().is_ok_and(|e| e.replayed);
-    let converted = outcome.and_then(|Executed { output, .. }| respond_item(kind, output));
+    let converted = outcome.and_then(|Executed { output, .. }| respond_item(kind, counted, output));
     match converted {
         Ok(result) => BatchResult {
             status: Some(tonic_types::pb::Status {
@@ -145,9 +151,14 @@ macro_rules! batchable {
         }
 
         /// The response of an item of `kind` from its output.
-        fn respond_item(kind: Kind, output: crate::core::domain::Output) -> Result<Res, Error> {
+        fn respond_item(
+            kind: Kind,
+            counted: Option<SmsEstimate>,
+            output: crate::core::domain::Output,
+        ) -> Result<Res, Error> {
             match kind {
-                $(Kind::$variant => FromOutput::from_output(output).map(Res::$variant),)*
+                $(Kind::$variant => FromOutput::from_output(output)
+                    .map(|r| Res::$variant(FromOutput::counted(r, counted))),)*
             }
         }
     };

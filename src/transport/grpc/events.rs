@@ -78,6 +78,7 @@ impl EventService for Events {
         let stream = ReceiverStream::new(events).map(|item| match item {
             Ok(e) => Ok(proto::StreamStatusEventsResponse {
                 event: Some(event(e)),
+                suppression: None,
             }),
             Err(e) => Err(Status::from(e)),
         });

@@ -8,9 +8,9 @@ use tokio::time::Instant;
 use tonic::{Request, Response, Status, metadata::MetadataValue};
 use tracing::{Instrument, field};
 
-use super::convert::{FromOutput, IntoOperation};
+use super::convert::{FromOutput, IntoOperation, counted_parts};
 use crate::core::dispatch::{Dispatcher, Executed};
-use crate::core::domain::{Error, Operation, Violations};
+use crate::core::domain::{Error, Operation, SmsEstimate, Violations};
 use crate::process::metrics::Metrics;
 use crate::transport::auth::{self, Caller};
 
@@ -38,18 +38,25 @@ pub trait Rpc<Resp>: Sized {
 
 /// A request of one operation: its result is the RPC's.
 impl<Req: IntoOperation, Resp: FromOutput> Rpc<Resp> for Req {
-    type Shape = ();
+    /// The parts msgw counted for an SMS text.
+    type Shape = Option<SmsEstimate>;
 
-    fn plan(self, _batch_max: usize) -> Result<(Vec<Operation>, ()), Error> {
-        Ok((vec![parse(self)?], ()))
+    fn plan(self, _batch_max: usize) -> Result<(Vec<Operation>, Self::Shape), Error> {
+        let op = parse(self)?;
+        let counted = counted_parts(&op);
+        Ok((vec![op], counted))
     }
 
-    fn respond((): (), results: Vec<Result<Executed, Error>>) -> Result<(Resp, bool), Error> {
+    fn respond(
+        counted: Self::Shape,
+        results: Vec<Result<Executed, Error>>,
+    ) -> Result<(Resp, bool), Error> {
         let executed = results
             .into_iter()
             .next()
             .unwrap_or_else(|| Err(Error::Internal("no result for the operation".into())))?;
-        Ok((Resp::from_output(executed.output)?, executed.replayed))
+        let response = Resp::from_output(executed.output)?.counted(counted);
+        Ok((response, executed.replayed))
     }
 }
 

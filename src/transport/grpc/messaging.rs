@@ -1,15 +1,18 @@
-//! MessagingService: sends on every channel, Batch, and status queries.
+//! MessagingService: sends on every channel, Batch, status queries, cancelling a
+//! scheduled message, and counting an SMS text's parts.
 
 use std::sync::Arc;
 
 use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 
+use super::convert::{estimate, estimate_text};
 use super::handler;
 use crate::core::dispatch::{Dispatcher, Executed};
-use crate::core::domain::{Error, Operation, Output};
+use crate::core::domain::{Error, Operation, Output, Permission, Violations, estimate_sms};
 use crate::core::events::EventLog;
 use crate::core::wait::{self, MAX_WAIT};
+use crate::transport::auth;
 use crate::transport::proto::{self, messaging_service_server::MessagingService};
 
 /// The MessagingService handlers.
@@ -106,6 +109,31 @@ impl MessagingService for Messaging {
                 output: Output::Waited(w),
                 replayed: false,
             })])
+        })
+        .await
+    }
+
+    async fn cancel_message(
+        &self,
+        _request: Request<proto::CancelMessageRequest>,
+    ) -> Result<Response<proto::CancelMessageResponse>, Status> {
+        Err(Status::unimplemented(
+            "CancelMessage: scheduled sends are not built yet",
+        ))
+    }
+
+    async fn estimate_sms(
+        &self,
+        request: Request<proto::EstimateSmsRequest>,
+    ) -> Result<Response<proto::EstimateSmsResponse>, Status> {
+        let caller = auth::caller_of(&request)?;
+        let method = auth::method_of(&request);
+        handler::observed(self.dispatcher.metrics(), method, &caller, async {
+            auth::admit_rpc(&caller, method, Permission::Send)?;
+            let mut violations = Violations::new();
+            let text = estimate_text(request.into_inner(), &mut violations.scope(""));
+            let text = violations.finish(text)?;
+            Ok((estimate(estimate_sms(text.as_str())), false))
         })
         .await
     }

@@ -14,7 +14,7 @@ pub const ERROR_DOMAIN: &str = "msgw";
 /// The gRPC code of an error (what the status carries, without building it).
 pub fn code(e: &Error) -> Code {
     match e {
-        Error::InvalidArgument(_) => Code::InvalidArgument,
+        Error::InvalidArgument(_) | Error::TooManyParts { .. } => Code::InvalidArgument,
         Error::AccessDenied => Code::Unauthenticated,
         Error::Rejected(_) => Code::FailedPrecondition,
         Error::Unavailable { .. } => Code::Unavailable,
@@ -42,6 +42,7 @@ pub fn code(e: &Error) -> Code {
 pub fn reason(e: &Error) -> &'static str {
     match e {
         Error::InvalidArgument(_) | Error::Internal(_) | Error::PermissionDenied(_) => "",
+        Error::TooManyParts { .. } => "TOO_MANY_PARTS",
         Error::AccessDenied => "UPSTREAM_ACCESS_DENIED",
         Error::Rejected(_) => "UPSTREAM_REJECTED",
         Error::Unavailable {
@@ -125,6 +126,27 @@ fn details(e: Error) -> Details {
     };
     match e {
         Error::InvalidArgument(violations) => Details {
+            violations,
+            ..Details::default()
+        },
+        Error::TooManyParts {
+            violations,
+            estimate,
+            max_parts,
+        } => Details {
+            metadata: vec![
+                ("parts", estimate.parts.to_string()),
+                ("max_parts", max_parts.to_string()),
+                ("units", estimate.units.to_string()),
+                (
+                    "encoding",
+                    match estimate.encoding {
+                        crate::core::domain::SmsEncoding::Gsm7 => "GSM7",
+                        crate::core::domain::SmsEncoding::Ucs2 => "UCS2",
+                    }
+                    .to_owned(),
+                ),
+            ],
             violations,
             ..Details::default()
         },
@@ -299,6 +321,14 @@ mod tests {
                 field: "phone".into(),
                 description: "bad".into(),
             }]),
+            Error::TooManyParts {
+                violations: vec![Violation {
+                    field: "message".into(),
+                    description: "takes 3 parts".into(),
+                }],
+                estimate: crate::core::domain::estimate_sms(&"é".repeat(400)),
+                max_parts: 2,
+            },
             Error::AccessDenied,
             Error::Rejected("Error in Sender-name".into()),
             Error::Unavailable {
@@ -379,6 +409,7 @@ mod tests {
         for e in &all {
             match e {
                 Error::InvalidArgument(_)
+                | Error::TooManyParts { .. }
                 | Error::AccessDenied
                 | Error::Rejected(_)
                 | Error::Unavailable { .. }

@@ -3,5 +3,7 @@
 mod requests;
 mod responses;
 
-pub use requests::{IntoOperation, voice};
-pub use responses::{FromOutput, channel, json_value, reply, status, timestamp};
+pub use requests::{IntoOperation, estimate_text, voice};
+pub use responses::{
+    FromOutput, channel, counted_parts, estimate, json_value, reply, status, timestamp,
+};

@@ -11,6 +11,22 @@ use crate::transport::proto;
 pub trait FromOutput: Sized {
     /// Fails only when the output is not the kind the RPC answers with (a bug).
     fn from_output(output: Output) -> Result<Self, Error>;
+
+    /// The response with the parts msgw counted for the request's SMS text, if it has
+    /// one (only SendSms answers them).
+    fn counted(self, _estimate: Option<domain::SmsEstimate>) -> Self {
+        self
+    }
+}
+
+/// What msgw counted for an operation before sending it: the parts of an SMS text.
+pub fn counted_parts(op: &crate::core::domain::Operation) -> Option<domain::SmsEstimate> {
+    match op {
+        crate::core::domain::Operation::SendSms(sms) => {
+            Some(domain::estimate_sms(sms.message.as_str()))
+        }
+        _ => None,
+    }
 }
 
 fn mismatch(expected: &str, got: &Output) -> Error {
@@ -122,6 +138,20 @@ pub fn reply(r: domain::Reply) -> proto::Reply {
     }
 }
 
+/// An SMS text's estimate as proto.
+pub fn estimate(e: domain::SmsEstimate) -> proto::EstimateSmsResponse {
+    proto::EstimateSmsResponse {
+        encoding: match e.encoding {
+            domain::SmsEncoding::Gsm7 => proto::SmsEncoding::Gsm7,
+            domain::SmsEncoding::Ucs2 => proto::SmsEncoding::Ucs2,
+        }
+        .into(),
+        units: e.units,
+        parts: e.parts,
+        ucs2_characters: e.ucs2_chars.into_iter().map(String::from).collect(),
+    }
+}
+
 fn receipt(output: Output) -> Result<(Option<proto::SendReceipt>, Option<PValue>), Error> {
     match output {
         Output::Sent(r) => Ok((
@@ -129,6 +159,7 @@ fn receipt(output: Output) -> Result<(Option<proto::SendReceipt>, Option<PValue>
                 id: r.id,
                 msg_id: r.msg_id,
                 parts: r.parts,
+                scheduled_for: None,
             }),
             raw(&r.raw),
         )),
@@ -148,13 +179,30 @@ macro_rules! send_responses {
 }
 
 send_responses!(
-    proto::SendSmsResponse,
     proto::SendViberResponse,
     proto::SendRcsResponse,
     proto::SendTelegramOtpResponse,
     proto::SendVoiceResponse,
     proto::SendPipelineResponse,
 );
+
+impl FromOutput for proto::SendSmsResponse {
+    fn from_output(output: Output) -> Result<Self, Error> {
+        let (receipt, raw) = receipt(output)?;
+        Ok(Self {
+            receipt,
+            raw,
+            estimate: None,
+        })
+    }
+
+    fn counted(self, estimate: Option<domain::SmsEstimate>) -> Self {
+        Self {
+            estimate: estimate.map(self::estimate),
+            ..self
+        }
+    }
+}
 
 impl FromOutput for proto::SendVoiceOtpResponse {
     fn from_output(output: Output) -> Result<Self, Error> {

@@ -6,7 +6,7 @@ use prost_types::Duration;
 
 use crate::core::domain::{
     ClientId, Gender, HttpUrl, Lifetime, Operation, OtpCode, Phone, Recipient, Scope, SmsFallback,
-    SmsSend, TelegramOtp, Text, TextKind, ValueError, Voice, VoiceSend,
+    SmsSend, TelegramOtp, Text, TextKind, ValueError, Voice, VoiceSend, estimate_sms,
 };
 use crate::transport::proto;
 
@@ -18,6 +18,11 @@ mod viber;
 pub trait IntoOperation {
     /// Checks every field, recording violations in `s`; `None` if any field failed.
     fn into_operation(self, s: &mut Scope<'_>) -> Option<Operation>;
+}
+
+/// The text of an EstimateSms request, checked as SendSms checks its `message`.
+pub fn estimate_text(r: proto::EstimateSmsRequest, s: &mut Scope<'_>) -> Option<Text> {
+    text(s, "message", TextKind::Message, &r.message)
 }
 
 fn recipient(id: u64, phone: &str, s: &mut Scope<'_>) -> Option<Recipient> {
@@ -107,6 +112,14 @@ impl IntoOperation for proto::SendSmsRequest {
     fn into_operation(self, s: &mut Scope<'_>) -> Option<Operation> {
         let to = recipient(self.id, &self.phone, s);
         let message = text(s, "message", TextKind::Message, &self.message);
+        if let Some(message) = &message
+            && self.max_parts > 0
+        {
+            let estimate = estimate_sms(message.as_str());
+            if estimate.parts > self.max_parts {
+                s.too_many_parts("message", estimate, self.max_parts);
+            }
+        }
         let signature = text(s, "signature", TextKind::Signature, &self.signature);
         let lifetime = lifetime(s, self.lifetime, Lifetime::sms);
         Some(Operation::SendSms(SmsSend {

@@ -437,7 +437,6 @@ async fn wait_serving(channel: Channel) -> Channel {
     panic!("msgw did not become SERVING");
 }
 
-/// The field paths of a status's BadRequest, in order.
 /// A request carrying `authorization: Bearer <token>`.
 pub fn as_caller<T>(token: &str, message: T) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);
@@ -448,6 +447,7 @@ pub fn as_caller<T>(token: &str, message: T) -> tonic::Request<T> {
     request
 }
 
+/// The field paths of a status's BadRequest, in order.
 pub fn violations(status: &tonic::Status) -> Vec<String> {
     use tonic_types::StatusExt;
     assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");

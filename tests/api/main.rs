@@ -8,6 +8,7 @@ mod callers;
 mod coalescing;
 mod connections;
 mod errors;
+mod estimate;
 mod events;
 mod examples;
 mod first_hour;

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """msgw from Python: send an SMS, run a Batch, wait for the final status, read
-the google.rpc error details of a refused call, and verify a phone number.
+the google.rpc error details of a refused call, verify a phone number, and schedule
+a message (then cancel it).
 
     pip install -r requirements.txt
     python quickstart.py --addr localhost:50051
@@ -182,6 +183,17 @@ def main():
                 metadata=auth,
             ).verification
             print(f"verified: {state(checked.status)}")
+
+        # 6. Schedule a reminder for tomorrow: msgw keeps it and sends it then, exactly
+        #    once, unless it is cancelled before it leaves.
+        reminder = sms(args.id + 4)
+        reminder.send_at.FromSeconds(int(time.time()) + 86_400)
+        scheduled = messaging.SendSms(reminder, timeout=10, metadata=auth).receipt
+        print(f"scheduled {scheduled.id} for {scheduled.scheduled_for.ToJsonString()}")
+        cancelled = messaging.CancelMessage(
+            messaging_pb2.CancelMessageRequest(id=args.id + 4), timeout=10, metadata=auth
+        )
+        print(f"cancelled {cancelled.id}, due {cancelled.send_at.ToJsonString()}")
         return 0 if status.is_final else 2
 
 

@@ -71,6 +71,8 @@ async fn the_python_example_sends_batches_waits_for_the_final_status_reads_error
             "verification 7003: VERIFICATION_STATUS_PENDING, 5 checks left",
             "wrong code: 4 checks left",
             "verified: VERIFICATION_STATUS_APPROVED",
+            "scheduled 7004 for ",
+            "cancelled 7004, due ",
         ],
     )
     .await;
@@ -120,6 +122,8 @@ async fn the_typescript_example_typechecks_sends_batches_waits_reads_errors_and_
             "verification 7103: VERIFICATION_STATUS_PENDING, 5 checks left",
             "wrong code: 4 checks left",
             "verified: VERIFICATION_STATUS_APPROVED",
+            "scheduled 7104 for ",
+            "cancelled 7104, due ",
         ],
     )
     .await;

@@ -9,17 +9,17 @@ use tokio::process::Command;
 use crate::helpers::spawn_sandboxed_app;
 use crate::tools::grpcurl;
 
-/// The quick start's blocks: each command block with the output block that follows
-/// it, if any. Installing msgw and grpcurl and starting msgw are left out: the test
-/// has its own msgw, and grpcurl from `.ci/install-tools`.
-fn quick_start() -> Vec<(String, Option<String>)> {
+/// The command blocks of the README's section `title`, each with the output block that
+/// follows it, if any. Installing msgw and grpcurl and starting msgw are left out: the
+/// test has its own msgw, and grpcurl from `.ci/install-tools`.
+fn readme_steps(title: &str) -> Vec<(String, Option<String>)> {
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
         .expect("README.md");
     let section = readme
-        .split("\n## Quick start\n")
+        .split(&format!("\n## {title}\n"))
         .nth(1)
         .and_then(|s| s.split("\n## ").next())
-        .expect("the README's quick start");
+        .unwrap_or_else(|| panic!("the README's section {title:?}"));
     let mut blocks: Vec<(String, String)> = Vec::new();
     let mut lines = section.lines();
     while let Some(line) = lines.next() {
@@ -43,7 +43,6 @@ fn quick_start() -> Vec<(String, Option<String>)> {
             .map(|(_, body)| body.clone());
         steps.push((body.clone(), output));
     }
-    assert!(steps.len() >= 6, "the quick start's steps: {steps:#?}");
     steps
 }
 
@@ -67,7 +66,21 @@ fn shape(text: &str) -> String {
 
 #[tokio::test]
 async fn the_readmes_quick_start_runs_as_written_twice_and_prints_what_it_shows() {
-    let steps = quick_start();
+    let steps = readme_steps("Quick start");
+    assert!(steps.len() >= 6, "the quick start's steps: {steps:#?}");
+    runs_as_written_twice(&steps).await;
+}
+
+#[tokio::test]
+async fn the_readmes_lifecycle_examples_run_as_written_twice_and_print_what_they_show() {
+    let steps = readme_steps("Message lifecycle: parts, schedules, opt-outs");
+    assert!(steps.len() >= 3, "the section's steps: {steps:#?}");
+    runs_as_written_twice(&steps).await;
+}
+
+/// Runs `steps` as one script, twice in a row against one msgw on its sandbox, and
+/// checks each step prints what the README shows (numbers aside).
+async fn runs_as_written_twice(steps: &[(String, Option<String>)]) {
     // The sandbox's default pace: statuses move every second, as for a user.
     let app = spawn_sandboxed_app(Duration::from_secs(1)).await;
     let mut script = String::new();

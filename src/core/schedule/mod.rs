@@ -253,7 +253,9 @@ impl Scheduler {
             ClaimState::Scheduled { .. } => {}
             _ => return Err(Error::AlreadySent { id: id.get() }),
         }
-        let at = Utc::now();
+        // As the store keeps it (milliseconds), so a second answer says the same.
+        let now = Utc::now();
+        let at = DateTime::from_timestamp_millis(now.timestamp_millis()).unwrap_or(now);
         match self.store.cancel_scheduled(id, at).await.map_err(store_error)? {
             Some(send_at) => {
                 self.metrics

@@ -11,5 +11,6 @@ pub mod hooks;
 pub(crate) mod mac;
 pub mod reconcile;
 pub(crate) mod rpcs;
+pub mod schedule;
 pub mod verify;
 pub(crate) mod wait;

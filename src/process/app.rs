@@ -15,6 +15,7 @@ use crate::core::dispatch::{Dispatcher, Tracking};
 use crate::core::events::EventLog;
 use crate::core::hooks::{HookSigner, HookUrls};
 use crate::core::reconcile::{ReconcileConfig, Reconciler};
+use crate::core::schedule::Scheduler;
 use crate::core::verify::{self, Codes, Verifier};
 use crate::process::config::{Config, Upstream};
 use crate::process::kept_secret;
@@ -46,6 +47,7 @@ pub struct Application {
     http: Listeners,
     admin: Listeners,
     dispatcher: Dispatcher,
+    scheduler: Arc<Scheduler>,
     verifier: Verifier,
     store: Arc<dyn Store>,
     events: Arc<EventLog>,
@@ -148,6 +150,12 @@ impl Application {
                 store: store.clone(),
                 settle: config.upstream_settle,
             });
+        let scheduler = Scheduler::new(
+            dispatcher.clone(),
+            store.clone(),
+            events.clone(),
+            crate::transport::grpc::schedule::decoder(),
+        );
         let verify_secret = match config.verify_secret {
             Some(secret) => secret,
             // Not configured (SQLite only, see config): kept next to the database.
@@ -212,6 +220,7 @@ impl Application {
             http,
             admin,
             dispatcher,
+            scheduler,
             verifier,
             webhooks: WebhookState {
                 signer,
@@ -258,7 +267,7 @@ impl Application {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let (routes, health) = crate::transport::grpc::server::routes(
-            self.dispatcher.clone(),
+            self.scheduler.clone(),
             self.events.clone(),
             self.verifier.clone(),
         )
@@ -322,6 +331,7 @@ impl Application {
             )
             .run(stop.clone()),
         );
+        let schedule_task = tokio::spawn(self.scheduler.clone().run(stop.clone()));
         let balance_task = tokio::spawn(crate::core::balance::refresh(
             self.dispatcher.clone(),
             self.balance_refresh,
@@ -399,6 +409,7 @@ impl Application {
         callers_task.await.context("callers file task")?;
         admin_task.await.context("admin task")?;
         reconcile_task.await.context("reconcile task")?;
+        schedule_task.await.context("schedule task")?;
         retention_task.await.context("retention task")?;
         balance_task.await.context("balance task")?;
         guard_task.await.context("fraud guard task")?;

@@ -68,6 +68,12 @@ pub struct Metrics {
     pub queue_seconds: Histogram,
     /// Calls refused because the queue was full.
     pub queue_rejected: IntCounter,
+    /// Scheduled messages kept that have not left (as the store has them).
+    pub scheduled_pending: IntGauge,
+    /// Seconds between a scheduled message's `send_at` and its request leaving.
+    pub scheduled_lateness: Histogram,
+    /// Scheduled messages by outcome (`scheduled`, `left`, `canceled`, `failed`).
+    pub scheduled_total: IntCounterVec,
     /// Reloads of watched files (callers, TLS certificates), by file and outcome.
     pub config_reloads: IntCounterVec,
     /// Connections to the gRPC port, open now.
@@ -172,6 +178,22 @@ impl Metrics {
                 &registry,
                 "msgw_upstream_requests_in_flight",
                 "Gateway requests in flight.",
+            )?,
+            scheduled_pending: gauge(
+                &registry,
+                "msgw_scheduled_pending",
+                "Scheduled messages kept that have not left, as the store has them (every replica reports the same figure).",
+            )?,
+            scheduled_lateness: plain_histogram(
+                "msgw_scheduled_lateness_seconds",
+                "Seconds between a scheduled message's send_at and its request leaving for the gateway.",
+                LATENCY_BUCKETS,
+            )?,
+            scheduled_total: counter(
+                &registry,
+                "msgw_scheduled_total",
+                "Scheduled messages by outcome: scheduled, left (sent to the gateway), canceled, failed (refused as it left).",
+                &["outcome"],
             )?,
             queue_rejected: register(
                 &registry,

@@ -30,6 +30,7 @@ mod operations;
 mod postgres;
 mod remembering;
 mod replicas;
+mod scheduling;
 mod sandbox_crashes;
 mod sandboxed;
 mod security;

@@ -85,7 +85,7 @@ impl Replica {
     }
 
     /// Starts `n` replicas at once (their migrations race for the advisory lock).
-    async fn start_all(n: usize, schema: &TestSchema, gateway: &FakeGateway) -> Vec<Self> {
+    pub async fn start_all(n: usize, schema: &TestSchema, gateway: &FakeGateway) -> Vec<Self> {
         futures_util::future::join_all((0..n).map(|_| Self::start(schema, gateway))).await
     }
 

@@ -9,6 +9,7 @@ mod copy;
 mod events;
 mod guard;
 mod lookups;
+mod scheduled;
 mod shared;
 mod sqlite_locking;
 mod verifications;
@@ -96,6 +97,9 @@ on_both_stores!(
     events::retention_drops_old_events_but_never_reuses_a_cursor,
     events::cursors_commit_in_order_across_concurrent_appenders,
     events::a_messages_final_event_is_found_before_newer_ones,
+    scheduled::a_scheduled_message_is_claimed_kept_and_cancelled_once,
+    scheduled::due_messages_are_taken_by_one_replica_until_the_lease_ends,
+    scheduled::retention_keeps_a_scheduled_claim,
     shared::a_due_message_is_taken_by_one_replica_until_its_lease_ends,
     shared::a_lease_is_held_by_one_replica_until_it_expires,
     shared::the_sandboxs_state_reads_back_as_saved_from_any_replica,

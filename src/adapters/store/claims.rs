@@ -42,6 +42,19 @@ pub enum ClaimState {
         /// The gateway's text or the cause.
         reason: String,
     },
+    /// Kept by msgw to leave at `send_at`: nothing has reached the gateway. The message
+    /// leaves by a take-over of the claim, like any retry.
+    Scheduled {
+        /// When it is to leave.
+        send_at: DateTime<Utc>,
+    },
+    /// A scheduled message cancelled before it left: final, the id is spent.
+    Canceled {
+        /// When it was to leave.
+        send_at: DateTime<Utc>,
+        /// When it was cancelled.
+        at: DateTime<Utc>,
+    },
     /// The request may have reached the gateway; a `status` query decides.
     Unknown {
         /// Until then the gateway may still be carrying out the request, so its "not

@@ -32,6 +32,7 @@ pub const TABLES: &[&str] = &[
     "guard_starts",
     "guard_keys",
     "guard_holds",
+    "scheduled",
 ];
 
 /// Tables of a database's own bookkeeping, whose rows are not copied, and why.

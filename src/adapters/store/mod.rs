@@ -20,6 +20,7 @@ pub mod copy;
 mod guard;
 mod postgres;
 mod rows;
+mod scheduled;
 mod sql_store;
 mod sqlite;
 mod verifications;
@@ -37,6 +38,7 @@ pub use claims::{
     Settlement,
 };
 pub use guard::{BURST, Figures, GuardCheck, GuardFinding, KeyCheck, RangeHold, Window};
+pub use scheduled::{DueScheduled, NewScheduled, ScheduleReply, ScheduledSummary};
 pub use sql_store::SqlStore;
 pub use verifications::{
     CodeCheck, Decided, NewVerification, PhoneLimit, Start, StartOutcome, StoredCode,
@@ -212,6 +214,35 @@ pub trait Store: std::fmt::Debug + Send + Sync + 'static {
         client_id: ClientId,
         next: Option<DateTime<Utc>>,
     ) -> Result<(), StoreError>;
+
+    /// Claims `new.id` as scheduled and keeps its request until it has left, in one
+    /// transaction; or the claim the id has already.
+    async fn schedule(&self, new: &NewScheduled) -> Result<ScheduleReply, StoreError>;
+
+    /// Cancels the scheduled message `id` if it has not left (its claim becomes
+    /// `canceled`, its request is dropped): when it was to leave; `None` when its claim
+    /// was not scheduled (any more).
+    async fn cancel_scheduled(
+        &self,
+        id: ClientId,
+        at: DateTime<Utc>,
+    ) -> Result<Option<DateTime<Utc>>, StoreError>;
+
+    /// Takes up to `limit` scheduled messages due at `now`, oldest first, and moves
+    /// their next take to `now + lease`: one replica at a time takes a message, and
+    /// another takes it after the lease if that one never forgets it.
+    async fn take_due_scheduled(
+        &self,
+        now: DateTime<Utc>,
+        limit: u32,
+        lease: Duration,
+    ) -> Result<Vec<DueScheduled>, StoreError>;
+
+    /// Drops the kept requests of messages that have left (or never can).
+    async fn forget_scheduled(&self, ids: &[ClientId]) -> Result<(), StoreError>;
+
+    /// How many scheduled messages are kept, and when the next is due.
+    async fn scheduled_summary(&self) -> Result<ScheduledSummary, StoreError>;
 
     /// Takes or renews the lease `name` for `holder` until `now + ttl`; true when
     /// `holder` holds it (nobody else held an unexpired lease).

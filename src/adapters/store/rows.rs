@@ -214,6 +214,8 @@ pub(super) struct ClaimRow {
     settle_until_ms: Option<i64>,
     lookups: i64,
     next_lookup_ms: Option<i64>,
+    settled_at_ms: Option<i64>,
+    send_at_ms: Option<i64>,
 }
 
 impl ClaimRow {
@@ -221,7 +223,7 @@ impl ClaimRow {
     pub(super) const SELECT_BY_ID: &str =
         "SELECT client_id, fingerprint, attempt, state, claimed_at_ms,
                 msg_id, parts, payload, recovered, reason, caller, settle_until_ms,
-                lookups, next_lookup_ms
+                lookups, next_lookup_ms, settled_at_ms, send_at_ms
            FROM claims WHERE client_id = ?1";
 
     /// A row of [`ClaimRow::SELECT_BY_ID`], read by the send path's SQLite writer.
@@ -241,6 +243,8 @@ impl ClaimRow {
             settle_until_ms: row.get(11)?,
             lookups: row.get(12)?,
             next_lookup_ms: row.get(13)?,
+            settled_at_ms: row.get(14)?,
+            send_at_ms: row.get(15)?,
         })
     }
 }
@@ -325,6 +329,13 @@ impl TryFrom<ClaimRow> for ClaimRecord {
                     None => None,
                 },
             },
+            "scheduled" => ClaimState::Scheduled {
+                send_at: from_ms(send_at(row.send_at_ms)?)?,
+            },
+            "canceled" => ClaimState::Canceled {
+                send_at: from_ms(send_at(row.send_at_ms)?)?,
+                at: from_ms(row.settled_at_ms.unwrap_or(row.claimed_at_ms))?,
+            },
             other => return Err(StoreError::Corrupt(format!("claim state {other:?}"))),
         };
         Ok(ClaimRecord {
@@ -334,6 +345,11 @@ impl TryFrom<ClaimRow> for ClaimRecord {
             caller: caller_from_db(row.caller)?,
         })
     }
+}
+
+/// The time of a scheduled claim, which it always has.
+fn send_at(v: Option<i64>) -> Result<i64, StoreError> {
+    v.ok_or_else(|| StoreError::Corrupt("scheduled claim without send_at".into()))
 }
 
 /// The stored columns of a settlement.

@@ -11,11 +11,12 @@ use chrono::{DateTime, Utc};
 use tokio::sync::watch;
 
 use super::common::conn::{Pooled, Tx};
-use super::common::{claims, events, guard, sandbox, upkeep, verifications};
+use super::common::{claims, events, guard, sandbox, scheduled, upkeep, verifications};
 use super::postgres::{self, PgDb};
 use super::sqlite::{self, SqliteDb};
 use super::verifications::writes_without_row;
 use super::{
+    DueScheduled, NewScheduled, ScheduleReply, ScheduledSummary,
     ClaimChange, ClaimRecord, ClaimReply, CodeCheck, Decided, GuardCheck, PendingMessage,
     RangeHold, Retention, SandboxSave, Start, StartOutcome, Store, StoreError, VerificationChange,
     VerificationRecord,
@@ -180,6 +181,43 @@ impl Store for SqlStore {
         next: Option<DateTime<Utc>>,
     ) -> Result<(), StoreError> {
         upkeep::schedule_poll(&mut self.write().await?.conn(), client_id, next).await
+    }
+
+    async fn schedule(&self, new: &NewScheduled) -> Result<ScheduleReply, StoreError> {
+        scheduled::schedule(self.begin_write().await?, new).await
+    }
+
+    async fn cancel_scheduled(
+        &self,
+        id: ClientId,
+        at: DateTime<Utc>,
+    ) -> Result<Option<DateTime<Utc>>, StoreError> {
+        scheduled::cancel(self.begin_write().await?, id, at).await
+    }
+
+    async fn take_due_scheduled(
+        &self,
+        now: DateTime<Utc>,
+        limit: u32,
+        lease: Duration,
+    ) -> Result<Vec<DueScheduled>, StoreError> {
+        let due_sql = match &self.db {
+            Db::Sqlite(_) => sqlite::DUE_SCHEDULED_SQL,
+            Db::Postgres(_) => postgres::DUE_SCHEDULED_SQL,
+        };
+        let mut conn = self.write().await?;
+        scheduled::take_due(&mut conn.conn(), due_sql, now, limit, lease).await
+    }
+
+    async fn forget_scheduled(&self, ids: &[ClientId]) -> Result<(), StoreError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        scheduled::forget(self.begin_write().await?, ids).await
+    }
+
+    async fn scheduled_summary(&self) -> Result<ScheduledSummary, StoreError> {
+        scheduled::summary(&mut self.read().await?.conn()).await
     }
 
     async fn try_lease(

@@ -63,6 +63,7 @@ pub(super) fn parse_payload(op: &Operation, data: Value) -> Result<Output, Paylo
                 msg_id: p.msg_id.unwrap_or_default(),
                 parts: p.parts.unwrap_or_default(),
                 raw: data,
+                scheduled_for: None,
             })
         }
         Operation::SendVoiceOtp(_) => {

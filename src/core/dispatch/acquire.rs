@@ -34,6 +34,8 @@ pub(super) struct Entry {
     pub(super) caller: Option<CallerName>,
     pub(super) key: Option<(ClientId, Fingerprint)>,
     pub(super) confidential: Option<Confidential>,
+    /// The scheduled send leaving: it takes over its scheduled claim.
+    pub(super) leaving: bool,
     pub(super) slot: Slot,
 }
 
@@ -66,7 +68,8 @@ pub(super) async fn acquire(claims: &Claims, entries: &mut [Entry]) {
         entries[i].slot = match reply {
             ClaimReply::Existing(record) => {
                 let entry = &entries[i];
-                match claims.decide(&entry.op, id, fingerprint, entry.caller.as_ref(), &record) {
+                let key = (id, fingerprint, entry.leaving);
+                match claims.decide(&entry.op, key, entry.caller.as_ref(), &record) {
                     Decision::Answer(answer) => Slot::Done(answer),
                     Decision::Wait(stale_at) => Slot::Wait(stale_at),
                     Decision::TakeOver { attempt, resolve } => {

@@ -114,6 +114,27 @@ pub fn fingerprint(op: &Operation) -> Fingerprint {
     Fingerprint(Sha256::digest(upstream::canonical(op)).into())
 }
 
+/// The fingerprint of a request with a `send_at`: its operation and its time, so the
+/// same message at another time is another request (a request without one keeps the
+/// fingerprint it always had).
+pub fn scheduled_fingerprint(op: &Operation, send_at: DateTime<Utc>) -> Fingerprint {
+    let mut hash = Sha256::new();
+    hash.update(upstream::canonical(op));
+    hash.update(b"\nsend_at_ms:");
+    hash.update(send_at.timestamp_millis().to_be_bytes());
+    Fingerprint(hash.finalize().into())
+}
+
+/// How a call with a `send_at` keys its claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScheduledKey {
+    /// The request's time, part of its fingerprint.
+    pub send_at: DateTime<Utc>,
+    /// The scheduled message leaving at its time (msgw's own call), rather than a
+    /// caller's retry: only it takes a scheduled claim over.
+    pub leaving: bool,
+}
+
 impl Claims {
     /// Claims over `store`; a claim with no outcome `stale_after` after it was made
     /// counts as unknown; a cut request's outcome is open for `settle` after the cut.
@@ -184,13 +205,13 @@ impl Claims {
         apply(&*self.store, changes, &self.rows, "claims").await
     }
 
-    /// What `op` (keyed by `id`, hashed to `fingerprint`, called by `caller`) does with
-    /// the claim `record` its id already has.
+    /// What `op` (keyed by `id`, hashed to `fingerprint`, `leaving` when it is a
+    /// scheduled message leaving, called by `caller`) does with the claim `record` its
+    /// id already has.
     pub fn decide(
         &self,
         op: &Operation,
-        id: ClientId,
-        fingerprint: Fingerprint,
+        (id, fingerprint, leaving): (ClientId, Fingerprint, bool),
         caller: Option<&CallerName>,
         record: &ClaimRecord,
     ) -> Decision {
@@ -213,7 +234,16 @@ impl Claims {
             ClaimState::Accepted(outcome) if own => conflict(outcome.msg_id.as_ref()),
             ClaimState::Accepted(_) => conflict(None),
             ClaimState::Released { .. } => take_over(None),
+            ClaimState::Scheduled { .. } if same && leaving => take_over(None),
+            ClaimState::Scheduled { send_at } if same => {
+                Decision::Answer(Ok(scheduled_receipt(id, *send_at, true)))
+            }
+            ClaimState::Canceled { .. } if same => {
+                Decision::Answer(Err(Error::MessageCanceled { id: id.get() }))
+            }
             _ if !same => conflict(None),
+            // Matched above: a same request never gets here with these.
+            ClaimState::Scheduled { .. } | ClaimState::Canceled { .. } => conflict(None),
             ClaimState::Unknown {
                 lookups: Some(lookups),
                 ..
@@ -427,12 +457,27 @@ pub fn replay(op: &Operation, id: ClientId, outcome: AcceptedOutcome) -> Result<
             msg_id: outcome.msg_id.unwrap_or_default(),
             parts: outcome.parts,
             raw: outcome.payload,
+            scheduled_for: None,
         })
     };
     Ok(Executed {
         output,
         replayed: true,
     })
+}
+
+/// The answer to a send kept to leave at `send_at`: nothing reached the gateway yet.
+pub fn scheduled_receipt(id: ClientId, send_at: DateTime<Utc>, replayed: bool) -> Executed {
+    Executed {
+        output: Output::Sent(SendReceipt {
+            id: id.get(),
+            msg_id: String::new(),
+            parts: 0,
+            raw: serde_json::Value::Null,
+            scheduled_for: Some(send_at),
+        }),
+        replayed,
+    }
 }
 
 /// The answer when another call's send with `id` is still in flight at the caller's deadline.

@@ -187,7 +187,7 @@ impl<R: Runner> Coalescer<R> {
         deadline: Option<Instant>,
         caller: Option<CallerName>,
     ) -> CallReply<R::Answer> {
-        self.call_kept(ops, deadline, caller, None).await
+        self.call_kept(ops, deadline, caller, None, None).await
     }
 
     /// [`Coalescer::call`] of operations carrying a secret, whose claims are kept as
@@ -198,6 +198,7 @@ impl<R: Runner> Coalescer<R> {
         deadline: Option<Instant>,
         caller: Option<CallerName>,
         confidential: Option<super::Confidential>,
+        scheduled: Option<super::ScheduledKey>,
     ) -> CallReply<R::Answer> {
         if deadline.is_some_and(|d| d <= Instant::now()) {
             return Err(not_sent());
@@ -223,6 +224,7 @@ impl<R: Runner> Coalescer<R> {
                 caller,
                 deadline,
                 confidential,
+                scheduled,
                 held: R::Held::default(),
                 reply,
                 seq,

@@ -75,9 +75,12 @@ impl Engine {
                 let key =
                     op.idempotency_key()
                         .filter(|_| claiming)
-                        .map(|id| match &call.confidential {
-                            Some(confidential) => (id, confidential.fingerprint(&op)),
-                            None => (id, claims::fingerprint(&op)),
+                        .map(|id| match (&call.confidential, call.scheduled) {
+                            (Some(confidential), _) => (id, confidential.fingerprint(&op)),
+                            (None, Some(scheduled)) => {
+                                (id, claims::scheduled_fingerprint(&op, scheduled.send_at))
+                            }
+                            (None, None) => (id, claims::fingerprint(&op)),
                         });
                 Entry {
                     call: index,
@@ -85,6 +88,7 @@ impl Engine {
                     caller: call.caller.clone(),
                     key,
                     confidential: call.confidential.clone(),
+                    leaving: call.scheduled.is_some_and(|s| s.leaving),
                     slot: held.next().unwrap_or(Slot::Send(None)),
                 }
             })

@@ -23,7 +23,10 @@ use crate::core::domain::{CallerName, ClientId, Error, Operation, Output, Unavai
 use crate::core::hooks::HookUrls;
 use crate::process::metrics::Metrics;
 
-pub use claims::{Claims, Owned, STALE_MARGIN, fingerprint};
+pub use claims::{
+    Claims, Owned, STALE_MARGIN, ScheduledKey, fingerprint, scheduled_fingerprint,
+    scheduled_receipt,
+};
 use coalescer::Coalescer;
 pub use coalescer::Limits;
 pub use confidential::Confidential;
@@ -153,7 +156,7 @@ impl Dispatcher {
         deadline: Option<Instant>,
         caller: Option<&CallerName>,
     ) -> Result<Vec<Result<Executed, Error>>, Error> {
-        self.execute_all_kept(ops, deadline, caller, None).await
+        self.execute_all_kept(ops, deadline, caller, None, None).await
     }
 
     /// Runs one operation of `caller` whose text carries a secret: the same send, with
@@ -167,7 +170,26 @@ impl Dispatcher {
         confidential: &Confidential,
     ) -> Result<Executed, Error> {
         let mut results = self
-            .execute_all_kept(vec![op], deadline, caller, Some(confidential))
+            .execute_all_kept(vec![op], deadline, caller, Some(confidential), None)
+            .await?;
+        results
+            .pop()
+            .unwrap_or_else(|| Err(Error::Internal("no result for the operation".into())))
+    }
+
+    /// Runs one send of `caller` that has a `send_at` (past, or its time has come):
+    /// keyed by its time (see [`scheduled_fingerprint`]), with the same exactly-once
+    /// rules as any send; `leaving` when it is the scheduled message itself leaving,
+    /// which takes its scheduled claim over.
+    pub async fn execute_scheduled(
+        &self,
+        op: Operation,
+        deadline: Option<Instant>,
+        caller: Option<&CallerName>,
+        scheduled: ScheduledKey,
+    ) -> Result<Executed, Error> {
+        let mut results = self
+            .execute_all_kept(vec![op], deadline, caller, None, Some(scheduled))
             .await?;
         results
             .pop()
@@ -181,6 +203,7 @@ impl Dispatcher {
         deadline: Option<Instant>,
         caller: Option<&CallerName>,
         confidential: Option<&Confidential>,
+        scheduled: Option<ScheduledKey>,
     ) -> Result<Vec<Result<Executed, Error>>, Error> {
         let mut results: Vec<Option<Result<Executed, Error>>> = ops.iter().map(|_| None).collect();
         let mut pending: Vec<(usize, Operation)> = ops.into_iter().enumerate().collect();
@@ -189,7 +212,13 @@ impl Dispatcher {
             let (indices, batch): (Vec<usize>, Vec<Operation>) = pending.into_iter().unzip();
             let answers = self
                 .coalescer
-                .call_kept(batch, deadline, caller.cloned(), confidential.cloned())
+                .call_kept(
+                    batch,
+                    deadline,
+                    caller.cloned(),
+                    confidential.cloned(),
+                    scheduled,
+                )
                 .await?;
             if answers.len() != indices.len() {
                 return Err(Error::Internal(format!(

@@ -104,6 +104,25 @@ pub enum Error {
         /// The gateway's id of the existing message, when known.
         msg_id: Option<String>,
     },
+    /// The scheduled message of this id was cancelled: the id is spent.
+    #[error("the scheduled message with id {id} was cancelled; send a new message with a new id")]
+    MessageCanceled {
+        /// The id.
+        id: u64,
+    },
+    /// The message of this id has left msgw for the gateway (or was never scheduled):
+    /// it cannot be cancelled.
+    #[error("the message with id {id} has already been sent to the gateway (or was sent at once); only a scheduled message that has not left can be cancelled")]
+    AlreadySent {
+        /// The id.
+        id: u64,
+    },
+    /// msgw holds no scheduled or sent message of this id for the caller.
+    #[error("msgw holds no message with id {id} of this caller")]
+    NoSuchMessage {
+        /// The id.
+        id: u64,
+    },
     /// Another call with this id is waiting for the gateway, and the caller's
     /// deadline came first.
     #[error("a send with id {id} is in progress; retry with the same id to get its outcome")]

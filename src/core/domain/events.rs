@@ -55,6 +55,8 @@ pub enum EventSource {
     Webhook,
     /// Polling the `status` operation.
     Poll,
+    /// msgw itself (a scheduled message: scheduled, cancelled, or refused as it left).
+    Msgw,
 }
 
 impl EventSource {
@@ -63,6 +65,7 @@ impl EventSource {
         match self {
             Self::Webhook => "webhook",
             Self::Poll => "poll",
+            Self::Msgw => "msgw",
         }
     }
 
@@ -71,6 +74,7 @@ impl EventSource {
         match name {
             "webhook" => Some(Self::Webhook),
             "poll" => Some(Self::Poll),
+            "msgw" => Some(Self::Msgw),
             _ => None,
         }
     }

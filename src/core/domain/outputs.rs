@@ -17,6 +17,8 @@ pub struct SendReceipt {
     pub parts: u32,
     /// Payload verbatim.
     pub raw: Value,
+    /// Set when msgw keeps the message to send it then (nothing reached the gateway).
+    pub scheduled_for: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// A voice one-time-code call placed.

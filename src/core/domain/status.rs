@@ -77,6 +77,10 @@ pub enum Status {
     SimFull,
     Undeliverable,
     Unknown,
+    /// msgw's own: kept to be sent at its time (not final).
+    Scheduled,
+    /// msgw's own: a scheduled message cancelled before it left (final).
+    Canceled,
 }
 
 impl Status {
@@ -101,6 +105,9 @@ impl Status {
         Self::Unknown,
     ];
 
+    /// msgw's own statuses, which the gateway never reports.
+    pub const OWN: [Status; 2] = [Self::Scheduled, Self::Canceled];
+
     /// The gateway's spelling (some contain spaces).
     pub fn as_str(self) -> &'static str {
         match self {
@@ -121,17 +128,25 @@ impl Status {
             Self::SimFull => "SIM FULL",
             Self::Undeliverable => "UNDELIVERABLE",
             Self::Unknown => "UNKNOWN",
+            Self::Scheduled => "SCHEDULED",
+            Self::Canceled => "CANCELED",
         }
     }
 
     /// The status of a gateway string; `None` for a value msgw does not know.
     pub fn parse(raw: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|s| s.as_str() == raw)
+        Self::ALL
+            .into_iter()
+            .chain(Self::OWN)
+            .find(|s| s.as_str() == raw)
     }
 
     /// Whether the message can still change.
     pub fn is_final(self) -> bool {
-        !matches!(self, Self::Accepted | Self::Queued | Self::Routing)
+        !matches!(
+            self,
+            Self::Accepted | Self::Queued | Self::Routing | Self::Scheduled
+        )
     }
 
     /// Whether this is a successful final state.

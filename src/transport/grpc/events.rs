@@ -175,6 +175,7 @@ pub fn event(e: StatusEvent) -> proto::StatusEvent {
         source: match e.event.source {
             EventSource::Webhook => proto::EventSource::Webhook,
             EventSource::Poll => proto::EventSource::Poll,
+            EventSource::Msgw => proto::EventSource::Msgw,
         }
         .into(),
         r#final: is_final,

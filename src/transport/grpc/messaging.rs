@@ -6,11 +6,15 @@ use std::sync::Arc;
 use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 
-use super::convert::{estimate, estimate_text};
-use super::handler;
+use super::convert::{estimate, estimate_text, timestamp};
+use super::handler::{self, Rpc};
+use super::schedule::{TimedRequest, batch_timings, timing};
 use crate::core::dispatch::{Dispatcher, Executed};
-use crate::core::domain::{Error, Operation, Output, Permission, Violations, estimate_sms};
+use crate::core::domain::{
+    ClientId, Error, Operation, Output, Permission, Violations, estimate_sms,
+};
 use crate::core::events::EventLog;
+use crate::core::schedule::Scheduler;
 use crate::core::wait::{self, MAX_WAIT};
 use crate::transport::auth;
 use crate::transport::proto::{self, messaging_service_server::MessagingService};
@@ -19,13 +23,36 @@ use crate::transport::proto::{self, messaging_service_server::MessagingService};
 #[derive(Clone)]
 pub struct Messaging {
     dispatcher: Dispatcher,
+    scheduler: Arc<Scheduler>,
     events: Arc<EventLog>,
 }
 
 impl Messaging {
-    /// Handlers over `dispatcher`; `events` answers waits for a final status.
-    pub fn new(dispatcher: Dispatcher, events: Arc<EventLog>) -> Self {
-        Self { dispatcher, events }
+    /// Handlers over `scheduler` (and its dispatcher); `events` answers waits for a
+    /// final status.
+    pub fn new(scheduler: Arc<Scheduler>, events: Arc<EventLog>) -> Self {
+        Self {
+            dispatcher: scheduler.dispatcher().clone(),
+            scheduler,
+            events,
+        }
+    }
+
+    /// Runs a send RPC: now, or kept until its `send_at`.
+    async fn send<Req, Resp>(&self, request: Request<Req>) -> Result<Response<Resp>, Status>
+    where
+        Req: Rpc<Resp> + TimedRequest + Clone,
+    {
+        let timed = timing(request.get_ref(), "send_at");
+        let scheduler = &self.scheduler;
+        handler::unary_with(&self.dispatcher, request, |ops, deadline, caller| async move {
+            let timed = timed?;
+            let ops = ops.into_iter().map(|op| (op, timed.clone())).collect();
+            scheduler
+                .execute_all(ops, deadline, caller.name.as_ref())
+                .await
+        })
+        .await
     }
 }
 
@@ -35,49 +62,49 @@ impl MessagingService for Messaging {
         &self,
         request: Request<proto::SendSmsRequest>,
     ) -> Result<Response<proto::SendSmsResponse>, Status> {
-        handler::unary(&self.dispatcher, request).await
+        self.send(request).await
     }
 
     async fn send_viber(
         &self,
         request: Request<proto::SendViberRequest>,
     ) -> Result<Response<proto::SendViberResponse>, Status> {
-        handler::unary(&self.dispatcher, request).await
+        self.send(request).await
     }
 
     async fn send_rcs(
         &self,
         request: Request<proto::SendRcsRequest>,
     ) -> Result<Response<proto::SendRcsResponse>, Status> {
-        handler::unary(&self.dispatcher, request).await
+        self.send(request).await
     }
 
     async fn send_telegram_otp(
         &self,
         request: Request<proto::SendTelegramOtpRequest>,
     ) -> Result<Response<proto::SendTelegramOtpResponse>, Status> {
-        handler::unary(&self.dispatcher, request).await
+        self.send(request).await
     }
 
     async fn send_voice(
         &self,
         request: Request<proto::SendVoiceRequest>,
     ) -> Result<Response<proto::SendVoiceResponse>, Status> {
-        handler::unary(&self.dispatcher, request).await
+        self.send(request).await
     }
 
     async fn send_voice_otp(
         &self,
         request: Request<proto::SendVoiceOtpRequest>,
     ) -> Result<Response<proto::SendVoiceOtpResponse>, Status> {
-        handler::unary(&self.dispatcher, request).await
+        self.send(request).await
     }
 
     async fn send_pipeline(
         &self,
         request: Request<proto::SendPipelineRequest>,
     ) -> Result<Response<proto::SendPipelineResponse>, Status> {
-        handler::unary(&self.dispatcher, request).await
+        self.send(request).await
     }
 
     async fn get_message_status(
@@ -85,7 +112,15 @@ impl MessagingService for Messaging {
         request: Request<proto::GetMessageStatusRequest>,
     ) -> Result<Response<proto::GetMessageStatusResponse>, Status> {
         if !request.get_ref().wait_for_final {
-            return handler::unary(&self.dispatcher, request).await;
+            // A message msgw keeps (or cancelled) is answered from msgw's store.
+            let scheduler = &self.scheduler;
+            return handler::unary_with(&self.dispatcher, request, |ops, deadline, caller| async move {
+                let ops = ops.into_iter().map(|op| (op, None)).collect();
+                scheduler
+                    .execute_all(ops, deadline, caller.name.as_ref())
+                    .await
+            })
+            .await;
         }
         let until =
             super::deadline::deadline(&request).unwrap_or_else(|| Instant::now() + MAX_WAIT);
@@ -115,11 +150,27 @@ impl MessagingService for Messaging {
 
     async fn cancel_message(
         &self,
-        _request: Request<proto::CancelMessageRequest>,
+        request: Request<proto::CancelMessageRequest>,
     ) -> Result<Response<proto::CancelMessageResponse>, Status> {
-        Err(Status::unimplemented(
-            "CancelMessage: scheduled sends are not built yet",
-        ))
+        let caller = auth::caller_of(&request)?;
+        let method = auth::method_of(&request);
+        handler::observed(self.dispatcher.metrics(), method, &caller, async {
+            auth::admit_rpc(&caller, method, Permission::Send)?;
+            let mut violations = Violations::new();
+            let id = violations
+                .scope("")
+                .check("id", ClientId::new(request.into_inner().id));
+            let id = violations.finish(id)?;
+            tracing::Span::current().record("client_id", id.get());
+            let canceled = self.scheduler.cancel(id, caller.name.as_ref()).await?;
+            let response = proto::CancelMessageResponse {
+                id: canceled.id.get(),
+                send_at: Some(timestamp(canceled.send_at)),
+                cancel_time: Some(timestamp(canceled.at)),
+            };
+            Ok((response, false))
+        })
+        .await
     }
 
     async fn estimate_sms(
@@ -142,6 +193,23 @@ impl MessagingService for Messaging {
         &self,
         request: Request<proto::BatchRequest>,
     ) -> Result<Response<proto::BatchResponse>, Status> {
-        handler::unary(&self.dispatcher, request).await
+        let timings = batch_timings(&request.get_ref().items);
+        let scheduler = &self.scheduler;
+        handler::unary_with(&self.dispatcher, request, |ops, deadline, caller| async move {
+            // Parsed items keep their order: one timing each.
+            let timings = timings?;
+            if timings.len() != ops.len() {
+                return Err(Error::Internal(format!(
+                    "{} timings for {} batch items",
+                    timings.len(),
+                    ops.len()
+                )));
+            }
+            let ops = ops.into_iter().zip(timings).collect();
+            scheduler
+                .execute_all(ops, deadline, caller.name.as_ref())
+                .await
+        })
+        .await
     }
 }

@@ -11,6 +11,7 @@ mod handler;
 mod limits;
 mod messaging;
 pub mod port;
+pub mod schedule;
 pub mod server;
 mod status;
 mod templates;

@@ -8,7 +8,6 @@ use tonic::service::Routes;
 use tonic_health::{ServingStatus, server::HealthReporter};
 
 use super::{Account, Events, FraudGuard, MAX_REQUEST_BYTES, Messaging, Templates, Verification};
-use crate::core::dispatch::Dispatcher;
 use crate::core::events::EventLog;
 use crate::core::verify::Verifier;
 use crate::transport::proto::{
@@ -58,10 +57,11 @@ impl Health {
 
 /// Everything the gRPC port serves, and the health it reports (not serving yet).
 pub fn routes(
-    dispatcher: Dispatcher,
+    scheduler: Arc<crate::core::schedule::Scheduler>,
     events: Arc<EventLog>,
     verifier: Verifier,
 ) -> Result<(Routes, Health), tonic_reflection::server::Error> {
+    let dispatcher = scheduler.dispatcher().clone();
     let (reporter, health_service) = tonic_health::server::health_reporter();
     let health = Health {
         reporter,
@@ -88,7 +88,7 @@ pub fn routes(
                 .max_decoding_message_size(OPEN_REQUEST_BYTES),
         )
         .add_service(
-            MessagingServiceServer::new(Messaging::new(dispatcher.clone(), events.clone()))
+            MessagingServiceServer::new(Messaging::new(scheduler, events.clone()))
                 .max_decoding_message_size(MAX_REQUEST_BYTES),
         )
         .add_service(

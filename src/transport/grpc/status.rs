@@ -24,7 +24,8 @@ pub fn code(e: &Error) -> Code {
         Error::SendInProgress { .. } => Code::Aborted,
         Error::ResultLost(_) => Code::FailedPrecondition,
         Error::Overloaded { .. } => Code::ResourceExhausted,
-        Error::MessageNotFound { .. } => Code::NotFound,
+        Error::MessageNotFound { .. } | Error::NoSuchMessage { .. } => Code::NotFound,
+        Error::MessageCanceled { .. } | Error::AlreadySent { .. } => Code::FailedPrecondition,
         Error::PermissionDenied(_) => Code::PermissionDenied,
         Error::RateLimited { .. } => Code::ResourceExhausted,
         Error::VerificationNotFound | Error::RangeNotHeld { .. } => Code::NotFound,
@@ -70,7 +71,9 @@ pub fn reason(e: &Error) -> &'static str {
         Error::SendInProgress { .. } => "SEND_IN_PROGRESS",
         Error::ResultLost(_) => "RESULT_LOST",
         Error::Overloaded { .. } => "QUEUE_FULL",
-        Error::MessageNotFound { .. } => "MESSAGE_NOT_FOUND",
+        Error::MessageNotFound { .. } | Error::NoSuchMessage { .. } => "MESSAGE_NOT_FOUND",
+        Error::MessageCanceled { .. } => "MESSAGE_CANCELED",
+        Error::AlreadySent { .. } => "ALREADY_SENT",
         Error::RateLimited { .. } => "RATE_LIMITED",
         Error::VerificationNotFound => "VERIFICATION_NOT_FOUND",
         Error::PhoneRateLimited { .. } => "PHONE_RATE_LIMITED",
@@ -210,6 +213,9 @@ fn details(e: Error) -> Details {
             retry_after,
             ..Details::default()
         },
+        Error::MessageCanceled { id } | Error::AlreadySent { id } | Error::NoSuchMessage { id } => {
+            metadata(vec![("id", id.to_string())])
+        }
         Error::AccessDenied
         | Error::ResultLost(_)
         | Error::PermissionDenied(_)
@@ -367,6 +373,9 @@ mod tests {
                 retry_after: second,
             },
             Error::ResultLost("lost".into()),
+            Error::MessageCanceled { id: 1 },
+            Error::AlreadySent { id: 1 },
+            Error::NoSuchMessage { id: 1 },
             Error::Overloaded {
                 retry_after: second,
             },
@@ -418,6 +427,9 @@ mod tests {
                 | Error::IdConflict { .. }
                 | Error::SendInProgress { .. }
                 | Error::ResultLost(_)
+                | Error::MessageCanceled { .. }
+                | Error::AlreadySent { .. }
+                | Error::NoSuchMessage { .. }
                 | Error::Overloaded { .. }
                 | Error::CursorOutOfRange { .. }
                 | Error::PermissionDenied(_)

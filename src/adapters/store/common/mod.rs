@@ -8,5 +8,6 @@ pub(super) mod conn;
 pub(super) mod events;
 pub(super) mod guard;
 pub(super) mod sandbox;
+pub(super) mod scheduled;
 pub(super) mod upkeep;
 pub(super) mod verifications;

@@ -43,10 +43,11 @@ fn prune_statements(retention: Retention, now: DateTime<Utc>) -> [(&'static str,
         // A claim outlives its retention while reconcile still tracks its message, and
         // an open one (in flight, or its outcome unknown) is never dropped for its age:
         // it is the only record that the send may have left, so a retry must not send
-        // again. Reconcile resolves open claims; then they age like the others.
+        // again. Reconcile resolves open claims; then they age like the others. A
+        // scheduled one is kept until it has left or been cancelled.
         (
             "DELETE FROM claims WHERE COALESCE(settled_at_ms, claimed_at_ms) < $1
-               AND state NOT IN ('in_flight', 'unknown')
+               AND state NOT IN ('in_flight', 'unknown', 'scheduled')
                AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.client_id = claims.client_id
                                 AND NOT m.is_final AND m.sent_at_ms + m.lifetime_s * 1000 >= $2)",
             vec![claims_horizon, ms(now)],

@@ -21,6 +21,8 @@ pub struct Call<R: Runner> {
     pub deadline: Option<Instant>,
     /// How its claims are kept when its operations carry a secret.
     pub confidential: Option<crate::core::dispatch::Confidential>,
+    /// The time a scheduled send's claim is keyed by, when the call is one.
+    pub scheduled: Option<crate::core::dispatch::ScheduledKey>,
     /// What its preparation left it holding (its claims), until its envelope runs.
     pub held: R::Held,
     /// Where its answer goes.

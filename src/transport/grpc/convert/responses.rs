@@ -99,6 +99,8 @@ pub fn status(s: Option<Status>) -> proto::MessageStatus {
             Status::SimFull => P::SimFull,
             Status::Undeliverable => P::Undeliverable,
             Status::Unknown => P::Unknown,
+            Status::Scheduled => P::Scheduled,
+            Status::Canceled => P::Canceled,
         },
     }
 }
@@ -159,7 +161,7 @@ fn receipt(output: Output) -> Result<(Option<proto::SendReceipt>, Option<PValue>
                 id: r.id,
                 msg_id: r.msg_id,
                 parts: r.parts,
-                scheduled_for: None,
+                scheduled_for: r.scheduled_for.map(timestamp),
             }),
             raw(&r.raw),
         )),

@@ -1,0 +1,134 @@
+//! Scheduled sends in SQL both databases speak: keeping one (its claim and its request
+//! in one transaction), cancelling one, and what is kept. Taking due ones differs
+//! (`FOR UPDATE SKIP LOCKED` on PostgreSQL): each database gives its statement.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::conn::{Conn, Sql, Tx};
+use crate::adapters::store::rows::{ClaimRow, from_ms, id_to_db, millis, ms};
+use crate::adapters::store::scheduled::{
+    DueRow, DueScheduled, NewScheduled, ScheduleReply, ScheduledSummary, due_from_row,
+};
+use crate::adapters::store::{ClaimRecord, StoreError};
+use crate::core::domain::{CallerName, ClientId};
+
+/// Claims the id as scheduled and keeps the request, in `tx`; or answers the claim the
+/// id has.
+pub(in crate::adapters::store) async fn schedule(
+    mut tx: Tx<'_>,
+    new: &NewScheduled,
+) -> Result<ScheduleReply, StoreError> {
+    let id = id_to_db(new.id.get());
+    let caller = new.caller.as_ref().map(CallerName::as_str);
+    let mut conn = tx.conn();
+    let sql = Sql::new(
+        "INSERT INTO claims (client_id, fingerprint, attempt, state, claimed_at_ms, caller,
+                             send_at_ms)
+         VALUES ($1, $2, 1, 'scheduled', $3, $4, $5)
+         ON CONFLICT (client_id) DO NOTHING RETURNING attempt",
+    )
+    .bind(id)
+    .bind(&new.fingerprint.0[..])
+    .bind(ms(new.at))
+    .bind(caller)
+    .bind(ms(new.send_at));
+    let inserted: Option<(i64,)> = conn.fetch_optional(sql).await?;
+    let reply = if inserted.is_some() {
+        let sql = Sql::new(
+            "INSERT INTO scheduled (client_id, send_at_ms, due_ms, payload, caller, tries,
+                                    created_at_ms)
+             VALUES ($1, $2, $2, $3, $4, 0, $5)",
+        )
+        .bind(id)
+        .bind(ms(new.send_at))
+        .bind(new.payload.clone())
+        .bind(caller)
+        .bind(ms(new.at));
+        conn.execute(sql).await?;
+        ScheduleReply::Scheduled
+    } else {
+        let sql = Sql::new("SELECT * FROM claims WHERE client_id = $1").bind(id);
+        let row: ClaimRow = conn.fetch_one(sql).await?;
+        ScheduleReply::Existing(ClaimRecord::try_from(row)?)
+    };
+    drop(conn);
+    tx.commit().await?;
+    Ok(reply)
+}
+
+/// Cancels the scheduled message `id` unless it has left (a compare-and-set on its
+/// claim's state, which also moves the claim's generation on, so a take-over that
+/// looked before fails): when it was to leave, `None` when it was not scheduled.
+pub(in crate::adapters::store) async fn cancel(
+    mut tx: Tx<'_>,
+    id: ClientId,
+    at: DateTime<Utc>,
+) -> Result<Option<DateTime<Utc>>, StoreError> {
+    let id = id_to_db(id.get());
+    let mut conn = tx.conn();
+    let sql = Sql::new(
+        "UPDATE claims SET state = 'canceled', attempt = attempt + 1, settled_at_ms = $2
+          WHERE client_id = $1 AND state = 'scheduled' RETURNING send_at_ms",
+    )
+    .bind(id)
+    .bind(ms(at));
+    let canceled: Option<(Option<i64>,)> = conn.fetch_optional(sql).await?;
+    let Some((send_at,)) = canceled else {
+        return Ok(None);
+    };
+    conn.execute(Sql::new("DELETE FROM scheduled WHERE client_id = $1").bind(id))
+        .await?;
+    drop(conn);
+    tx.commit().await?;
+    send_at
+        .map(from_ms)
+        .transpose()?
+        .ok_or_else(|| StoreError::Corrupt("scheduled claim without send_at".into()))
+        .map(Some)
+}
+
+/// Takes up to `limit` due messages with `due_sql`, the store's own statement (`$1` the
+/// lease's end, `$2` now, `$3` the limit).
+pub(in crate::adapters::store) async fn take_due(
+    conn: &mut Conn<'_>,
+    due_sql: &'static str,
+    now: DateTime<Utc>,
+    limit: u32,
+    lease: Duration,
+) -> Result<Vec<DueScheduled>, StoreError> {
+    let sql = Sql::new(due_sql)
+        .bind(ms(now).saturating_add(millis(lease)))
+        .bind(ms(now))
+        .bind(i64::from(limit));
+    let rows: Vec<DueRow> = conn.fetch_all(sql).await?;
+    rows.into_iter().map(due_from_row).collect()
+}
+
+/// Drops the requests of messages that have left (or can never leave), in `tx`.
+pub(in crate::adapters::store) async fn forget(
+    mut tx: Tx<'_>,
+    ids: &[ClientId],
+) -> Result<(), StoreError> {
+    let mut conn = tx.conn();
+    for id in ids {
+        let sql = Sql::new("DELETE FROM scheduled WHERE client_id = $1").bind(id_to_db(id.get()));
+        conn.execute(sql).await?;
+    }
+    drop(conn);
+    tx.commit().await
+}
+
+/// How many messages are kept, and when the next one is due.
+pub(in crate::adapters::store) async fn summary(
+    conn: &mut Conn<'_>,
+) -> Result<ScheduledSummary, StoreError> {
+    let (pending, next): (i64, Option<i64>) = conn
+        .fetch_one(Sql::new("SELECT COUNT(*), MIN(due_ms) FROM scheduled"))
+        .await?;
+    Ok(ScheduledSummary {
+        pending: u64::try_from(pending).unwrap_or(0),
+        next_due: next.map(from_ms).transpose()?,
+    })
+}

@@ -240,7 +240,7 @@ async fn both_examples_speak_mtls_from_environment_variables() {
             "--addr",
             &addr,
             "--id",
-            "7201",
+            "7210",
             "--wait",
             "30",
         ])
@@ -248,7 +248,7 @@ async fn both_examples_speak_mtls_from_environment_variables() {
     mtls(&mut command);
     run_example(
         &mut command,
-        &["sent 7201: msg_id ", "status of 7201: DELIVERED"],
+        &["sent 7210: msg_id ", "status of 7210: DELIVERED"],
     )
     .await;
 }

@@ -163,7 +163,12 @@ fn receipt(output: Output) -> Result<(Option<proto::SendReceipt>, Option<PValue>
                 parts: r.parts,
                 scheduled_for: r.scheduled_for.map(timestamp),
             }),
-            raw(&r.raw),
+            // A scheduled message has no gateway answer yet.
+            if r.scheduled_for.is_some() {
+                None
+            } else {
+                raw(&r.raw)
+            },
         )),
         other => Err(mismatch("send", &other)),
     }

@@ -156,7 +156,8 @@ impl Dispatcher {
         deadline: Option<Instant>,
         caller: Option<&CallerName>,
     ) -> Result<Vec<Result<Executed, Error>>, Error> {
-        self.execute_all_kept(ops, deadline, caller, None, None).await
+        self.execute_all_kept(ops, deadline, caller, None, None)
+            .await
     }
 
     /// Runs one operation of `caller` whose text carries a secret: the same send, with

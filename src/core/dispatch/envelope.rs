@@ -76,7 +76,7 @@ impl Engine {
                     match (&call.confidential, call.scheduled) {
                         (Some(confidential), _) => (id, confidential.fingerprint(&op)),
                         (None, Some(scheduled)) => {
-                            (id, claims::scheduled_fingerprint(&op, scheduled.send_at))
+                            (id, super::scheduled_fingerprint(&op, scheduled.send_at))
                         }
                         (None, None) => (id, claims::fingerprint(&op)),
                     }

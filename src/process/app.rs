@@ -25,6 +25,7 @@ use crate::sandbox::{EmbeddedSandbox, SandboxConfig};
 use crate::transport::auth::tls::{TlsFiles, TlsReloader};
 use crate::transport::auth::{AuthLayer, Authenticator};
 use crate::transport::grpc::port::PortLimits;
+use crate::transport::grpc::schedule::decoder;
 use crate::transport::grpc::{StampLayer, TooLargeLayer};
 use crate::transport::http_listener::{self, ListenerLimits};
 use crate::transport::listen::Listeners;
@@ -150,12 +151,8 @@ impl Application {
                 store: store.clone(),
                 settle: config.upstream_settle,
             });
-        let scheduler = Scheduler::new(
-            dispatcher.clone(),
-            store.clone(),
-            events.clone(),
-            crate::transport::grpc::schedule::decoder(),
-        );
+        let scheduler =
+            Scheduler::new(dispatcher.clone(), store.clone(), events.clone(), decoder());
         let verify_secret = match config.verify_secret {
             Some(secret) => secret,
             // Not configured (SQLite only, see config): kept next to the database.

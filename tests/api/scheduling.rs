@@ -40,7 +40,8 @@ fn sends_of(gateway: &FakeGateway, id: u64) -> usize {
         .iter()
         .flat_map(|r| r.body["data"].as_array().cloned().unwrap_or_default())
         .filter(|item| {
-            item["type"] == "sms" && (item["id"] == json!(id) || item["id"] == json!(id.to_string()))
+            item["type"] == "sms"
+                && (item["id"] == json!(id) || item["id"] == json!(id.to_string()))
         })
         .count()
 }
@@ -86,7 +87,10 @@ async fn a_scheduled_sms_is_scheduled_then_reaches_the_gateway_once_at_its_time(
     assert_eq!(sends_of(&app.gateway, 301), 0, "sent before its time");
     assert!(sent_within(&app.gateway, 301, Duration::from_secs(6)).await);
     let elapsed = started.elapsed();
-    assert!(elapsed >= Duration::from_millis(2900), "sent after {elapsed:?}");
+    assert!(
+        elapsed >= Duration::from_millis(2900),
+        "sent after {elapsed:?}"
+    );
     assert!(elapsed < Duration::from_secs(5), "sent after {elapsed:?}");
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(sends_of(&app.gateway, 301), 1, "sent more than once");
@@ -122,7 +126,10 @@ async fn a_cancelled_message_never_reaches_the_gateway_and_its_id_is_spent() {
         .expect("cancelled")
         .into_inner();
     assert_eq!(canceled.id, 303);
-    assert_eq!(canceled.send_at.map(|t| t.seconds), request.send_at.map(|t| t.seconds));
+    assert_eq!(
+        canceled.send_at.map(|t| t.seconds),
+        request.send_at.map(|t| t.seconds)
+    );
     // Cancelling again answers it again.
     let again = app
         .messaging()
@@ -180,12 +187,25 @@ async fn a_retry_replays_the_scheduled_answer_then_the_gateways() {
         .await
         .expect("replayed");
     assert_eq!(
-        retry.metadata().get("msgw-replayed").map(|v| v.to_str().unwrap()),
+        retry
+            .metadata()
+            .get("msgw-replayed")
+            .map(|v| v.to_str().unwrap()),
         Some("true")
     );
     assert_eq!(
-        retry.into_inner().receipt.unwrap().scheduled_for.map(|t| t.seconds),
-        first.into_inner().receipt.unwrap().scheduled_for.map(|t| t.seconds)
+        retry
+            .into_inner()
+            .receipt
+            .unwrap()
+            .scheduled_for
+            .map(|t| t.seconds),
+        first
+            .into_inner()
+            .receipt
+            .unwrap()
+            .scheduled_for
+            .map(|t| t.seconds)
     );
     // The same id at another time, or now, is another request.
     let other_time = app
@@ -195,7 +215,11 @@ async fn a_retry_replays_the_scheduled_answer_then_the_gateways() {
         .expect_err("conflict");
     assert_eq!(other_time.code(), Code::AlreadyExists);
     assert_eq!(error_info(&other_time).0, "ID_CONFLICT");
-    let now = app.messaging().send_sms(sms(305)).await.expect_err("conflict");
+    let now = app
+        .messaging()
+        .send_sms(sms(305))
+        .await
+        .expect_err("conflict");
     assert_eq!(now.code(), Code::AlreadyExists);
     assert!(sent_within(&app.gateway, 305, Duration::from_secs(5)).await);
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -206,7 +230,10 @@ async fn a_retry_replays_the_scheduled_answer_then_the_gateways() {
         .await
         .expect("replayed after it left");
     assert_eq!(
-        after.metadata().get("msgw-replayed").map(|v| v.to_str().unwrap()),
+        after
+            .metadata()
+            .get("msgw-replayed")
+            .map(|v| v.to_str().unwrap()),
         Some("true")
     );
     let receipt = after.into_inner().receipt.unwrap();
@@ -283,7 +310,11 @@ async fn a_scheduled_send_refused_as_it_leaves_gets_a_rejected_event_with_the_re
     assert_eq!(rejected.status(), MessageStatus::Rejected);
     assert_eq!(rejected.source(), EventSource::Msgw);
     assert!(rejected.r#final);
-    assert!(rejected.error.contains("Not enough money"), "{}", rejected.error);
+    assert!(
+        rejected.error.contains("Not enough money"),
+        "{}",
+        rejected.error
+    );
 }
 
 #[tokio::test]
@@ -295,7 +326,11 @@ async fn send_at_is_validated() {
         .await
         .expect_err("too far");
     assert_eq!(far.code(), Code::InvalidArgument);
-    assert!(violations(&far).iter().any(|v| v.starts_with("send_at")), "{:?}", violations(&far));
+    assert!(
+        violations(&far).iter().any(|v| v.starts_with("send_at")),
+        "{:?}",
+        violations(&far)
+    );
     let nanos = app
         .messaging()
         .send_sms(at(
@@ -314,12 +349,15 @@ async fn send_at_is_validated() {
             id: 310,
             phone: "380971234567".into(),
             send_at: Some(in_(Duration::from_secs(60))),
-            ..Default::default()
         })
         .await
         .expect_err("a voice OTP call cannot be scheduled");
     assert_eq!(voice_otp.code(), Code::InvalidArgument);
-    assert!(violations(&voice_otp).iter().any(|v| v.starts_with("send_at")));
+    assert!(
+        violations(&voice_otp)
+            .iter()
+            .any(|v| v.starts_with("send_at"))
+    );
     // In the past: sent now.
     app.messaging()
         .send_sms(at(
@@ -332,7 +370,12 @@ async fn send_at_is_validated() {
         .await
         .expect("sent now");
     assert_eq!(sends_of(&app.gateway, 311), 1);
-    assert!(app.gateway.requests().iter().all(|r| !r.body.to_string().contains("309")));
+    assert!(
+        app.gateway
+            .requests()
+            .iter()
+            .all(|r| !r.body.to_string().contains("309"))
+    );
 }
 
 #[tokio::test]
@@ -384,7 +427,10 @@ async fn two_postgresql_replicas_send_a_scheduled_message_once() {
             .expect("scheduled");
     }
     for id in 350..360 {
-        assert!(sent_within(&gateway, id, Duration::from_secs(8)).await, "id {id}");
+        assert!(
+            sent_within(&gateway, id, Duration::from_secs(8)).await,
+            "id {id}"
+        );
     }
     tokio::time::sleep(Duration::from_millis(1500)).await;
     for id in 350..360 {

@@ -35,11 +35,19 @@ pub async fn a_scheduled_message_is_claimed_kept_and_cancelled_once(fixture: Fix
     let store = fixture.open().await;
     let send_at = Utc::now() + chrono::TimeDelta::seconds(60);
     let new = scheduled(1, send_at);
-    assert_eq!(store.schedule(&new).await.unwrap(), ScheduleReply::Scheduled);
+    assert_eq!(
+        store.schedule(&new).await.unwrap(),
+        ScheduleReply::Scheduled
+    );
     let ScheduleReply::Existing(record) = store.schedule(&new).await.unwrap() else {
         panic!("the id is claimed");
     };
-    assert_eq!(record.state, ClaimState::Scheduled { send_at: ms(send_at) });
+    assert_eq!(
+        record.state,
+        ClaimState::Scheduled {
+            send_at: ms(send_at)
+        }
+    );
     assert_eq!(record.fingerprint, new.fingerprint);
     assert_eq!(record.caller, new.caller);
     let summary = store.scheduled_summary().await.unwrap();
@@ -51,7 +59,10 @@ pub async fn a_scheduled_message_is_claimed_kept_and_cancelled_once(fixture: Fix
         store.cancel_scheduled(id(1), canceled_at).await.unwrap(),
         Some(ms(send_at))
     );
-    assert_eq!(store.cancel_scheduled(id(1), canceled_at).await.unwrap(), None);
+    assert_eq!(
+        store.cancel_scheduled(id(1), canceled_at).await.unwrap(),
+        None
+    );
     let take = ClaimChange::TakeOver {
         id: id(1),
         fingerprint: new.fingerprint,
@@ -76,7 +87,11 @@ pub async fn due_messages_are_taken_by_one_replica_until_the_lease_ends(fixture:
     let (a, b) = (fixture.open().await, fixture.open().await);
     let now = Utc::now();
     for n in 1..=40 {
-        let at = if n <= 30 { now - chrono::TimeDelta::seconds(1) } else { now + chrono::TimeDelta::hours(1) };
+        let at = if n <= 30 {
+            now - chrono::TimeDelta::seconds(1)
+        } else {
+            now + chrono::TimeDelta::hours(1)
+        };
         a.schedule(&scheduled(n, at)).await.unwrap();
     }
     let lease = Duration::from_secs(60);
@@ -96,12 +111,25 @@ pub async fn due_messages_are_taken_by_one_replica_until_the_lease_ends(fixture:
         .collect();
     taken.sort_unstable();
     assert_eq!(taken, (1..=30).collect::<Vec<_>>(), "each due message once");
-    assert!(a.take_due_scheduled(now, 100, lease).await.unwrap().is_empty());
+    assert!(
+        a.take_due_scheduled(now, 100, lease)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     // After the lease, another replica takes what was never forgotten.
-    a.forget_scheduled(&(1..=29).map(id).collect::<Vec<_>>()).await.unwrap();
+    a.forget_scheduled(&(1..=29).map(id).collect::<Vec<_>>())
+        .await
+        .unwrap();
     let later = now + chrono::TimeDelta::seconds(61);
     let again = b.take_due_scheduled(later, 100, lease).await.unwrap();
-    assert_eq!(again.iter().map(|d| (d.id.get(), d.tries)).collect::<Vec<_>>(), [(30, 2)]);
+    assert_eq!(
+        again
+            .iter()
+            .map(|d| (d.id.get(), d.tries))
+            .collect::<Vec<_>>(),
+        [(30, 2)]
+    );
     assert_eq!(a.scheduled_summary().await.unwrap().pending, 11);
 }
 

@@ -3,8 +3,8 @@
 
 use chrono::{DateTime, Utc};
 
-use super::{ClaimRecord, Fingerprint, StoreError};
 use super::rows::{caller_from_db, from_ms, id_from_db};
+use super::{ClaimRecord, Fingerprint, StoreError};
 use crate::core::domain::{CallerName, ClientId};
 
 /// A send to keep until `send_at`: its claim and its request.

@@ -16,9 +16,9 @@ use super::postgres::{self, PgDb};
 use super::sqlite::{self, SqliteDb};
 use super::verifications::writes_without_row;
 use super::{
-    DueScheduled, NewScheduled, ScheduleReply, ScheduledSummary,
-    ClaimChange, ClaimRecord, ClaimReply, CodeCheck, Decided, GuardCheck, PendingMessage,
-    RangeHold, Retention, SandboxSave, Start, StartOutcome, Store, StoreError, VerificationChange,
+    ClaimChange, ClaimRecord, ClaimReply, CodeCheck, Decided, DueScheduled, GuardCheck,
+    NewScheduled, PendingMessage, RangeHold, Retention, SandboxSave, ScheduleReply,
+    ScheduledSummary, Start, StartOutcome, Store, StoreError, VerificationChange,
     VerificationRecord,
 };
 use crate::core::domain::{CallerName, ClientId, Cursor, NewEvent, Phone, StatusEvent};

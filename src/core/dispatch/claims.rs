@@ -114,27 +114,6 @@ pub fn fingerprint(op: &Operation) -> Fingerprint {
     Fingerprint(Sha256::digest(upstream::canonical(op)).into())
 }
 
-/// The fingerprint of a request with a `send_at`: its operation and its time, so the
-/// same message at another time is another request (a request without one keeps the
-/// fingerprint it always had).
-pub fn scheduled_fingerprint(op: &Operation, send_at: DateTime<Utc>) -> Fingerprint {
-    let mut hash = Sha256::new();
-    hash.update(upstream::canonical(op));
-    hash.update(b"\nsend_at_ms:");
-    hash.update(send_at.timestamp_millis().to_be_bytes());
-    Fingerprint(hash.finalize().into())
-}
-
-/// How a call with a `send_at` keys its claim.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ScheduledKey {
-    /// The request's time, part of its fingerprint.
-    pub send_at: DateTime<Utc>,
-    /// The scheduled message leaving at its time (msgw's own call), rather than a
-    /// caller's retry: only it takes a scheduled claim over.
-    pub leaving: bool,
-}
-
 impl Claims {
     /// Claims over `store`; a claim with no outcome `stale_after` after it was made
     /// counts as unknown; a cut request's outcome is open for `settle` after the cut.
@@ -236,7 +215,7 @@ impl Claims {
             ClaimState::Released { .. } => take_over(None),
             ClaimState::Scheduled { .. } if same && leaving => take_over(None),
             ClaimState::Scheduled { send_at } if same => {
-                Decision::Answer(Ok(scheduled_receipt(id, *send_at, true)))
+                Decision::Answer(Ok(super::scheduled_receipt(id, *send_at, true)))
             }
             ClaimState::Canceled { .. } if same => {
                 Decision::Answer(Err(Error::MessageCanceled { id: id.get() }))
@@ -464,20 +443,6 @@ pub fn replay(op: &Operation, id: ClientId, outcome: AcceptedOutcome) -> Result<
         output,
         replayed: true,
     })
-}
-
-/// The answer to a send kept to leave at `send_at`: nothing reached the gateway yet.
-pub fn scheduled_receipt(id: ClientId, send_at: DateTime<Utc>, replayed: bool) -> Executed {
-    Executed {
-        output: Output::Sent(SendReceipt {
-            id: id.get(),
-            msg_id: String::new(),
-            parts: 0,
-            raw: serde_json::Value::Null,
-            scheduled_for: Some(send_at),
-        }),
-        replayed,
-    }
 }
 
 /// The answer when another call's send with `id` is still in flight at the caller's deadline.

@@ -72,16 +72,15 @@ impl Engine {
         std::mem::take(&mut call.ops)
             .into_iter()
             .map(|op| {
-                let key =
-                    op.idempotency_key()
-                        .filter(|_| claiming)
-                        .map(|id| match (&call.confidential, call.scheduled) {
-                            (Some(confidential), _) => (id, confidential.fingerprint(&op)),
-                            (None, Some(scheduled)) => {
-                                (id, claims::scheduled_fingerprint(&op, scheduled.send_at))
-                            }
-                            (None, None) => (id, claims::fingerprint(&op)),
-                        });
+                let key = op.idempotency_key().filter(|_| claiming).map(|id| {
+                    match (&call.confidential, call.scheduled) {
+                        (Some(confidential), _) => (id, confidential.fingerprint(&op)),
+                        (None, Some(scheduled)) => {
+                            (id, super::scheduled_fingerprint(&op, scheduled.send_at))
+                        }
+                        (None, None) => (id, claims::fingerprint(&op)),
+                    }
+                });
                 Entry {
                     call: index,
                     op,

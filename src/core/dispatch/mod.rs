@@ -12,6 +12,7 @@ mod confidential;
 mod envelope;
 mod lookups;
 mod resolve;
+mod scheduled;
 
 use std::sync::Arc;
 
@@ -23,15 +24,13 @@ use crate::core::domain::{CallerName, ClientId, Error, Operation, Output, Unavai
 use crate::core::hooks::HookUrls;
 use crate::process::metrics::Metrics;
 
-pub use claims::{
-    Claims, Owned, STALE_MARGIN, ScheduledKey, fingerprint, scheduled_fingerprint,
-    scheduled_receipt,
-};
+pub use claims::{Claims, Owned, STALE_MARGIN, fingerprint};
 use coalescer::Coalescer;
 pub use coalescer::Limits;
 pub use confidential::Confidential;
 use envelope::{Answer, Engine};
 pub use lookups::{LOOKUP_BACKOFF_FIRST, LOOKUP_BACKOFF_MAX};
+pub use scheduled::{ScheduledKey, scheduled_fingerprint, scheduled_receipt};
 
 /// Delivery tracking: hook URLs injected into sends, and sent messages recorded
 /// for reconcile.
@@ -156,7 +155,8 @@ impl Dispatcher {
         deadline: Option<Instant>,
         caller: Option<&CallerName>,
     ) -> Result<Vec<Result<Executed, Error>>, Error> {
-        self.execute_all_kept(ops, deadline, caller, None, None).await
+        self.execute_all_kept(ops, deadline, caller, None, None)
+            .await
     }
 
     /// Runs one operation of `caller` whose text carries a secret: the same send, with

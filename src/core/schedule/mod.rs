@@ -71,6 +71,9 @@ pub struct Scheduler {
     decoder: Decoder,
     /// The earliest time this replica scheduled a message for since its last pass.
     next_due: watch::Sender<Option<DateTime<Utc>>>,
+    /// Ids whose kept request can go: dropped in groups by the loop (`run.rs`).
+    forgotten: tokio::sync::mpsc::UnboundedSender<ClientId>,
+    forgetting: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<ClientId>>>,
     metrics: Arc<Metrics>,
 }
 
@@ -90,7 +93,10 @@ impl Scheduler {
         decoder: Decoder,
     ) -> Arc<Self> {
         let metrics = dispatcher.metrics().clone();
+        let (forgotten, forgetting) = tokio::sync::mpsc::unbounded_channel();
         Arc::new(Self {
+            forgotten,
+            forgetting: std::sync::Mutex::new(Some(forgetting)),
             dispatcher,
             store,
             events,
@@ -133,11 +139,10 @@ impl Scheduler {
                 (None, _) => plain.push((i, op)),
             }
         }
-        let sends = join_all(
-            timed
-                .into_iter()
-                .map(|(i, op, time)| async move { (i, self.send(op, time, deadline, caller).await) }),
-        );
+        let sends =
+            join_all(timed.into_iter().map(|(i, op, time)| async move {
+                (i, self.send(op, time, deadline, caller).await)
+            }));
         let (indices, plain): (Vec<usize>, Vec<Operation>) = plain.into_iter().unzip();
         let now = async {
             if plain.is_empty() {
@@ -168,7 +173,9 @@ impl Scheduler {
         caller: Option<&CallerName>,
     ) -> Result<Executed, Error> {
         let Some(id) = op.idempotency_key() else {
-            return Err(Error::Internal(format!("a timed operation without an id: {op:?}")));
+            return Err(Error::Internal(format!(
+                "a timed operation without an id: {op:?}"
+            )));
         };
         let fingerprint = scheduled_fingerprint(&op, time.send_at);
         let key = ScheduledKey {
@@ -242,7 +249,11 @@ impl Scheduler {
     }
 
     /// Cancels `caller`'s scheduled message `id` if it has not left.
-    pub async fn cancel(&self, id: ClientId, caller: Option<&CallerName>) -> Result<Canceled, Error> {
+    pub async fn cancel(
+        &self,
+        id: ClientId,
+        caller: Option<&CallerName>,
+    ) -> Result<Canceled, Error> {
         let not_found = || Error::NoSuchMessage { id: id.get() };
         let record = self.store.claim_of(id).await.map_err(store_error)?;
         let Some(record) = record.filter(|r| r.caller.as_ref() == caller) else {
@@ -256,7 +267,12 @@ impl Scheduler {
         // As the store keeps it (milliseconds), so a second answer says the same.
         let now = Utc::now();
         let at = DateTime::from_timestamp_millis(now.timestamp_millis()).unwrap_or(now);
-        match self.store.cancel_scheduled(id, at).await.map_err(store_error)? {
+        match self
+            .store
+            .cancel_scheduled(id, at)
+            .await
+            .map_err(store_error)?
+        {
             Some(send_at) => {
                 self.metrics
                     .scheduled_total

@@ -37,6 +37,10 @@ impl Scheduler {
     pub async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
         let mut hint = self.next_due.subscribe();
         let leaving = Arc::new(Semaphore::new(PASS_MAX as usize));
+        let forgetting = self.forgetting.lock().ok().and_then(|mut f| f.take());
+        if let Some(forgetting) = forgetting {
+            tokio::spawn(forget_in_groups(self.store.clone(), forgetting));
+        }
         loop {
             if *stop.borrow() {
                 break;
@@ -66,7 +70,10 @@ impl Scheduler {
     }
 
     /// Takes what is due and starts sending it; when the next message is due.
-    async fn pass(self: &Arc<Self>, leaving: &Arc<Semaphore>) -> Result<Option<DateTime<Utc>>, StoreError> {
+    async fn pass(
+        self: &Arc<Self>,
+        leaving: &Arc<Semaphore>,
+    ) -> Result<Option<DateTime<Utc>>, StoreError> {
         loop {
             let room = u32::try_from(leaving.available_permits())
                 .unwrap_or(PASS_MAX)
@@ -74,7 +81,10 @@ impl Scheduler {
             if room == 0 {
                 break;
             }
-            let due = self.store.take_due_scheduled(Utc::now(), room, LEASE).await?;
+            let due = self
+                .store
+                .take_due_scheduled(Utc::now(), room, LEASE)
+                .await?;
             let taken = due.len();
             for message in due {
                 let Ok(permit) = leaving.clone().acquire_owned().await else {
@@ -103,7 +113,10 @@ impl Scheduler {
         let op = match (self.decoder)(&message.payload) {
             Ok(op) if op.idempotency_key() == Some(id) => op,
             Ok(op) => {
-                let reason = format!("the kept request of id {id} reads back as another message ({})", op.rpc_name());
+                let reason = format!(
+                    "the kept request of id {id} reads back as another message ({})",
+                    op.rpc_name()
+                );
                 return self.refuse(&message, None, reason).await;
             }
             Err(e) => {
@@ -112,7 +125,9 @@ impl Scheduler {
             }
         };
         let lateness = (Utc::now() - message.send_at).to_std().unwrap_or_default();
-        self.metrics.scheduled_lateness.observe(lateness.as_secs_f64());
+        self.metrics
+            .scheduled_lateness
+            .observe(lateness.as_secs_f64());
         let key = ScheduledKey {
             send_at: message.send_at,
             leaving: true,
@@ -134,11 +149,17 @@ impl Scheduler {
                 {
                     // Its claim was not taken over (it belongs to another caller's
                     // request): leave it for the lease to bring back.
-                    tracing::warn!(client_id = id.get(), "scheduler: a due message's claim is still scheduled");
+                    tracing::warn!(
+                        client_id = id.get(),
+                        "scheduler: a due message's claim is still scheduled"
+                    );
                     return;
                 }
                 if !executed.replayed {
-                    self.metrics.scheduled_total.with_label_values(&["left"]).inc();
+                    self.metrics
+                        .scheduled_total
+                        .with_label_values(&["left"])
+                        .inc();
                 }
                 self.forget(id).await;
             }
@@ -150,9 +171,12 @@ impl Scheduler {
             ) => {
                 let unknown = matches!(
                     e,
-                    Error::Unavailable { outcome_unknown: true, .. }
-                        | Error::DeadlineExceeded { outcome_unknown: true }
-                        | Error::SendInProgress { .. }
+                    Error::Unavailable {
+                        outcome_unknown: true,
+                        ..
+                    } | Error::DeadlineExceeded {
+                        outcome_unknown: true
+                    } | Error::SendInProgress { .. }
                 );
                 if Utc::now() - message.send_at < GIVE_UP_AFTER || unknown {
                     // Taken again after the lease: a claim left unknown is resolved by
@@ -170,10 +194,18 @@ impl Scheduler {
     /// is not kept forever), a final REJECTED event with `reason`, its request dropped.
     async fn refuse(&self, message: &DueScheduled, op: Option<&Operation>, reason: String) {
         let id = message.id;
-        tracing::info!(client_id = id.get(), reason, "scheduler: a scheduled message was refused as it left");
+        tracing::info!(
+            client_id = id.get(),
+            reason,
+            "scheduler: a scheduled message was refused as it left"
+        );
         self.release_scheduled(id, &reason).await;
-        self.metrics.scheduled_total.with_label_values(&["failed"]).inc();
-        self.tell(id, op, "REJECTED", Some(reason), Utc::now()).await;
+        self.metrics
+            .scheduled_total
+            .with_label_values(&["failed"])
+            .inc();
+        self.tell(id, op, "REJECTED", Some(reason), Utc::now())
+            .await;
         self.forget(id).await;
     }
 
@@ -198,18 +230,36 @@ impl Scheduler {
         if let Ok(replies) = claims.apply(&[take]).await
             && let Some(ClaimReply::Claimed { attempt }) = replies.first()
         {
-            let owned = Owned { id, attempt: *attempt };
+            let owned = Owned {
+                id,
+                attempt: *attempt,
+            };
             let _ = claims
                 .settle(vec![(owned, Settlement::Released(reason.to_owned()))])
                 .await;
         }
     }
 
-    /// Drops the kept request of `id`; a failure is logged (the lease brings it back, and
-    /// its claim answers it then).
+    /// Drops the kept request of `id` soon, with others.
     async fn forget(&self, id: ClientId) {
-        if let Err(e) = self.store.forget_scheduled(&[id]).await {
-            tracing::warn!(client_id = id.get(), error = %e, "scheduler: cannot drop a sent message's request");
+        // Only fails once the loop has stopped: the lease brings the request back, and
+        // its claim answers it then.
+        let _ = self.forgotten.send(id);
+    }
+}
+
+/// Drops kept requests in groups (one store write for the many that leave in the same
+/// second); a failure is logged: the lease brings them back, and their claims answer
+/// them then.
+async fn forget_in_groups(
+    store: Arc<dyn crate::adapters::store::Store>,
+    mut ids: tokio::sync::mpsc::UnboundedReceiver<ClientId>,
+) {
+    let mut group = Vec::with_capacity(PASS_MAX as usize);
+    while ids.recv_many(&mut group, PASS_MAX as usize).await > 0 {
+        if let Err(e) = store.forget_scheduled(&group).await {
+            tracing::warn!(ids = group.len(), error = %e, "scheduler: cannot drop sent messages' requests");
         }
+        group.clear();
     }
 }

@@ -45,13 +45,17 @@ impl Messaging {
     {
         let timed = timing(request.get_ref(), "send_at");
         let scheduler = &self.scheduler;
-        handler::unary_with(&self.dispatcher, request, |ops, deadline, caller| async move {
-            let timed = timed?;
-            let ops = ops.into_iter().map(|op| (op, timed.clone())).collect();
-            scheduler
-                .execute_all(ops, deadline, caller.name.as_ref())
-                .await
-        })
+        handler::unary_with(
+            &self.dispatcher,
+            request,
+            |ops, deadline, caller| async move {
+                let timed = timed?;
+                let ops = ops.into_iter().map(|op| (op, timed.clone())).collect();
+                scheduler
+                    .execute_all(ops, deadline, caller.name.as_ref())
+                    .await
+            },
+        )
         .await
     }
 }
@@ -114,12 +118,16 @@ impl MessagingService for Messaging {
         if !request.get_ref().wait_for_final {
             // A message msgw keeps (or cancelled) is answered from msgw's store.
             let scheduler = &self.scheduler;
-            return handler::unary_with(&self.dispatcher, request, |ops, deadline, caller| async move {
-                let ops = ops.into_iter().map(|op| (op, None)).collect();
-                scheduler
-                    .execute_all(ops, deadline, caller.name.as_ref())
-                    .await
-            })
+            return handler::unary_with(
+                &self.dispatcher,
+                request,
+                |ops, deadline, caller| async move {
+                    let ops = ops.into_iter().map(|op| (op, None)).collect();
+                    scheduler
+                        .execute_all(ops, deadline, caller.name.as_ref())
+                        .await
+                },
+            )
             .await;
         }
         let until =
@@ -195,21 +203,25 @@ impl MessagingService for Messaging {
     ) -> Result<Response<proto::BatchResponse>, Status> {
         let timings = batch_timings(&request.get_ref().items);
         let scheduler = &self.scheduler;
-        handler::unary_with(&self.dispatcher, request, |ops, deadline, caller| async move {
-            // Parsed items keep their order: one timing each.
-            let timings = timings?;
-            if timings.len() != ops.len() {
-                return Err(Error::Internal(format!(
-                    "{} timings for {} batch items",
-                    timings.len(),
-                    ops.len()
-                )));
-            }
-            let ops = ops.into_iter().zip(timings).collect();
-            scheduler
-                .execute_all(ops, deadline, caller.name.as_ref())
-                .await
-        })
+        handler::unary_with(
+            &self.dispatcher,
+            request,
+            |ops, deadline, caller| async move {
+                // Parsed items keep their order: one timing each.
+                let timings = timings?;
+                if timings.len() != ops.len() {
+                    return Err(Error::Internal(format!(
+                        "{} timings for {} batch items",
+                        timings.len(),
+                        ops.len()
+                    )));
+                }
+                let ops = ops.into_iter().zip(timings).collect();
+                scheduler
+                    .execute_all(ops, deadline, caller.name.as_ref())
+                    .await
+            },
+        )
         .await
     }
 }

@@ -99,12 +99,8 @@ pub fn batch_timings(items: &[BatchItem]) -> Result<Vec<Option<Timed>>, Error> {
                 timing(r, &format!("items[{i}].send_telegram_otp.send_at"))
             }
             Some(Item::SendVoice(r)) => timing(r, &format!("items[{i}].send_voice.send_at")),
-            Some(Item::SendVoiceOtp(r)) => {
-                timing(r, &format!("items[{i}].send_voice_otp.send_at"))
-            }
-            Some(Item::SendPipeline(r)) => {
-                timing(r, &format!("items[{i}].send_pipeline.send_at"))
-            }
+            Some(Item::SendVoiceOtp(r)) => timing(r, &format!("items[{i}].send_voice_otp.send_at")),
+            Some(Item::SendPipeline(r)) => timing(r, &format!("items[{i}].send_pipeline.send_at")),
             _ => Ok(None),
         };
         match timed {
@@ -151,7 +147,9 @@ pub fn decoder() -> Decoder {
         let mut parsed = batch::parse(vec![item], 1)?;
         match parsed.pop() {
             Some((_, op)) if parsed.is_empty() => Ok(op),
-            _ => Err(Error::Internal("a kept request is not one operation".into())),
+            _ => Err(Error::Internal(
+                "a kept request is not one operation".into(),
+            )),
         }
     })
 }
@@ -173,14 +171,24 @@ mod tests {
         let ahead = now + chrono::TimeDelta::seconds(3);
         assert!(send_at(&ts(ahead), true, now).is_ok());
         assert!(send_at(&ts(now - chrono::TimeDelta::days(400)), false, now).is_ok());
-        assert!(send_at(&ts(now + MAX_AHEAD + chrono::TimeDelta::seconds(1)), true, now).is_err());
+        assert!(
+            send_at(
+                &ts(now + MAX_AHEAD + chrono::TimeDelta::seconds(1)),
+                true,
+                now
+            )
+            .is_err()
+        );
         assert!(send_at(&ts(ahead), false, now).is_err());
         let bad_nanos = Timestamp {
             seconds: now.timestamp(),
             nanos: 1_000_000_000,
         };
         assert!(send_at(&bad_nanos, true, now).is_err());
-        let negative = Timestamp { seconds: 1, nanos: -1 };
+        let negative = Timestamp {
+            seconds: 1,
+            nanos: -1,
+        };
         assert!(send_at(&negative, true, now).is_err());
         let huge = Timestamp {
             seconds: i64::MAX,

@@ -53,7 +53,6 @@ pub(in crate::adapters::store) async fn schedule(
         let row: ClaimRow = conn.fetch_one(sql).await?;
         ScheduleReply::Existing(ClaimRecord::try_from(row)?)
     };
-    drop(conn);
     tx.commit().await?;
     Ok(reply)
 }
@@ -80,7 +79,6 @@ pub(in crate::adapters::store) async fn cancel(
     };
     conn.execute(Sql::new("DELETE FROM scheduled WHERE client_id = $1").bind(id))
         .await?;
-    drop(conn);
     tx.commit().await?;
     send_at
         .map(from_ms)
@@ -116,7 +114,6 @@ pub(in crate::adapters::store) async fn forget(
         let sql = Sql::new("DELETE FROM scheduled WHERE client_id = $1").bind(id_to_db(id.get()));
         conn.execute(sql).await?;
     }
-    drop(conn);
     tx.commit().await
 }
 

@@ -25,6 +25,7 @@ mod lifecycle;
 mod listener;
 mod lookups;
 mod operations;
+mod optout;
 #[path = "../common/postgres.rs"]
 mod postgres;
 mod remembering;

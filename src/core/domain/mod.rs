@@ -12,6 +12,7 @@ mod outputs;
 mod permission;
 mod sms_parts;
 mod status;
+mod suppression;
 mod values;
 mod verification;
 
@@ -34,5 +35,9 @@ pub use outputs::{
 pub use permission::Permission;
 pub use sms_parts::{SmsEncoding, SmsEstimate, estimate as estimate_sms};
 pub use status::{Channel, ReportedStatus, Status};
+pub use suppression::{
+    KeywordReply, Keywords, LogEvent, MAX_REASON_CHARS, Reason, Suppression, SuppressionChange,
+    SuppressionEvent, SuppressionSource,
+};
 pub use values::{ClientId, HttpUrl, Lifetime, OtpCode, Phone, Text, TextKind, ValueError};
 pub use verification::VerificationStatus;

@@ -19,7 +19,8 @@ mod verification;
 pub use caller::CallerName;
 pub use error::{Error, FieldViolation, Scope, UnavailableCause, Violations};
 pub use events::{
-    Cursor, DeliveryReport, EventSource, MAX_DURATION_SECS, NewEvent, StatusEvent, representable,
+    Cursor, DeliveryReport, EventSource, LogEvent, MAX_DURATION_SECS, NewEvent, StatusEvent,
+    representable,
 };
 pub use facts::{Facts, Idempotency, OpKind};
 pub use money::{Money, MoneyError};
@@ -36,7 +37,7 @@ pub use permission::Permission;
 pub use sms_parts::{SmsEncoding, SmsEstimate, estimate as estimate_sms};
 pub use status::{Channel, ReportedStatus, Status};
 pub use suppression::{
-    KeywordReply, Keywords, LogEvent, MAX_REASON_CHARS, Reason, Suppression, SuppressionChange,
+    KeywordReply, Keywords, MAX_REASON_CHARS, Reason, Suppression, SuppressionChange,
     SuppressionEvent, SuppressionSource,
 };
 pub use values::{ClientId, HttpUrl, Lifetime, OtpCode, Phone, Text, TextKind, ValueError};

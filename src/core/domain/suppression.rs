@@ -1,9 +1,9 @@
 //! Opt-outs: the numbers msgw sends nothing to (its suppression list), how a number
-//! gets on and off it, and the changes as entries of the event log.
+//! gets on and off it (callers, keyword replies), and its changes as events.
 
 use chrono::{DateTime, Utc};
 
-use super::{CallerName, ClientId, Cursor, DeliveryReport, Phone, StatusEvent, ValueError};
+use super::{CallerName, ClientId, Cursor, DeliveryReport, Phone, ValueError};
 
 /// Longest reason kept with an entry, in characters.
 pub const MAX_REASON_CHARS: usize = 256;
@@ -139,41 +139,6 @@ pub struct SuppressionEvent {
     pub cursor: Cursor,
     /// The change.
     pub change: SuppressionChange,
-}
-
-/// An entry of the event log: a delivery status, or an opt-out change.
-#[derive(Debug, Clone, PartialEq)]
-pub enum LogEvent {
-    /// A status of a message.
-    Status(StatusEvent),
-    /// A number opted out or back in.
-    Suppression(SuppressionEvent),
-}
-
-impl LogEvent {
-    /// Its position in the log.
-    pub fn cursor(&self) -> Cursor {
-        match self {
-            Self::Status(e) => e.cursor,
-            Self::Suppression(e) => e.cursor,
-        }
-    }
-
-    /// The status event, if it is one.
-    pub fn status(&self) -> Option<&StatusEvent> {
-        match self {
-            Self::Status(e) => Some(e),
-            Self::Suppression(_) => None,
-        }
-    }
-
-    /// The status event, if it is one, owned.
-    pub fn into_status(self) -> Option<StatusEvent> {
-        match self {
-            Self::Status(e) => Some(e),
-            Self::Suppression(_) => None,
-        }
-    }
 }
 
 /// A reply of a delivery report whose whole text is an opt-out or opt-in keyword.

@@ -441,7 +441,6 @@ async fn append_group(
                 .inc();
             tracing::info!(
                 cursor = s.cursor.get(),
-                phone = c.phone.get(),
                 source = c.source.as_str(),
                 client_id = c.client_id.map(ClientId::get),
                 caller = c.caller.as_ref().map(CallerName::as_str),

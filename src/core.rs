@@ -1,6 +1,6 @@
 //! What msgw does, whatever carries the calls and wherever state is kept: validated
 //! operations and their facts (with the RPC names the proto gives them), dispatch (claims, coalescing), one-time-code
-//! verification and its fraud guard, the event log, reconcile, waits for a final status.
+//! verification and its fraud guard, opt-outs, the event log, reconcile, waits for a final status.
 
 pub(crate) mod balance;
 pub mod dispatch;
@@ -9,6 +9,7 @@ pub(crate) mod events;
 pub(crate) mod group_commit;
 pub mod hooks;
 pub(crate) mod mac;
+pub mod optout;
 pub mod reconcile;
 pub(crate) mod rpcs;
 pub mod schedule;

@@ -120,7 +120,8 @@ proptest! {
         let (stored, read) = read;
         prop_assert!(stored[0].is_some());
         prop_assert_eq!(read.len(), 1);
-        prop_assert_eq!(&read[0].event.report, &event.report, "stored as taken");
+        let read = read[0].status().expect("a status");
+        prop_assert_eq!(&read.event.report, &event.report, "stored as taken");
     }
 
     #[test]

@@ -66,6 +66,10 @@ pub async fn final_status(
     loop {
         match tokio::time::timeout_at(until, live.recv()).await {
             Ok(Some(Ok(event))) => {
+                // The filter asks for no list changes: only statuses come.
+                let Some(event) = event.into_status() else {
+                    continue;
+                };
                 let seen = Waited::from(event);
                 if seen.is_final {
                     return Ok(seen);

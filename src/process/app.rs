@@ -14,6 +14,7 @@ use crate::adapters::upstream::{Gateway, GatewayConfig};
 use crate::core::dispatch::{Dispatcher, Tracking};
 use crate::core::events::EventLog;
 use crate::core::hooks::{HookSigner, HookUrls};
+use crate::core::optout::Suppressions;
 use crate::core::reconcile::{ReconcileConfig, Reconciler};
 use crate::core::schedule::Scheduler;
 use crate::core::verify::{self, Codes, Verifier};
@@ -144,7 +145,12 @@ impl Application {
             tracing::info!("{note}");
         }
 
-        let events = EventLog::new(store.clone(), config.event_fan_out, metrics.clone());
+        let events = EventLog::new(
+            store.clone(),
+            config.event_fan_out,
+            metrics.clone(),
+            config.opt_out.keywords(),
+        );
         let dispatcher = Dispatcher::new(gateway, config.upstream_limits, metrics.clone())
             .with_tracking(Tracking {
                 hooks: hooks.clone(),
@@ -267,6 +273,7 @@ impl Application {
             self.scheduler.clone(),
             self.events.clone(),
             self.verifier.clone(),
+            Suppressions::new(self.store.clone(), self.events.clone()),
         )
         .context("gRPC reflection")?;
         health.set(ServingStatus::Serving).await;

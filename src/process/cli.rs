@@ -2,7 +2,7 @@
 //! flag with its environment variable (`msgw serve --help` documents each). A flag is
 //! where an option is written, once: its name, variable, default, bounds
 //! ([`crate::process::parse`]) and help. The options a subsystem uses are declared on its own
-//! settings struct (`verify::Settings`, `dispatch::Limits`, `grpc::port::PortLimits`,
+//! settings struct (`verify::Settings`, `optout::Settings`, `dispatch::Limits`, `grpc::port::PortLimits`,
 //! ...) and flattened into `serve`'s here; `config/` turns `serve`'s flags into a
 //! checked `Config`, and `msgw options` lists them for the docs' and chart's checks.
 
@@ -263,6 +263,9 @@ pub struct ServeArgs {
     /// Verifications and their fraud guard.
     #[command(flatten)]
     pub verify: crate::core::verify::Settings,
+    /// Which replies opt a number out, and back in.
+    #[command(flatten)]
+    pub opt_out: crate::core::optout::Settings,
     /// The store: `sqlite://PATH` (created on first start), `sqlite::memory:`, or
     /// `postgres://USER@HOST/DB?sslmode=...` (shared by several replicas).
     #[arg(long, env = "MSGW_STORE_URL", default_value = "sqlite://msgw.db", value_parser = store_url)]

@@ -50,6 +50,11 @@ pub struct Metrics {
     pub webhooks_total: IntCounterVec,
     /// Events appended to the log, by source (`webhook`, `poll`) and result (`stored`, `duplicate`).
     pub events_total: IntCounterVec,
+    /// Sends refused because their number opted out, by operation.
+    pub opt_out_refusals_total: IntCounterVec,
+    /// Changes of the suppression list, by source (`reply`, `api`) and direction
+    /// (`opt_out`, `opt_in`).
+    pub suppression_changes_total: IntCounterVec,
     /// Open StreamStatusEvents streams.
     pub open_streams: IntGauge,
     /// The account balance, by currency.
@@ -291,6 +296,18 @@ impl Metrics {
                 "msgw_events_total",
                 "Status events appended to the log, by source and result.",
                 &["source", "result"],
+            )?,
+            opt_out_refusals_total: counter(
+                &registry,
+                "msgw_opt_out_refusals_total",
+                "Sends (and verification codes) refused with RECIPIENT_OPTED_OUT before reaching the gateway, by operation.",
+                &["operation"],
+            )?,
+            suppression_changes_total: counter(
+                &registry,
+                "msgw_suppression_changes_total",
+                "Changes of the suppression list, by source (reply: a keyword reply; api: SuppressionService) and direction (opt_out, opt_in).",
+                &["source", "direction"],
             )?,
             grpc_connections_open: gauge(
                 &registry,

@@ -140,9 +140,10 @@ async fn deliver(inner: &Inner, delivery: &Delivery, done: usize) {
             .cloned()
             .map(|record| (record, state.account_webhook_url.clone()));
     }
-    for step in steps.into_iter().skip(done) {
+    let last_step = steps.len().saturating_sub(1);
+    for (n, step) in steps.into_iter().enumerate().skip(done) {
         tokio::time::sleep(delay).await;
-        let replies = (step.status == REPLIED).then(two_way_replies);
+        let replies = replies_at(delivery.magic, step, n == last_step);
         let mut state = inner.state();
         state.step_done(delivery.id, delivery.msg_id);
         let Some(record) = state.advance(
@@ -212,6 +213,18 @@ pub(super) fn webhook_body(id: u64, record: &MessageRecord, dtmf: bool, two_way:
     body
 }
 
+/// The replies a message has once it reaches `step` (`last`: its final one): a two-way
+/// Viber conversation's, or the opting-out number's STOP once it is delivered.
+fn replies_at(magic: Magic, step: Step, last: bool) -> Option<Value> {
+    match magic {
+        Magic::TwoWay if step.status == REPLIED => Some(two_way_replies()),
+        Magic::OptsOut if last && status::is_success(step.status) => Some(json!([
+            {"datetime": status::now_rfc3339(), "message": "STOP"}
+        ])),
+        _ => None,
+    }
+}
+
 /// The replies of a two-way Viber conversation: one text, one media.
 fn two_way_replies() -> Value {
     let now = status::now_rfc3339();
@@ -246,6 +259,21 @@ mod tests {
                 ("sms", "DELIVERED"),
             ]
         );
+    }
+
+    #[test]
+    fn the_opting_out_number_replies_stop_once_delivered() {
+        let steps = timeline(&[Channel::Sms], Magic::OptsOut);
+        let last = steps.len() - 1;
+        let replies: Vec<Option<Value>> = steps
+            .iter()
+            .enumerate()
+            .map(|(n, step)| replies_at(Magic::OptsOut, *step, n == last))
+            .collect();
+        assert!(replies[..last].iter().all(Option::is_none));
+        let stop = replies[last].as_ref().expect("the final step replies");
+        assert_eq!(stop[0]["message"], "STOP");
+        assert_eq!(steps[last].status, DELIVERED);
     }
 
     #[test]

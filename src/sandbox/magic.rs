@@ -27,6 +27,9 @@ pub enum Magic {
     /// delivered), but the whole request is answered with HTTP 502, as when a proxy
     /// loses the gateway's answer.
     LostAnswer,
+    /// 380000000011: delivered, and the recipient answers STOP: the delivery webhook
+    /// carries the reply (msgw then refuses the number's next sends).
+    OptsOut,
 }
 
 impl Magic {
@@ -43,6 +46,7 @@ impl Magic {
             380_000_000_008 => Magic::Rejected,
             380_000_000_009 => Magic::TwoWay,
             380_000_000_010 => Magic::LostAnswer,
+            380_000_000_011 => Magic::OptsOut,
             _ => Magic::None,
         }
     }

@@ -67,6 +67,14 @@ impl TestApp {
         VerificationServiceClient::new(self.channel.clone())
     }
 
+    pub fn suppressions(
+        &self,
+    ) -> msgw::transport::proto::suppression_service_client::SuppressionServiceClient<Channel> {
+        msgw::transport::proto::suppression_service_client::SuppressionServiceClient::new(
+            self.channel.clone(),
+        )
+    }
+
     pub fn fraud_guard(
         &self,
     ) -> msgw::transport::proto::fraud_guard_service_client::FraudGuardServiceClient<Channel> {
@@ -220,6 +228,8 @@ pub struct Options {
     /// Verifications: secret (PostgreSQL stores get [`VERIFY_SECRET`]), resend
     /// interval, phone limit, allowed prefixes.
     pub verify: msgw::core::verify::Settings,
+    /// The replies that opt a number out, and back in.
+    pub opt_out: msgw::core::optout::Settings,
 }
 
 impl Default for Options {
@@ -253,6 +263,7 @@ impl Default for Options {
             callers: None,
             callers_file: None,
             verify: msgw::core::verify::Settings::default(),
+            opt_out: msgw::core::optout::Settings::default(),
         }
     }
 }
@@ -331,6 +342,7 @@ pub fn config(options: Options, gateway: &FakeGateway) -> (Config, Arc<tempfile:
             .or(options.callers_file),
         verify_secret,
         verify,
+        opt_out: options.opt_out,
         ..Config::for_tests(upstream, store_url)
     };
     (config, store)

@@ -26,6 +26,7 @@ mod lifecycle;
 mod listener;
 mod lookups;
 mod operations;
+mod optout;
 #[path = "../common/postgres.rs"]
 mod postgres;
 mod remembering;

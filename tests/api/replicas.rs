@@ -93,6 +93,16 @@ impl Replica {
         messaging_service_client::MessagingServiceClient::new(self.channel.clone())
     }
 
+    /// A connection to its gRPC port.
+    pub fn channel(&self) -> Channel {
+        self.channel.clone()
+    }
+
+    /// Its webhook listener.
+    pub fn http_addr(&self) -> SocketAddr {
+        self.http_addr
+    }
+
     /// The `/metrics` text.
     async fn metrics(&self) -> String {
         reqwest::get(format!("http://{}/metrics", self.admin_addr))

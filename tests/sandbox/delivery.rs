@@ -178,6 +178,24 @@ async fn magic_two_way_viber_replies_and_voice_dtmf() {
 }
 
 #[tokio::test]
+async fn magic_opting_out_number_is_delivered_and_replies_stop() {
+    let sb = spawn_sandbox(test_config()).await;
+    let phone = 380000000011;
+    let (sent, body) = send_and_receive(&sb, sms(1, phone)).await;
+    assert_hook(&body, &sent, true, "sms", "DELIVERED");
+    let replies = body["replies"].as_array().unwrap();
+    assert_eq!(replies.len(), 1);
+    assert_eq!(replies[0]["message"], "STOP");
+    assert!(replies[0]["datetime"].is_string());
+    let status = sb.ok(json!({"type": "status", "id": 1})).await;
+    assert_eq!(status["replies"], body["replies"]);
+    // Viber is read, then the STOP comes.
+    let (sent, body) = send_and_receive(&sb, viber_text(2, phone)).await;
+    assert_hook(&body, &sent, true, "viber", "READ");
+    assert_eq!(body["replies"][0]["message"], "STOP");
+}
+
+#[tokio::test]
 async fn magic_no_webhook_is_delivered_silently() {
     let sb = spawn_sandbox(test_config()).await;
     let mut rx = spawn_receiver(0).await;

@@ -182,6 +182,7 @@ pub async fn a_group_of_settlements_fences_each_id_and_tracks_only_what_it_settl
                 channel: Channel::Sms,
                 sent_at: Utc::now(),
                 lifetime: Duration::from_secs(3600),
+                phone: None,
             }),
         )
     };
@@ -504,7 +505,7 @@ pub async fn a_claim_records_its_caller_and_its_messages_events_carry_it(fixture
         .await
         .unwrap()
         .into_iter()
-        .map(|e| e.caller)
+        .map(|e| e.into_status().expect("only statuses were appended").caller)
         .collect();
     assert_eq!(
         read, callers,

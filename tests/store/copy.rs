@@ -64,9 +64,13 @@ async fn a_sqlite_store_moves_to_postgres_with_its_claims_tracking_and_cursors()
         .await
         .unwrap();
     assert!(
-        billing
-            .iter()
-            .any(|e| e.event.report.client_id.map(|id| id.get()) == Some(4) && e.caller.is_some()),
+        billing.iter().filter_map(|e| e.status()).any(|e| e
+            .event
+            .report
+            .client_id
+            .map(|id| id.get())
+            == Some(4)
+            && e.caller.is_some()),
         "{billing:?}"
     );
     assert_eq!(

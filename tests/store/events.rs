@@ -6,7 +6,8 @@ use std::{collections::HashSet, sync::Arc, time::Duration};
 use chrono::{TimeZone, Utc};
 use msgw::adapters::store::{Retention, Store};
 use msgw::core::domain::{
-    Cursor, DeliveryReport, EventSource, Media, NewEvent, Reply, ReportedStatus,
+    Cursor, DeliveryReport, EventSource, LogEvent, Media, NewEvent, Reply, ReportedStatus,
+    StatusEvent,
 };
 
 use crate::Fixture;
@@ -29,6 +30,13 @@ pub fn event(client_id: u64, status: &str) -> NewEvent {
         received_at: Utc::now(),
         source: EventSource::Webhook,
     }
+}
+
+/// The status events of a read of the log, which holds nothing else.
+pub fn statuses(log: Vec<LogEvent>) -> Vec<StatusEvent> {
+    log.into_iter()
+        .map(|e| e.into_status().expect("only statuses were appended"))
+        .collect()
 }
 
 pub async fn appends_hand_out_increasing_cursors_and_skip_duplicates(fixture: Fixture) {
@@ -68,7 +76,7 @@ pub async fn appends_hand_out_increasing_cursors_and_skip_duplicates(fixture: Fi
     assert_eq!(store.latest_cursor().await.unwrap(), Cursor::new(3));
     assert_eq!(*store.appended().borrow(), Cursor::new(3));
     assert_eq!(store.oldest_cursor().await.unwrap(), Some(Cursor::new(1)));
-    let replay = store.events_after(Cursor::new(1), 10).await.unwrap();
+    let replay = statuses(store.events_after(Cursor::new(1), 10).await.unwrap());
     assert_eq!(
         replay.iter().map(|e| e.cursor.get()).collect::<Vec<_>>(),
         [2, 3]
@@ -122,7 +130,7 @@ pub async fn every_field_of_an_event_reads_back_exactly(fixture: Fixture) {
     e.received_at = Utc.timestamp_millis_opt(1_700_000_000_123).unwrap();
     e.source = EventSource::Poll;
     store.append_batch(std::slice::from_ref(&e)).await.unwrap();
-    let back = store.events_after(Cursor::START, 1).await.unwrap();
+    let back = statuses(store.events_after(Cursor::START, 1).await.unwrap());
     assert_eq!(back[0].event, e);
 }
 
@@ -181,7 +189,7 @@ pub async fn cursors_commit_in_order_across_concurrent_appenders(fixture: Fixtur
             tokio::time::Instant::now() < deadline,
             "reader stuck at {last}"
         );
-        for e in reader.events_after(last, 64).await.unwrap() {
+        for e in statuses(reader.events_after(last, 64).await.unwrap()) {
             assert!(e.cursor > last, "cursor order");
             assert!(seen.insert(e.event.report.client_id), "duplicate");
             last = e.cursor;

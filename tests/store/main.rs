@@ -12,6 +12,7 @@ mod lookups;
 mod scheduled;
 mod shared;
 mod sqlite_locking;
+mod suppressions;
 mod verifications;
 
 use std::{sync::Arc, time::Duration};
@@ -113,4 +114,6 @@ on_both_stores!(
     guard::a_range_is_held_by_its_unconverted_starts_and_approvals_keep_it_open,
     guard::limits_count_exactly_across_replicas_starting_at_once,
     guard::a_release_judges_the_range_afresh_and_prune_drops_old_counts,
+    suppressions::a_callers_change_commits_with_its_event_and_reads_back,
+    suppressions::keyword_replies_change_their_messages_number_once_in_order,
 );

@@ -39,6 +39,7 @@ pub async fn sent(store: &dyn Store, ids: std::ops::RangeInclusive<u64>) {
                     channel: Channel::Sms,
                     sent_at: Utc::now() - chrono::Duration::seconds(120),
                     lifetime: Duration::from_secs(3600),
+                    phone: None,
                 }),
             ),
             at: Utc::now(),

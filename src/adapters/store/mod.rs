@@ -1,12 +1,12 @@
 //! Durable state: idempotency claims of keyed operations, the messages msgw sent
-//! (for reconcile), the event log (for resumable streams), verifications and the fraud
-//! guard's counts, the sandbox's account, and the leases that let one replica at a
-//! time do shared work. One trait, [`Store`], implemented once by [`SqlStore`] over
+//! (for reconcile), the event log (for resumable streams) with the suppression list of
+//! opted-out numbers, verifications and the fraud guard's counts, the sandbox's
+//! account, and the leases that let one replica at a time do shared work. One trait, [`Store`], implemented once by [`SqlStore`] over
 //! either database: SQLite (the embedded default, one replica) or PostgreSQL (several
 //! replicas share it).
 //!
-//! - `claims.rs`, `verifications.rs`, `guard.rs`, `rows.rs`: what is stored, and how a
-//!   row reads back;
+//! - `claims.rs`, `verifications.rs`, `guard.rs`, `suppressions.rs`, `rows.rs`: what is
+//!   stored, and how a row reads back;
 //! - `common/`: the SQL both databases speak, as plain functions over a connection of
 //!   either (`common/conn.rs`);
 //! - `sqlite/`, `postgres/`: what only one database does (opening, the send path's
@@ -23,6 +23,7 @@ mod rows;
 mod scheduled;
 mod sql_store;
 mod sqlite;
+mod suppressions;
 mod verifications;
 
 use std::time::Duration;
@@ -30,7 +31,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::core::domain::{
-    CallerName, Channel, ClientId, Cursor, Error, NewEvent, Phone, StatusEvent, UnavailableCause,
+    CallerName, Channel, ClientId, Cursor, Error, LogEvent, NewEvent, Phone, StatusEvent,
+    Suppression, UnavailableCause,
 };
 
 pub use claims::{
@@ -40,6 +42,7 @@ pub use claims::{
 pub use guard::{BURST, Figures, GuardCheck, GuardFinding, KeyCheck, RangeHold, Window};
 pub use scheduled::{DueScheduled, NewScheduled, ScheduleReply, ScheduledSummary};
 pub use sql_store::SqlStore;
+pub use suppressions::{Appended, LogAppend};
 pub use verifications::{
     CodeCheck, Decided, NewVerification, PhoneLimit, Start, StartOutcome, StoredCode,
     VerificationChange, VerificationRecord,
@@ -104,6 +107,9 @@ pub struct SentMessage {
     pub sent_at: DateTime<Utc>,
     /// How long the gateway keeps trying.
     pub lifetime: Duration,
+    /// The number it went to (a reply to it opts that number out); `None` when msgw
+    /// learned of the send without its request (an outcome reconcile recovered).
+    pub phone: Option<Phone>,
 }
 
 /// A sent message whose status is not final yet and is due for a poll.
@@ -164,21 +170,46 @@ pub trait Store: std::fmt::Debug + Send + Sync + 'static {
     /// The client id of a gateway message id, if msgw sent it.
     async fn client_id_of(&self, msg_id: &str) -> Result<Option<ClientId>, StoreError>;
 
-    /// Appends events in one transaction, each unless the same event is stored already
-    /// (`None` for a duplicate), and returns them with their cursors in order. Cursors
-    /// are handed out in commit order, across every process that shares the store: once
-    /// a reader has seen cursor N, no event with a cursor at or below N commits later.
+    /// Appends to the event log in one transaction, in order, one answer each (see
+    /// [`LogAppend`]): reports, each unless the same event is stored already, with the
+    /// suppression list changes their keyword replies make, and callers' changes of the
+    /// list, each with its event. Cursors are handed out in commit order, across every
+    /// process that shares the store: once a reader has seen cursor N, no event with a
+    /// cursor at or below N commits later.
+    async fn append_log(&self, appends: &[LogAppend]) -> Result<Vec<Appended>, StoreError>;
+
+    /// Appends reports whose replies change nothing ([`Store::append_log`]): each
+    /// event with its cursor, `None` for a duplicate.
     async fn append_batch(
         &self,
         events: &[NewEvent],
-    ) -> Result<Vec<Option<StatusEvent>>, StoreError>;
+    ) -> Result<Vec<Option<StatusEvent>>, StoreError> {
+        let appends: Vec<LogAppend> = events.iter().cloned().map(LogAppend::report).collect();
+        Ok(self
+            .append_log(&appends)
+            .await?
+            .into_iter()
+            .map(|a| a.status)
+            .collect())
+    }
 
-    /// Up to `limit` events with a cursor above `cursor`, in cursor order.
-    async fn events_after(
+    /// Up to `limit` events (statuses and list changes) with a cursor above `cursor`,
+    /// in cursor order.
+    async fn events_after(&self, cursor: Cursor, limit: u32) -> Result<Vec<LogEvent>, StoreError>;
+
+    /// The numbers among `phones` that are on the suppression list (one read).
+    async fn suppressed(&self, phones: &[Phone]) -> Result<Vec<Phone>, StoreError>;
+
+    /// The suppression list's entry of `phone`, if it is on it.
+    async fn suppression(&self, phone: Phone) -> Result<Option<Suppression>, StoreError>;
+
+    /// Up to `limit` entries of the suppression list after `after` (from the first when
+    /// `None`), in number order.
+    async fn suppressions(
         &self,
-        cursor: Cursor,
+        after: Option<Phone>,
         limit: u32,
-    ) -> Result<Vec<StatusEvent>, StoreError>;
+    ) -> Result<Vec<Suppression>, StoreError>;
 
     /// The final event of message `client_id` if one is retained, else its newest.
     async fn last_event_of(&self, client_id: ClientId) -> Result<Option<StatusEvent>, StoreError>;

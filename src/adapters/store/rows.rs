@@ -12,8 +12,9 @@ use super::{
     StoreError,
 };
 use crate::core::domain::{
-    CallerName, ClientId, Cursor, DeliveryReport, EventSource, Media, NewEvent, Reply,
-    ReportedStatus, StatusEvent,
+    CallerName, ClientId, Cursor, DeliveryReport, EventSource, LogEvent, Media, NewEvent, Phone,
+    Reason, Reply, ReportedStatus, StatusEvent, SuppressionChange, SuppressionEvent,
+    SuppressionSource,
 };
 
 /// Milliseconds since the epoch, as stored.
@@ -57,6 +58,17 @@ pub(super) fn report_id_to_db(id: Option<ClientId>) -> i64 {
 /// A stored report's client id: 0 (or anything msgw cannot have sent) is unknown.
 pub(super) fn report_id_from_db(v: i64) -> Option<ClientId> {
     ClientId::new(id_from_db(v)).ok()
+}
+
+/// A stored phone number (digits, as a 64-bit integer).
+pub(super) fn phone_from_db(v: i64) -> Result<Phone, StoreError> {
+    Phone::parse(&id_from_db(v).to_string())
+        .map_err(|e| StoreError::Corrupt(format!("phone {v}: {e}")))
+}
+
+/// A phone number as stored.
+pub(super) fn phone_to_db(phone: Phone) -> i64 {
+    id_to_db(phone.get())
 }
 
 /// A stored cursor.
@@ -137,6 +149,12 @@ pub(super) struct EventRow {
     received_at_ms: i64,
     source: String,
     caller: Option<String>,
+    /// `status`, `opt_out` or `opt_in`.
+    kind: String,
+    /// A list change's number.
+    phone: Option<i64>,
+    /// A list change's keyword or reason.
+    reason: Option<String>,
 }
 
 /// A stored event's `updated`; `None`, logged, when it does not read back.
@@ -163,38 +181,76 @@ fn replies_from_db(cursor: i64, replies: &str) -> Vec<Reply> {
     })
 }
 
+impl TryFrom<EventRow> for LogEvent {
+    type Error = StoreError;
+
+    fn try_from(row: EventRow) -> Result<Self, StoreError> {
+        let suppressed = match row.kind.as_str() {
+            "status" => return status_event(row).map(LogEvent::Status),
+            "opt_out" => true,
+            "opt_in" => false,
+            other => return Err(StoreError::Corrupt(format!("event kind {other:?}"))),
+        };
+        let phone = row.phone.ok_or_else(|| {
+            StoreError::Corrupt(format!("list change {} without a phone", row.cursor))
+        })?;
+        Ok(LogEvent::Suppression(SuppressionEvent {
+            cursor: cursor_from_db(row.cursor)?,
+            change: SuppressionChange {
+                phone: phone_from_db(phone)?,
+                suppressed,
+                source: SuppressionSource::from_name(&row.source)
+                    .ok_or_else(|| StoreError::Corrupt(format!("source {:?}", row.source)))?,
+                reason: Reason::keyword(row.reason.as_deref().unwrap_or_default()),
+                client_id: report_id_from_db(row.client_id),
+                caller: caller_from_db(row.caller)?,
+                at: from_ms(row.received_at_ms)?,
+            },
+        }))
+    }
+}
+
 impl TryFrom<EventRow> for StatusEvent {
     type Error = StoreError;
 
     fn try_from(row: EventRow) -> Result<Self, StoreError> {
-        let cursor = row.cursor;
-        Ok(StatusEvent {
-            cursor: cursor_from_db(cursor)?,
-            caller: caller_from_db(row.caller)?,
-            event: NewEvent {
-                report: DeliveryReport {
-                    client_id: report_id_from_db(row.client_id),
-                    msg_id: row.msg_id,
-                    channel_raw: row.channel,
-                    status: row.status.map(ReportedStatus::new),
-                    success: row.success,
-                    error: row.error,
-                    // An optional field that does not read back is left out, logged: one
-                    // bad row must never stop a replay for every subscriber.
-                    // An optional field that does not read back is left out, logged: one
-                    // bad row must never stop a replay for every subscriber.
-                    updated: row.updated.and_then(|u| updated_from_db(cursor, &u)),
-                    reply: row.reply,
-                    duration_secs: row.duration_s,
-                    request_id: row.request_id,
-                    replies: replies_from_db(cursor, &row.replies),
-                },
-                received_at: from_ms(row.received_at_ms)?,
-                source: EventSource::from_name(&row.source)
-                    .ok_or_else(|| StoreError::Corrupt(format!("source {:?}", row.source)))?,
-            },
-        })
+        match row.kind.as_str() {
+            "status" => status_event(row),
+            other => Err(StoreError::Corrupt(format!(
+                "event {} is a {other}, not a status",
+                row.cursor
+            ))),
+        }
     }
+}
+
+/// A stored status event.
+fn status_event(row: EventRow) -> Result<StatusEvent, StoreError> {
+    let cursor = row.cursor;
+    Ok(StatusEvent {
+        cursor: cursor_from_db(cursor)?,
+        caller: caller_from_db(row.caller)?,
+        event: NewEvent {
+            report: DeliveryReport {
+                client_id: report_id_from_db(row.client_id),
+                msg_id: row.msg_id,
+                channel_raw: row.channel,
+                status: row.status.map(ReportedStatus::new),
+                success: row.success,
+                error: row.error,
+                // An optional field that does not read back is left out, logged: one
+                // bad row must never stop a replay for every subscriber.
+                updated: row.updated.and_then(|u| updated_from_db(cursor, &u)),
+                reply: row.reply,
+                duration_secs: row.duration_s,
+                request_id: row.request_id,
+                replies: replies_from_db(cursor, &row.replies),
+            },
+            received_at: from_ms(row.received_at_ms)?,
+            source: EventSource::from_name(&row.source)
+                .ok_or_else(|| StoreError::Corrupt(format!("source {:?}", row.source)))?,
+        },
+    })
 }
 
 /// A row of `claims`.

@@ -2,7 +2,7 @@
 //! PostgreSQL. A method whose SQL both databases speak is written once, over a
 //! connection of either ([`Conn`]); a method that differs asks the database's own
 //! code (`sqlite/`, `postgres/`): the send path's claims and settlements, event
-//! appends (cursor order across replicas), taking due polls (`FOR UPDATE SKIP
+//! appends with the suppression list's changes (cursor order across replicas), taking due polls (`FOR UPDATE SKIP
 //! LOCKED`), the sandbox's message rows, opening and closing.
 
 use std::time::Duration;
@@ -11,17 +11,21 @@ use chrono::{DateTime, Utc};
 use tokio::sync::watch;
 
 use super::common::conn::{Pooled, Tx};
-use super::common::{claims, events, guard, sandbox, scheduled, upkeep, verifications};
+use super::common::{
+    claims, events, guard, sandbox, scheduled, suppressions, upkeep, verifications,
+};
 use super::postgres::{self, PgDb};
 use super::sqlite::{self, SqliteDb};
 use super::verifications::writes_without_row;
 use super::{
-    ClaimChange, ClaimRecord, ClaimReply, CodeCheck, Decided, DueScheduled, GuardCheck,
-    NewScheduled, PendingMessage, RangeHold, Retention, SandboxSave, ScheduleReply,
+    Appended, ClaimChange, ClaimRecord, ClaimReply, CodeCheck, Decided, DueScheduled, GuardCheck,
+    LogAppend, NewScheduled, PendingMessage, RangeHold, Retention, SandboxSave, ScheduleReply,
     ScheduledSummary, Start, StartOutcome, Store, StoreError, VerificationChange,
     VerificationRecord,
 };
-use crate::core::domain::{CallerName, ClientId, Cursor, NewEvent, Phone, StatusEvent};
+use crate::core::domain::{
+    CallerName, ClientId, Cursor, LogEvent, Phone, StatusEvent, Suppression,
+};
 
 /// msgw's store on one of its two databases.
 #[derive(Debug, Clone)]
@@ -117,22 +121,37 @@ impl Store for SqlStore {
         events::client_id_of(&mut self.read().await?.conn(), msg_id).await
     }
 
-    async fn append_batch(
-        &self,
-        events: &[NewEvent],
-    ) -> Result<Vec<Option<StatusEvent>>, StoreError> {
+    async fn append_log(&self, appends: &[LogAppend]) -> Result<Vec<Appended>, StoreError> {
         match &self.db {
-            Db::Sqlite(db) => db.append_batch(events).await,
-            Db::Postgres(db) => db.append_batch(events).await,
+            Db::Sqlite(db) => db.append_log(appends).await,
+            Db::Postgres(db) => db.append_log(appends).await,
         }
     }
 
-    async fn events_after(
-        &self,
-        cursor: Cursor,
-        limit: u32,
-    ) -> Result<Vec<StatusEvent>, StoreError> {
+    async fn events_after(&self, cursor: Cursor, limit: u32) -> Result<Vec<LogEvent>, StoreError> {
         events::after(&mut self.read().await?.conn(), cursor, limit).await
+    }
+
+    async fn suppressed(&self, phones: &[Phone]) -> Result<Vec<Phone>, StoreError> {
+        if phones.is_empty() {
+            return Ok(Vec::new());
+        }
+        match &self.db {
+            Db::Sqlite(db) => db.suppressed(phones).await,
+            Db::Postgres(db) => db.suppressed(phones).await,
+        }
+    }
+
+    async fn suppression(&self, phone: Phone) -> Result<Option<Suppression>, StoreError> {
+        suppressions::get(&mut self.read().await?.conn(), phone).await
+    }
+
+    async fn suppressions(
+        &self,
+        after: Option<Phone>,
+        limit: u32,
+    ) -> Result<Vec<Suppression>, StoreError> {
+        suppressions::list(&mut self.read().await?.conn(), after, limit).await
     }
 
     async fn last_event_of(&self, client_id: ClientId) -> Result<Option<StatusEvent>, StoreError> {

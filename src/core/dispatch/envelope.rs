@@ -1,5 +1,5 @@
 //! One envelope, start to end: the calls the coalescer took are claimed together (one
-//! store call), unknown earlier outcomes are resolved by one `status` request, what
+//! store call, beside one read of the suppression list), unknown earlier outcomes are resolved by one `status` request, what
 //! this envelope now owns goes to the gateway in one request, and every outcome, with
 //! the messages reconcile tracks, is recorded in one transaction.
 //!
@@ -15,6 +15,7 @@ use tokio::{sync::SemaphorePermit, time::Instant};
 use super::acquire::{Entry, Slot, acquire, release_unwanted, unsent};
 use super::claims::{self, Claims, Owned};
 use super::coalescer::{Call, Runner, Slot as InFlight};
+use super::optout::recipients;
 use super::{Executed, Tracking, upstream_error};
 use crate::adapters::store::{AcceptedOutcome, SentMessage, Settlement};
 use crate::adapters::upstream::{Gateway, ItemOutcome};
@@ -118,8 +119,11 @@ impl Runner for Engine {
         for (i, call) in calls.iter_mut().enumerate() {
             entries.extend(self.entries(i, call));
         }
-        acquire(claims, &mut entries).await;
+        // The suppression list is read beside the claims' write: one read for the group.
+        let phones = recipients(&entries);
+        let ((), opted_out) = tokio::join!(acquire(claims, &mut entries), self.opted_out(phones));
         let mut settlements = Vec::new();
+        self.refuse_opted_out(&mut entries, &opted_out, &mut settlements);
         release_unwanted(
             &mut entries,
             &calls.iter().collect::<Vec<_>>(),
@@ -399,6 +403,7 @@ impl Engine {
             channel,
             sent_at: Utc::now(),
             lifetime,
+            phone: op.recipient(),
         })
     }
 }

@@ -3,7 +3,8 @@
 //! sends what queued together in one envelope over a bounded number of gateway
 //! requests in flight (`coalescer`); each envelope claims its keyed operations (every
 //! send, the voice OTP call) first, so each client id reaches the gateway at most
-//! once however often it is retried (`claims`, `envelope`).
+//! once however often it is retried (`claims`, `envelope`), and refuses what goes to a
+//! number that opted out (`optout`).
 
 mod acquire;
 mod claims;
@@ -11,6 +12,7 @@ mod coalescer;
 mod confidential;
 mod envelope;
 mod lookups;
+mod optout;
 mod resolve;
 mod scheduled;
 

@@ -3,7 +3,8 @@
 //! happened (answered as a replay); not known inside the settle window → not yet
 //! (nothing sent, retry later); not known after it → never arrived (sent now);
 //! no answer → still unknown. A lookup that leaves the outcome unknown records when the
-//! next may run (its backoff): until then retries are answered without asking.
+//! next may run (its backoff): until then retries are answered without asking. An id
+//! sent now is first checked against the suppression list, as every send is.
 
 use chrono::Utc;
 
@@ -11,6 +12,7 @@ use super::acquire::{Entry, Slot};
 use super::claims::{self, Owned};
 use super::envelope::{Caller, Engine, latest};
 use super::lookups::{self, Resolving};
+use super::optout::recipients;
 use super::upstream_error;
 use crate::adapters::store::{AcceptedOutcome, Settlement};
 use crate::adapters::upstream::{ItemOutcome, UpstreamError};
@@ -51,6 +53,7 @@ impl Engine {
                 deadline,
             )
             .await;
+        let mut sending_now = Vec::new();
         for (n, (i, owned, resolving)) in resolving.into_iter().enumerate() {
             let op = &entries[i].op;
             let settle_until = resolving.settle_until;
@@ -119,6 +122,7 @@ impl Engine {
                             ));
                             Slot::Wait(Utc::now())
                         } else {
+                            sending_now.push(i);
                             Slot::Send(Some(owned))
                         }
                     }
@@ -140,6 +144,17 @@ impl Engine {
                     Slot::Done(Err(still_unknown(owned, lookups, e)))
                 }
             };
+        }
+        if !sending_now.is_empty() {
+            let phones = recipients(sending_now.iter().map(|&i| &entries[i]));
+            let opted_out = self.opted_out(phones).await;
+            for i in sending_now {
+                self.refuse_opted_out(
+                    std::slice::from_mut(&mut entries[i]),
+                    &opted_out,
+                    settlements,
+                );
+            }
         }
     }
 }

@@ -225,6 +225,19 @@ pub enum Error {
         /// When the oldest of them leaves the window.
         retry_after: std::time::Duration,
     },
+    /// The recipient opted out (a STOP reply, or SuppressionService): nothing was sent,
+    /// and the id is not spent (a send after the number opts back in goes out).
+    #[error("{phone} opted out of messages (it is on msgw's suppression list); nothing was sent")]
+    RecipientOptedOut {
+        /// The number.
+        phone: super::Phone,
+    },
+    /// The number is not on the suppression list (RemoveSuppression, GetSuppression).
+    #[error("{phone} is not on msgw's suppression list")]
+    PhoneNotSuppressed {
+        /// The number.
+        phone: super::Phone,
+    },
     /// A bug in msgw.
     #[error("internal error: {0}")]
     Internal(String),

@@ -1,11 +1,12 @@
 //! What msgw must know of each kind of operation, decided in one table
 //! ([`OpKind::facts`]): its RPC, the permission it needs, whether its client id makes it
-//! exactly-once, whether its delivery is tracked, whether it takes a hook and whether it
-//! changes state. A new operation does not compile until its row is written.
+//! exactly-once, whether its delivery is tracked, whether it takes a hook, whether it
+//! changes state and whether it reaches a person (whom an opt-out protects). A new
+//! operation does not compile until its row is written.
 
 use std::time::Duration;
 
-use super::{Channel, ClientId, Lifetime, Operation, Permission, PipelineStep};
+use super::{Channel, ClientId, Lifetime, Operation, Permission, Phone, PipelineStep};
 use crate::core::rpcs::template_service as templates;
 use crate::core::rpcs::{account_service as account, messaging_service as messaging};
 
@@ -62,6 +63,9 @@ pub struct Facts {
     /// Running it twice could do something twice (send, charge, create, delete): its
     /// outcome is unknown when its request may have reached the gateway.
     pub changes_state: bool,
+    /// It reaches the person at its number (a message, a call): a number on the
+    /// suppression list refuses it.
+    pub reaches_recipient: bool,
 }
 
 impl Facts {
@@ -74,6 +78,7 @@ impl Facts {
             tracked: true,
             hook: true,
             changes_state: true,
+            reaches_recipient: true,
         }
     }
 
@@ -86,6 +91,7 @@ impl Facts {
             tracked: false,
             hook: false,
             changes_state: false,
+            reaches_recipient: false,
         }
     }
 
@@ -98,6 +104,7 @@ impl Facts {
             tracked: false,
             hook: false,
             changes_state: true,
+            reaches_recipient: false,
         }
     }
 }
@@ -140,6 +147,7 @@ impl OpKind {
                 tracked: false,
                 hook: false,
                 changes_state: true,
+                reaches_recipient: true,
             },
             // Tracked like any send, but reported to the account's webhook address.
             Self::SendPipeline => Facts {
@@ -151,7 +159,8 @@ impl OpKind {
             }
             Self::GetBalance => Facts::query(account::GET_BALANCE, Permission::Query),
             Self::ListSenders => Facts::query(account::LIST_SENDERS, Permission::Query),
-            // Charged per lookup, but a repeat costs only money, not a message to a person.
+            // Charged per lookup, but a repeat costs only money, not a message to a person;
+            // it does not notify the subscriber, so an opt-out does not refuse it.
             Self::LookupHlr => Facts {
                 changes_state: true,
                 ..Facts::query(account::LOOKUP_HLR, Permission::Query)
@@ -270,6 +279,32 @@ impl Operation {
             | Self::DeleteViberTemplates(_) => return None,
         };
         Some((self.client_id()?, channel, lifetime))
+    }
+
+    /// The number this operation reaches the person at (a send or a call): the one an
+    /// opt-out refuses it for.
+    pub fn recipient(&self) -> Option<Phone> {
+        if !self.facts().reaches_recipient {
+            return None;
+        }
+        match self {
+            Self::SendSms(op) => Some(op.to.phone),
+            Self::SendViber(op) => Some(op.to.phone),
+            Self::SendRcs(op) => Some(op.to.phone),
+            Self::SendTelegramOtp(op) => Some(op.to.phone),
+            Self::SendVoice(op) => Some(op.to.phone),
+            Self::SendPipeline(op) => Some(op.to.phone),
+            Self::SendVoiceOtp(to) | Self::LookupHlr(to) => Some(to.phone),
+            Self::GetMessageStatus(_)
+            | Self::GetBalance
+            | Self::ListSenders
+            | Self::CreateSmsTemplate { .. }
+            | Self::ListSmsTemplates
+            | Self::DeleteSmsTemplates(_)
+            | Self::CreateViberTemplate { .. }
+            | Self::ListViberTemplates
+            | Self::DeleteViberTemplates(_) => None,
+        }
     }
 
     /// Whether the gateway posts this operation's final status to its `hook`.

@@ -12,13 +12,15 @@ mod outputs;
 mod permission;
 mod sms_parts;
 mod status;
+mod suppression;
 mod values;
 mod verification;
 
 pub use caller::CallerName;
 pub use error::{Error, FieldViolation, Scope, UnavailableCause, Violations};
 pub use events::{
-    Cursor, DeliveryReport, EventSource, MAX_DURATION_SECS, NewEvent, StatusEvent, representable,
+    Cursor, DeliveryReport, EventSource, LogEvent, MAX_DURATION_SECS, NewEvent, StatusEvent,
+    representable,
 };
 pub use facts::{Facts, Idempotency, OpKind};
 pub use money::{Money, MoneyError};
@@ -34,5 +36,9 @@ pub use outputs::{
 pub use permission::Permission;
 pub use sms_parts::{SmsEncoding, SmsEstimate, estimate as estimate_sms};
 pub use status::{Channel, ReportedStatus, Status};
+pub use suppression::{
+    KeywordReply, Keywords, MAX_REASON_CHARS, Reason, Suppression, SuppressionChange,
+    SuppressionEvent, SuppressionSource,
+};
 pub use values::{ClientId, HttpUrl, Lifetime, OtpCode, Phone, Text, TextKind, ValueError};
 pub use verification::VerificationStatus;

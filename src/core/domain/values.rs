@@ -101,6 +101,13 @@ impl Phone {
     }
 }
 
+impl fmt::Display for Phone {
+    /// Its digits, as callers write it without the `+`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 /// Non-empty text: message bodies, signatures, captions, names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Text(String);

@@ -5,15 +5,21 @@
 //! The live channel carries every event in cursor order without a gap: this
 //! replica's own appends go straight in when they are next in line; everything else
 //! (other replicas' appends, announced by the store) is read from the store first.
+//!
+//! The log also holds the suppression list's changes (opt-outs): a report's replies
+//! that are keywords change the list as the report is stored, in its transaction, and
+//! callers' changes are appended here too, so every change has its place in the one
+//! cursor order. Only subscribers that ask for them get them.
 
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
 use chrono::Utc;
 use tokio::sync::{Mutex, broadcast, mpsc, watch};
 
-use crate::adapters::store::{Retention, Store, StoreError};
+use crate::adapters::store::{Appended, LogAppend, Retention, Store, StoreError};
 use crate::core::domain::{
-    CallerName, Channel, ClientId, Cursor, Error, NewEvent, StatusEvent, UnavailableCause,
+    CallerName, Channel, ClientId, Cursor, Error, Keywords, LogEvent, NewEvent, StatusEvent,
+    Suppression, SuppressionChange, UnavailableCause,
 };
 use crate::core::group_commit::GroupWriter;
 use crate::process::metrics::Metrics;
@@ -43,11 +49,20 @@ pub struct Filter {
     pub final_only: bool,
     /// Only events of messages this caller sent (`None`: every caller's).
     pub sender: Option<CallerName>,
+    /// Also the suppression list's changes (the filters above are the statuses' only).
+    pub suppressions: bool,
 }
 
 impl Filter {
     /// Whether `e` passes the filter.
-    pub fn matches(&self, e: &StatusEvent) -> bool {
+    pub fn matches(&self, e: &LogEvent) -> bool {
+        match e {
+            LogEvent::Status(e) => self.matches_status(e),
+            LogEvent::Suppression(_) => self.suppressions,
+        }
+    }
+
+    fn matches_status(&self, e: &StatusEvent) -> bool {
         let r = &e.event.report;
         (self.ids.is_empty() || r.client_id.is_some_and(|id| self.ids.contains(&id)))
             && (self.msg_ids.is_empty()
@@ -75,14 +90,16 @@ pub struct EventLog {
     store: Arc<dyn Store>,
     live: Arc<Tail>,
     // One writer task appends; its groups reach the fan-out in cursor order.
-    writer: GroupWriter<NewEvent, Option<StatusEvent>>,
+    writer: GroupWriter<LogAppend, Appended>,
+    /// The replies that change the suppression list.
+    keywords: Keywords,
     closing: watch::Sender<bool>,
     metrics: Arc<Metrics>,
 }
 
 /// The live channel and the newest cursor published on it.
 struct Tail {
-    channel: broadcast::Sender<Arc<StatusEvent>>,
+    channel: broadcast::Sender<Arc<LogEvent>>,
     /// `None` until the follower has read where the log stands.
     published: Mutex<Option<Cursor>>,
 }
@@ -90,21 +107,21 @@ struct Tail {
 impl Tail {
     /// Publishes this replica's own appended events that are next in line; anything
     /// after a gap is left to [`follow_store`], which reads it from the store.
-    async fn publish_appended(&self, stored: &[Option<StatusEvent>]) {
+    async fn publish_appended(&self, stored: &[LogEvent]) {
         let mut published = self.published.lock().await;
         let Some(last) = published.as_mut() else {
             return;
         };
-        for e in stored.iter().flatten() {
-            if e.cursor <= *last {
+        for e in stored {
+            if e.cursor() <= *last {
                 continue;
             }
-            if e.cursor != last.next() {
+            if e.cursor() != last.next() {
                 return;
             }
             // No receiver is fine: subscribers replay from the store.
             let _ = self.channel.send(Arc::new(e.clone()));
-            *last = e.cursor;
+            *last = e.cursor();
         }
     }
 
@@ -127,8 +144,8 @@ impl Tail {
             // Own appends may have gone out meanwhile: publish only what lies beyond.
             // Cursors the store skips were pruned: nothing to wait for.
             for e in page {
-                if e.cursor > *current {
-                    *current = e.cursor;
+                if e.cursor() > *current {
+                    *current = e.cursor();
                     let _ = self.channel.send(Arc::new(e));
                 }
             }
@@ -183,8 +200,14 @@ fn shutting_down() -> Error {
 }
 
 impl EventLog {
-    /// An event log over `store`; `fan_out` events are kept in memory for live subscribers.
-    pub fn new(store: Arc<dyn Store>, fan_out: usize, metrics: Arc<Metrics>) -> Arc<Self> {
+    /// An event log over `store`; `fan_out` events are kept in memory for live
+    /// subscribers; replies that are `keywords` change the suppression list.
+    pub fn new(
+        store: Arc<dyn Store>,
+        fan_out: usize,
+        metrics: Arc<Metrics>,
+        keywords: Keywords,
+    ) -> Arc<Self> {
         let (channel, _) = broadcast::channel(fan_out.max(16));
         let live = Arc::new(Tail {
             channel,
@@ -204,14 +227,27 @@ impl EventLog {
             store,
             live,
             writer,
+            keywords,
             closing,
             metrics,
         })
     }
 
-    /// Durably appends an event and publishes it; `None` for a duplicate.
+    /// Durably appends an event, with the suppression list changes its keyword replies
+    /// make, and publishes them; `None` for a duplicate.
     pub async fn append(&self, event: NewEvent) -> Result<Option<StatusEvent>, StoreError> {
-        self.writer.submit(event).await
+        let keywords = self.keywords.replies_of(&event.report);
+        let append = LogAppend::Report { event, keywords };
+        Ok(self.writer.submit(append).await?.status)
+    }
+
+    /// Durably makes a caller's change of the suppression list, with its event, and
+    /// publishes it: the entry (see [`Appended::entry`]).
+    pub async fn change_suppression(
+        &self,
+        change: SuppressionChange,
+    ) -> Result<Option<Suppression>, StoreError> {
+        Ok(self.writer.submit(LogAppend::Change(change)).await?.entry)
     }
 
     /// Ends every subscription with UNAVAILABLE (shutdown), and refuses new ones.
@@ -224,7 +260,7 @@ impl EventLog {
         self: &Arc<Self>,
         start: Start,
         filter: Filter,
-    ) -> Result<mpsc::Receiver<Result<StatusEvent, Error>>, Error> {
+    ) -> Result<mpsc::Receiver<Result<LogEvent, Error>>, Error> {
         if *self.closing.borrow() {
             return Err(shutting_down());
         }
@@ -297,8 +333,8 @@ impl EventLog {
         &self,
         mut last: Cursor,
         filter: &Filter,
-        mut live: broadcast::Receiver<Arc<StatusEvent>>,
-        tx: &mpsc::Sender<Result<StatusEvent, Error>>,
+        mut live: broadcast::Receiver<Arc<LogEvent>>,
+        tx: &mpsc::Sender<Result<LogEvent, Error>>,
     ) -> Result<(), Error> {
         loop {
             loop {
@@ -308,7 +344,7 @@ impl EventLog {
                     .await
                     .map_err(store_error)?;
                 for e in &page {
-                    last = e.cursor;
+                    last = e.cursor();
                     if filter.matches(e) && tx.send(Ok(e.clone())).await.is_err() {
                         return Ok(());
                     }
@@ -319,11 +355,11 @@ impl EventLog {
             }
             loop {
                 match live.recv().await {
-                    Ok(e) if e.cursor <= last => continue,
+                    Ok(e) if e.cursor() <= last => continue,
                     // Not the next one: something was missed; the store has it.
-                    Ok(e) if e.cursor != last.next() => break,
+                    Ok(e) if e.cursor() != last.next() => break,
                     Ok(e) => {
-                        last = e.cursor;
+                        last = e.cursor();
                         if filter.matches(&e) && tx.send(Ok((*e).clone())).await.is_err() {
                             return Ok(());
                         }
@@ -381,22 +417,46 @@ async fn append_group(
     store: Arc<dyn Store>,
     live: Arc<Tail>,
     metrics: Arc<Metrics>,
-    events: Vec<NewEvent>,
-) -> Result<Vec<Option<StatusEvent>>, StoreError> {
-    let stored = store.append_batch(&events).await?;
-    for (stored, event) in stored.iter().zip(&events) {
-        let result = if stored.is_some() {
-            "stored"
-        } else {
-            "duplicate"
-        };
-        metrics
-            .events_total
-            .with_label_values(&[event.source.as_str(), result])
-            .inc();
+    appends: Vec<LogAppend>,
+) -> Result<Vec<Appended>, StoreError> {
+    let appended = store.append_log(&appends).await?;
+    let mut published = Vec::new();
+    for (done, append) in appended.iter().zip(&appends) {
+        if let LogAppend::Report { event, .. } = append {
+            let result = if done.status.is_some() {
+                "stored"
+            } else {
+                "duplicate"
+            };
+            metrics
+                .events_total
+                .with_label_values(&[event.source.as_str(), result])
+                .inc();
+        }
+        for s in &done.suppressions {
+            let c = &s.change;
+            metrics
+                .suppression_changes_total
+                .with_label_values(&[c.source.as_str(), c.direction()])
+                .inc();
+            tracing::info!(
+                cursor = s.cursor.get(),
+                source = c.source.as_str(),
+                client_id = c.client_id.map(ClientId::get),
+                caller = c.caller.as_ref().map(CallerName::as_str),
+                "{}",
+                if c.suppressed {
+                    "number opted out: sends to it are refused"
+                } else {
+                    "number opted back in"
+                }
+            );
+        }
+        published.extend(done.events());
     }
-    live.publish_appended(&stored).await;
-    Ok(stored)
+    published.sort_by_key(LogEvent::cursor);
+    live.publish_appended(&published).await;
+    Ok(appended)
 }
 
 /// Runs `f` when dropped, however the task ends.

@@ -158,6 +158,9 @@ fn accepted(id: ClientId, report: &StatusReport) -> Settlement {
             channel,
             sent_at: Utc::now(),
             lifetime: channel.default_lifetime(),
+            // Reconcile learns of the send without its request: its number is unknown,
+            // so replies to it opt nobody out.
+            phone: None,
         })
     });
     Settlement::Accepted(outcome, track)

@@ -159,6 +159,20 @@ impl Verifier {
         self.dispatcher.metrics()
     }
 
+    /// Refuses a number on the suppression list (it opted out: codes too are messages
+    /// to it), before anything about the verification is stored or sent.
+    async fn not_opted_out(&self, phone: Phone) -> Result<(), Error> {
+        let found = self.store.suppressed(&[phone]).await.map_err(store_error)?;
+        if found.is_empty() {
+            return Ok(());
+        }
+        self.metrics()
+            .opt_out_refusals_total
+            .with_label_values(&[crate::core::rpcs::verification_service::START_VERIFICATION])
+            .inc();
+        Err(Error::RecipientOptedOut { phone })
+    }
+
     /// Refuses a number outside the allowed country prefixes.
     fn allowed(&self, phone: Phone) -> Result<(), Error> {
         let digits = phone.get().to_string();
@@ -218,6 +232,7 @@ impl Verifier {
         deadline: Option<Instant>,
     ) -> Result<View, Error> {
         self.allowed(request.phone)?;
+        self.not_opted_out(request.phone).await?;
         let name = caller.name.as_ref();
         let now = Utc::now();
         let interval = chrono(self.settings.resend_interval);

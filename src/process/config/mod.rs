@@ -97,6 +97,8 @@ pub struct Config {
     pub verify_secret: Option<SecretString>,
     /// Verifications: resend interval, phone limit, allowed prefixes, the fraud guard.
     pub verify: crate::core::verify::Settings,
+    /// The replies that opt a number out, and back in.
+    pub opt_out: crate::core::optout::Settings,
 }
 
 impl Config {
@@ -174,6 +176,14 @@ impl ServeArgs {
                     "must be shorter than MSGW_VERIFY_GUARD_WINDOW ({})",
                     crate::process::parse::shown(guard.window)
                 ),
+            ));
+        }
+        let both = self.opt_out.overlap();
+        if !both.is_empty() {
+            refuse(Problem::value(
+                "opt_in_keywords",
+                both.join(","),
+                "names keywords MSGW_OPT_OUT_KEYWORDS names too: a reply cannot both opt out and opt back in",
             ));
         }
         let key = secret("api_key", self.api_key, self.api_key_file, &mut refuse);
@@ -339,6 +349,7 @@ impl ServeArgs {
             callers_file,
             verify_secret,
             verify: self.verify,
+            opt_out: self.opt_out,
         })
     }
 }

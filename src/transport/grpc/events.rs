@@ -1,4 +1,5 @@
-//! EventService: the resumable stream of delivery statuses.
+//! EventService: the resumable stream of delivery statuses (and, for callers that ask
+//! and may, the suppression list's changes).
 
 use std::{pin::Pin, sync::Arc};
 
@@ -8,7 +9,7 @@ use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
 use super::convert::{channel, reply, status, timestamp};
-use crate::core::domain::{self, EventSource, StatusEvent, Violations};
+use crate::core::domain::{self, EventSource, LogEvent, Permission, StatusEvent, Violations};
 use crate::core::events::{EventLog, Filter, Start};
 use crate::transport::auth::EventScope;
 use crate::transport::proto::{self, event_service_server::EventService};
@@ -44,7 +45,15 @@ impl EventService for Events {
         let events = async {
             let opened = match crate::transport::auth::admit_events(&caller)
                 .and(parse(request.into_inner()))
-            {
+                .and_then(|(start, filter)| {
+                    if filter.suppressions && !caller.may(Permission::Suppressions) {
+                        return Err(domain::Error::PermissionDenied(format!(
+                            "include_suppressions needs the \"suppressions\" permission besides \"events\", which caller {} does not have",
+                            caller.label()
+                        )));
+                    }
+                    Ok((start, filter))
+                }) {
                 Ok((start, filter)) => {
                     // A caller seeing only its own messages' events sees them on every
                     // start position, `from_oldest` included.
@@ -76,9 +85,13 @@ impl EventService for Events {
         .instrument(span)
         .await?;
         let stream = ReceiverStream::new(events).map(|item| match item {
-            Ok(e) => Ok(proto::StreamStatusEventsResponse {
+            Ok(LogEvent::Status(e)) => Ok(proto::StreamStatusEventsResponse {
                 event: Some(event(e)),
                 suppression: None,
+            }),
+            Ok(LogEvent::Suppression(e)) => Ok(proto::StreamStatusEventsResponse {
+                event: None,
+                suppression: Some(super::suppression::event(e)),
             }),
             Err(e) => Err(Status::from(e)),
         });
@@ -118,6 +131,7 @@ fn parse(r: proto::StreamStatusEventsRequest) -> Result<(Start, Filter), domain:
         channels,
         final_only: r.final_only,
         sender: None,
+        suppressions: r.include_suppressions,
     };
     violations.finish(Some((start, filter)))
 }

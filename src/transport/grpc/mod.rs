@@ -14,6 +14,7 @@ pub mod port;
 pub mod schedule;
 pub mod server;
 mod status;
+mod suppression;
 mod templates;
 mod verification;
 
@@ -24,5 +25,6 @@ pub use fraud_guard::FraudGuard;
 pub use limits::{MAX_REQUEST_BYTES, TooLargeLayer};
 pub use messaging::Messaging;
 pub use status::{ERROR_DOMAIN, to_rpc_status};
+pub use suppression::SuppressionList;
 pub use templates::Templates;
 pub use verification::Verification;

@@ -1,4 +1,4 @@
-//! What the gRPC port serves: msgw's six services, health and reflection, and
+//! What the gRPC port serves: msgw's seven services, health and reflection, and
 //! msgw's health status (also a flag for the admin listener's `/readyz`).
 
 use std::sync::Arc;
@@ -7,25 +7,31 @@ use tokio::sync::watch;
 use tonic::service::Routes;
 use tonic_health::{ServingStatus, server::HealthReporter};
 
-use super::{Account, Events, FraudGuard, MAX_REQUEST_BYTES, Messaging, Templates, Verification};
+use super::{
+    Account, Events, FraudGuard, MAX_REQUEST_BYTES, Messaging, SuppressionList, Templates,
+    Verification,
+};
 use crate::core::events::EventLog;
+use crate::core::optout::Suppressions;
 use crate::core::verify::Verifier;
 use crate::transport::proto::{
     self, account_service_server::AccountServiceServer, event_service_server::EventServiceServer,
     fraud_guard_service_server::FraudGuardServiceServer,
     messaging_service_server::MessagingServiceServer,
+    suppression_service_server::SuppressionServiceServer,
     template_service_server::TemplateServiceServer,
     verification_service_server::VerificationServiceServer,
 };
 
 /// The services msgw serves, as health check names.
-const SERVICES: [&str; 6] = [
+const SERVICES: [&str; 7] = [
     "msgw.v1.MessagingService",
     "msgw.v1.AccountService",
     "msgw.v1.TemplateService",
     "msgw.v1.EventService",
     "msgw.v1.VerificationService",
     "msgw.v1.FraudGuardService",
+    "msgw.v1.SuppressionService",
 ];
 
 /// Largest request of the services that need no token (health, reflection): a
@@ -60,6 +66,7 @@ pub fn routes(
     scheduler: Arc<crate::core::schedule::Scheduler>,
     events: Arc<EventLog>,
     verifier: Verifier,
+    suppressions: Suppressions,
 ) -> Result<(Routes, Health), tonic_reflection::server::Error> {
     let dispatcher = scheduler.dispatcher().clone();
     let (reporter, health_service) = tonic_health::server::health_reporter();
@@ -109,6 +116,10 @@ pub fn routes(
         )
         .add_service(
             VerificationServiceServer::new(Verification::new(verifier))
+                .max_decoding_message_size(MAX_REQUEST_BYTES),
+        )
+        .add_service(
+            SuppressionServiceServer::new(SuppressionList::new(suppressions))
                 .max_decoding_message_size(MAX_REQUEST_BYTES),
         );
     Ok((routes, health))

@@ -9,7 +9,8 @@ use chrono::{DateTime, Utc};
 
 use super::conn::{Conn, Sql, Tx};
 use crate::adapters::store::rows::{
-    ClaimRow, SettlementColumns, attempt_from_db, claims_with_ids, ms, seconds, settlement_columns,
+    ClaimRow, SettlementColumns, attempt_from_db, claims_with_ids, ms, phone_to_db, seconds,
+    settlement_columns,
 };
 use crate::adapters::store::{
     ClaimChange, ClaimRecord, ClaimReply, Fingerprint, Settlement, StoreError,
@@ -202,20 +203,21 @@ async fn settle(
         let after = chrono::Duration::from_std(first_poll_after).unwrap_or(chrono::Duration::MAX);
         let sql = Sql::new(
             "INSERT INTO messages (client_id, msg_id, channel, sent_at_ms, lifetime_s,
-                                   last_status, is_final, next_poll_ms, polls)
-             VALUES ($1, $2, $3, $4, $5, NULL, FALSE, $6, 0)
+                                   last_status, is_final, next_poll_ms, polls, phone)
+             VALUES ($1, $2, $3, $4, $5, NULL, FALSE, $6, 0, $7)
              ON CONFLICT (client_id) DO UPDATE SET
                msg_id = excluded.msg_id, channel = excluded.channel,
                sent_at_ms = excluded.sent_at_ms, lifetime_s = excluded.lifetime_s,
                last_status = NULL, is_final = FALSE, next_poll_ms = excluded.next_poll_ms,
-               polls = 0",
+               polls = 0, phone = COALESCE(excluded.phone, messages.phone)",
         )
         .bind(id_to_db(m.client_id))
         .bind(m.msg_id.as_str())
         .bind(m.channel.as_str())
         .bind(ms(m.sent_at))
         .bind(seconds(m.lifetime))
-        .bind(ms(m.sent_at + after));
+        .bind(ms(m.sent_at + after))
+        .bind(m.phone.map(phone_to_db));
         conn.execute(sql).await?;
     }
     Ok(ClaimReply::Settled)

@@ -7,7 +7,7 @@ use crate::adapters::store::StoreError;
 use crate::adapters::store::rows::{
     EventRow, cursor_from_db, cursor_to_db, id_to_db, report_id_from_db,
 };
-use crate::core::domain::{ClientId, Cursor, StatusEvent};
+use crate::core::domain::{ClientId, Cursor, LogEvent, StatusEvent};
 
 /// The client id of a gateway message id, if msgw sent it.
 pub(in crate::adapters::store) async fn client_id_of(
@@ -19,17 +19,18 @@ pub(in crate::adapters::store) async fn client_id_of(
     Ok(row.and_then(|(id,)| report_id_from_db(id)))
 }
 
-/// Up to `limit` events with a cursor above `cursor`, in cursor order.
+/// Up to `limit` events (statuses and list changes) with a cursor above `cursor`, in
+/// cursor order.
 pub(in crate::adapters::store) async fn after(
     conn: &mut Conn<'_>,
     cursor: Cursor,
     limit: u32,
-) -> Result<Vec<StatusEvent>, StoreError> {
+) -> Result<Vec<LogEvent>, StoreError> {
     let sql = Sql::new("SELECT * FROM events WHERE cursor > $1 ORDER BY cursor LIMIT $2")
         .bind(cursor_to_db(cursor))
         .bind(i64::from(limit));
     let rows: Vec<EventRow> = conn.fetch_all(sql).await?;
-    rows.into_iter().map(StatusEvent::try_from).collect()
+    rows.into_iter().map(LogEvent::try_from).collect()
 }
 
 /// The final event of a message if one is retained, else its newest.
@@ -38,7 +39,8 @@ pub(in crate::adapters::store) async fn last_of(
     client_id: ClientId,
 ) -> Result<Option<StatusEvent>, StoreError> {
     let sql = Sql::new(
-        "SELECT * FROM events WHERE client_id = $1 ORDER BY is_final DESC, cursor DESC LIMIT 1",
+        "SELECT * FROM events WHERE client_id = $1 AND kind = 'status'
+          ORDER BY is_final DESC, cursor DESC LIMIT 1",
     )
     .bind(id_to_db(client_id.get()));
     let row: Option<EventRow> = conn.fetch_optional(sql).await?;

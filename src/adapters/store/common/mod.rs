@@ -1,6 +1,7 @@
 //! What both databases speak, written once as plain functions over a connection of
 //! either ([`conn::Conn`]): the reads, the claims written change by change, the event
-//! log's reads, upkeep, verifications, the fraud guard and the sandbox's account. What
+//! log's reads, upkeep, verifications, the fraud guard, the suppression list and the
+//! sandbox's account. What
 //! differs between them lives in `sqlite/` and `postgres/`.
 
 pub(super) mod claims;
@@ -9,5 +10,6 @@ pub(super) mod events;
 pub(super) mod guard;
 pub(super) mod sandbox;
 pub(super) mod scheduled;
+pub(super) mod suppressions;
 pub(super) mod upkeep;
 pub(super) mod verifications;

@@ -13,7 +13,9 @@ use tokio::sync::Mutex;
 
 use crate::adapters::store::claims::{ClaimOutcome, Grouped, NewClaim, Settle, grouped};
 use crate::adapters::store::common::{claims::apply_in, conn::Tx};
-use crate::adapters::store::rows::{ClaimRow, SettlementColumns, ms, seconds, settlement_columns};
+use crate::adapters::store::rows::{
+    ClaimRow, SettlementColumns, ms, phone_to_db, seconds, settlement_columns,
+};
 use crate::adapters::store::{
     ClaimChange, ClaimRecord, ClaimReply, SentMessage, Settlement, StoreError,
 };
@@ -244,7 +246,8 @@ async fn settle_all(
         Vec::with_capacity(n),
         Vec::with_capacity(n),
     );
-    let (mut tracked, mut channels, mut sent_at, mut lifetimes, mut next_polls) = (
+    let (mut tracked, mut channels, mut sent_at, mut lifetimes, mut next_polls, mut phones) = (
+        Vec::with_capacity(n),
         Vec::with_capacity(n),
         Vec::with_capacity(n),
         Vec::with_capacity(n),
@@ -277,6 +280,7 @@ async fn settle_all(
         sent_at.push(message.map(|m| ms(m.sent_at)));
         lifetimes.push(message.map(|m| seconds(m.lifetime)));
         next_polls.push(message.map(|m| ms(m.sent_at + after)));
+        phones.push(message.and_then(|m| m.phone).map(phone_to_db));
     }
     // The claims' rows are locked in id order first, in the same transaction: the
     // UPDATE below locks rows in whatever order its plan visits them (a hash join
@@ -292,10 +296,10 @@ async fn settle_all(
              SELECT * FROM UNNEST($1::BIGINT[], $2::BIGINT[], $3::TEXT[], $4::BIGINT[], $5::TEXT[],
                                   $6::BIGINT[], $7::TEXT[], $8::BOOLEAN[], $9::TEXT[], $10::TEXT[],
                                   $11::TEXT[], $12::BIGINT[], $13::BIGINT[], $14::BIGINT[],
-                                  $15::BIGINT[])
+                                  $15::BIGINT[], $16::BIGINT[])
                  AS v (client_id, attempt, state, settled_at_ms, msg_id, parts, payload, recovered,
                        reason, m_msg_id, m_channel, m_sent_at_ms, m_lifetime_s, m_next_poll_ms,
-                       settle_until_ms)
+                       settle_until_ms, m_phone)
          ), settled AS (
              UPDATE claims c SET state = v.state, settled_at_ms = v.settled_at_ms,
                     msg_id = v.msg_id, parts = v.parts, payload = v.payload,
@@ -304,16 +308,16 @@ async fn settle_all(
              RETURNING c.client_id
          ), tracked AS (
              INSERT INTO messages (client_id, msg_id, channel, sent_at_ms, lifetime_s,
-                                   last_status, is_final, next_poll_ms, polls)
+                                   last_status, is_final, next_poll_ms, polls, phone)
              SELECT v.client_id, v.m_msg_id, v.m_channel, v.m_sent_at_ms, v.m_lifetime_s, NULL,
-                    FALSE, v.m_next_poll_ms, 0
+                    FALSE, v.m_next_poll_ms, 0, v.m_phone
                FROM v JOIN settled s ON s.client_id = v.client_id
               WHERE v.m_msg_id IS NOT NULL
              ON CONFLICT (client_id) DO UPDATE SET
                msg_id = excluded.msg_id, channel = excluded.channel,
                sent_at_ms = excluded.sent_at_ms, lifetime_s = excluded.lifetime_s,
                last_status = NULL, is_final = FALSE, next_poll_ms = excluded.next_poll_ms,
-               polls = 0
+               polls = 0, phone = COALESCE(excluded.phone, messages.phone)
          )
          SELECT client_id FROM settled",
     )
@@ -332,6 +336,7 @@ async fn settle_all(
     .bind(&lifetimes)
     .bind(&next_polls)
     .bind(&settle_until)
+    .bind(&phones)
     .fetch_all(&mut *tx)
     .await?;
     tx.commit().await?;

@@ -9,11 +9,14 @@ use sqlx::postgres::{PgListener, PgPool};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::adapters::store::common::conn::Conn;
+use crate::adapters::store::common::suppressions;
 use crate::adapters::store::rows::{
-    callers_by_id, cursor_from_db, cursor_to_db, id_to_db, ms, replies_to_json, report_id_to_db,
+    callers_by_id, cursor_from_db, cursor_to_db, id_to_db, ms, phone_to_db, replies_to_json,
+    report_id_to_db,
 };
-use crate::adapters::store::{StoreError, advance};
-use crate::core::domain::{CallerName, Cursor, NewEvent, StatusEvent};
+use crate::adapters::store::{Appended, LogAppend, StoreError, advance};
+use crate::core::domain::{CallerName, Cursor, NewEvent, StatusEvent, SuppressionEvent};
 
 /// How often the listener also reads the newest cursor, in case a notification was
 /// lost in a way the connection did not notice (a half-open TCP connection).
@@ -144,14 +147,22 @@ impl EventColumns {
     }
 }
 
-/// Appends events in one transaction, each unless stored already (`None`), holding the
-/// lock on `event_head` until the commit, whose NOTIFY on `channel` wakes the other
-/// replicas; with the head after it.
+/// Appends `appends` in one transaction (see [`crate::adapters::store::Store::append_log`]),
+/// holding the lock on `event_head` until the commit, whose NOTIFY on `channel` wakes
+/// the other replicas; with the head after it. The reports' events take the first
+/// cursors, the list changes the next ones.
 pub(super) async fn append(
     pool: &PgPool,
     channel: &str,
-    events: &[NewEvent],
-) -> Result<(Vec<Option<StatusEvent>>, Cursor), StoreError> {
+    appends: &[LogAppend],
+) -> Result<(Vec<Appended>, Cursor), StoreError> {
+    let events: Vec<&NewEvent> = appends
+        .iter()
+        .filter_map(|a| match a {
+            LogAppend::Report { event, .. } => Some(event),
+            LogAppend::Change(_) => None,
+        })
+        .collect();
     let mut tx = pool.begin().await?;
     // Held until commit: appends of every replica take their cursors one after
     // another, and each commits before the next one reads the head.
@@ -159,7 +170,7 @@ pub(super) async fn append(
         .fetch_one(&mut *tx)
         .await?;
     let head = cursor_from_db(head)?;
-    let keys: Vec<String> = events.iter().map(NewEvent::dedup_key).collect();
+    let keys: Vec<String> = events.iter().map(|e| e.dedup_key()).collect();
     // Read after taking the lock: every append that could hold one of these keys
     // has committed.
     let stored: Vec<(String,)> =
@@ -200,9 +211,10 @@ pub(super) async fn append(
         appended.push(Some(StatusEvent {
             cursor: next,
             caller,
-            event: event.clone(),
+            event: (*event).clone(),
         }));
     }
+    let statuses_end = next;
     if next > head {
         let c = columns;
         sqlx::query(
@@ -234,6 +246,38 @@ pub(super) async fn append(
         .bind(&c.caller)
         .execute(&mut *tx)
         .await?;
+    }
+    let applied = suppressions::apply(&mut Conn::Postgres(&mut tx), appends).await?;
+    let mut changes = ChangeColumns::default();
+    let mut answers = Vec::with_capacity(appends.len());
+    let mut statuses = appended.into_iter();
+    for (append, applied) in appends.iter().zip(applied) {
+        let status = match append {
+            LogAppend::Report { .. } => statuses.next().flatten(),
+            LogAppend::Change(_) => None,
+        };
+        let suppressions = applied
+            .made
+            .into_iter()
+            .map(|m| {
+                next = next.next();
+                changes.push(next, &m);
+                SuppressionEvent {
+                    cursor: next,
+                    change: m.change,
+                }
+            })
+            .collect();
+        answers.push(Appended {
+            status,
+            suppressions,
+            entry: applied.entry,
+        });
+    }
+    if next > statuses_end {
+        changes.insert(&mut tx).await?;
+    }
+    if next > head {
         // The notification is delivered when (and only if) the transaction commits.
         sqlx::query(
             "WITH h AS (UPDATE event_head SET cursor = $1 RETURNING cursor)
@@ -245,5 +289,58 @@ pub(super) async fn append(
         .await?;
     }
     tx.commit().await?;
-    Ok((appended, next))
+    Ok((answers, next))
+}
+
+/// The events of list changes as columns, for one multi-row insert.
+#[derive(Default)]
+struct ChangeColumns {
+    cursor: Vec<i64>,
+    dedup_key: Vec<String>,
+    client_id: Vec<i64>,
+    received_at_ms: Vec<i64>,
+    source: Vec<&'static str>,
+    caller: Vec<Option<String>>,
+    kind: Vec<&'static str>,
+    phone: Vec<i64>,
+    reason: Vec<String>,
+}
+
+impl ChangeColumns {
+    fn push(&mut self, cursor: Cursor, made: &suppressions::Made) {
+        let c = &made.change;
+        self.cursor.push(cursor_to_db(cursor));
+        self.dedup_key.push(made.key.clone());
+        self.client_id.push(report_id_to_db(c.client_id));
+        self.received_at_ms.push(ms(c.at));
+        self.source.push(c.source.as_str());
+        self.caller
+            .push(c.caller.as_ref().map(|n| n.as_str().to_owned()));
+        self.kind.push(c.direction());
+        self.phone.push(phone_to_db(c.phone));
+        self.reason.push(c.reason.as_str().to_owned());
+    }
+
+    async fn insert(self, tx: &mut sqlx::PgConnection) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO events (cursor, dedup_key, client_id, success, replies, received_at_ms,
+                                 source, is_final, caller, kind, phone, reason)
+             SELECT c, k, i, FALSE, '[]', r, s, FALSE, w, d, p, e
+               FROM UNNEST($1::BIGINT[], $2::TEXT[], $3::BIGINT[], $4::BIGINT[], $5::TEXT[],
+                           $6::TEXT[], $7::TEXT[], $8::BIGINT[], $9::TEXT[])
+                 AS v (c, k, i, r, s, w, d, p, e)",
+        )
+        .bind(&self.cursor)
+        .bind(&self.dedup_key)
+        .bind(&self.client_id)
+        .bind(&self.received_at_ms)
+        .bind(&self.source)
+        .bind(&self.caller)
+        .bind(&self.kind)
+        .bind(&self.phone)
+        .bind(&self.reason)
+        .execute(&mut *tx)
+        .await?;
+        Ok(())
+    }
 }

@@ -21,9 +21,9 @@ use tokio::sync::watch;
 use self::claims::SendPath;
 use self::events::{channel_of, follow_appends, head};
 use super::common::{conn::Conn, sandbox};
-use super::rows::id_to_db;
-use super::{ClaimChange, ClaimReply, SandboxSave, StoreError, advance};
-use crate::core::domain::{Cursor, NewEvent, StatusEvent};
+use super::rows::{id_to_db, phone_from_db, phone_to_db};
+use super::{Appended, ClaimChange, ClaimReply, LogAppend, SandboxSave, StoreError, advance};
+use crate::core::domain::{Cursor, Phone};
 
 /// PostgreSQL's database (or one schema of it), connected and migrated.
 #[derive(Debug, Clone)]
@@ -130,14 +130,25 @@ impl PgDb {
             .await
     }
 
-    /// See [`super::Store::append_batch`].
-    pub(super) async fn append_batch(
+    /// See [`super::Store::append_log`].
+    pub(super) async fn append_log(
         &self,
-        events: &[NewEvent],
-    ) -> Result<Vec<Option<StatusEvent>>, StoreError> {
-        let (appended, head) = events::append(&self.pool, &self.channel, events).await?;
+        appends: &[LogAppend],
+    ) -> Result<Vec<Appended>, StoreError> {
+        let (appended, head) = events::append(&self.pool, &self.channel, appends).await?;
         advance(&self.appended, head);
         Ok(appended)
+    }
+
+    /// See [`super::Store::suppressed`]: one statement for every number.
+    pub(super) async fn suppressed(&self, phones: &[Phone]) -> Result<Vec<Phone>, StoreError> {
+        let phones: Vec<i64> = phones.iter().map(|p| phone_to_db(*p)).collect();
+        let rows: Vec<(i64,)> =
+            sqlx::query_as("SELECT phone FROM suppressions WHERE phone = ANY($1)")
+                .bind(&phones)
+                .fetch_all(&self.pool)
+                .await?;
+        rows.into_iter().map(|(p,)| phone_from_db(p)).collect()
     }
 
     /// The newest cursor any replica committed, as far as this one heard.

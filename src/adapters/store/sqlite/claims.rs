@@ -15,7 +15,7 @@ use sqlx::SqliteConnection;
 
 use crate::adapters::store::claims::{ClaimOutcome, Grouped, grouped};
 use crate::adapters::store::common::{claims::apply_in, conn::Tx};
-use crate::adapters::store::rows::{ClaimRow, ms, seconds, settlement_columns};
+use crate::adapters::store::rows::{ClaimRow, ms, phone_to_db, seconds, settlement_columns};
 use crate::adapters::store::{ClaimChange, ClaimRecord, ClaimReply, Settlement, StoreError};
 use crate::core::domain::ClientId;
 
@@ -72,6 +72,7 @@ struct TrackIn {
     sent_at_ms: i64,
     lifetime_s: i64,
     next_poll_ms: i64,
+    phone: Option<i64>,
 }
 
 impl Work {
@@ -116,6 +117,7 @@ impl Work {
                                     sent_at_ms: ms(m.sent_at),
                                     lifetime_s: seconds(m.lifetime),
                                     next_poll_ms: ms(m.sent_at + after),
+                                    phone: m.phone.map(phone_to_db),
                                 }),
                                 _ => None,
                             },
@@ -215,14 +217,14 @@ fn settle_all(
 ) -> rusqlite::Result<Vec<ClaimReply>> {
     let mut track = db.prepare_cached(
         "INSERT INTO messages (client_id, msg_id, channel, sent_at_ms, lifetime_s,
-                               last_status, is_final, next_poll_ms, polls)
-         SELECT c.client_id, ?3, ?4, ?5, ?6, NULL, 0, ?7, 0
+                               last_status, is_final, next_poll_ms, polls, phone)
+         SELECT c.client_id, ?3, ?4, ?5, ?6, NULL, 0, ?7, 0, ?8
            FROM claims c WHERE c.client_id = ?1 AND c.attempt = ?2
          ON CONFLICT (client_id) DO UPDATE SET
            msg_id = excluded.msg_id, channel = excluded.channel,
            sent_at_ms = excluded.sent_at_ms, lifetime_s = excluded.lifetime_s,
            last_status = NULL, is_final = 0, next_poll_ms = excluded.next_poll_ms,
-           polls = 0",
+           polls = 0, phone = COALESCE(excluded.phone, messages.phone)",
     )?;
     let mut settle = db.prepare_cached(
         "UPDATE claims SET state = ?3, settled_at_ms = ?4, msg_id = ?5, parts = ?6,
@@ -240,6 +242,7 @@ fn settle_all(
                 m.sent_at_ms,
                 m.lifetime_s,
                 m.next_poll_ms,
+                m.phone,
             ])?;
         }
         let changed = settle.execute(rusqlite::params![

@@ -1,24 +1,97 @@
 //! SQLite's event appends: duplicates found first, then one multi-row insert whose
-//! cursors SQLite hands out (the file's one writer appends in commit order).
+//! cursors SQLite hands out (the file's one writer appends in commit order); the
+//! suppression list's changes after the group's statuses, in the same transaction.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
-use crate::adapters::store::StoreError;
+use crate::adapters::store::common::conn::Conn;
+use crate::adapters::store::common::suppressions::{self, Made};
 use crate::adapters::store::rows::{
-    callers_by_id, cursor_from_db, id_to_db, ms, replies_to_json, report_id_to_db, row_chunks,
+    callers_by_id, cursor_from_db, id_to_db, ms, phone_to_db, replies_to_json, report_id_to_db,
+    row_chunks,
 };
-use crate::core::domain::{CallerName, ClientId, NewEvent, StatusEvent};
+use crate::adapters::store::{Appended, LogAppend, StoreError};
+use crate::core::domain::{CallerName, ClientId, NewEvent, StatusEvent, SuppressionEvent};
 
-/// Appends `events` in `tx`, in chunks: each unless stored already (`None`).
+/// Appends `appends` in `tx`: the reports' events in chunks (each unless stored
+/// already), then the list changes, each with its event.
 pub(super) async fn append(
     tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
-    events: &[NewEvent],
-) -> Result<Vec<Option<StatusEvent>>, StoreError> {
-    let mut stored = Vec::with_capacity(events.len());
-    for chunk in row_chunks(events) {
+    appends: &[LogAppend],
+) -> Result<Vec<Appended>, StoreError> {
+    let reports: Vec<&NewEvent> = appends
+        .iter()
+        .filter_map(|a| match a {
+            LogAppend::Report { event, .. } => Some(event),
+            LogAppend::Change(_) => None,
+        })
+        .collect();
+    let mut stored = Vec::with_capacity(reports.len());
+    for chunk in row_chunks(&reports) {
         stored.extend(insert_events(tx, chunk).await?);
     }
-    Ok(stored)
+    let applied = suppressions::apply(&mut Conn::Sqlite(tx), appends).await?;
+    let made: Vec<&Made> = applied.iter().flat_map(|a| &a.made).collect();
+    let mut cursors = HashMap::new();
+    for chunk in row_chunks(&made) {
+        cursors.extend(insert_changes(tx, chunk).await?);
+    }
+    let mut stored = stored.into_iter();
+    appends
+        .iter()
+        .zip(applied)
+        .map(|(append, applied)| {
+            let status = match append {
+                LogAppend::Report { .. } => stored.next().flatten(),
+                LogAppend::Change(_) => None,
+            };
+            let suppressions = applied
+                .made
+                .into_iter()
+                .map(|m| {
+                    let cursor = cursors.get(&m.key).copied().ok_or_else(|| {
+                        StoreError::Append(format!("no cursor for the list change {}", m.key))
+                    })?;
+                    Ok(SuppressionEvent {
+                        cursor: cursor_from_db(cursor)?,
+                        change: m.change,
+                    })
+                })
+                .collect::<Result<_, StoreError>>()?;
+            Ok(Appended {
+                status,
+                suppressions,
+                entry: applied.entry,
+            })
+        })
+        .collect()
+}
+
+/// Inserts the events of list changes with one multi-row statement: their cursors by key.
+async fn insert_changes(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    made: &[&Made],
+) -> Result<Vec<(String, i64)>, StoreError> {
+    let mut query = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+        "INSERT INTO events (dedup_key, client_id, success, replies, received_at_ms, source,
+                             is_final, caller, kind, phone, reason) ",
+    );
+    query.push_values(made, |mut row, m| {
+        let c = &m.change;
+        row.push_bind(m.key.as_str())
+            .push_bind(report_id_to_db(c.client_id))
+            .push_bind(false)
+            .push_bind("[]")
+            .push_bind(ms(c.at))
+            .push_bind(c.source.as_str())
+            .push_bind(false)
+            .push_bind(c.caller.as_ref().map(CallerName::as_str))
+            .push_bind(c.direction())
+            .push_bind(phone_to_db(c.phone))
+            .push_bind(c.reason.as_str());
+    });
+    query.push(" RETURNING dedup_key, cursor");
+    Ok(query.build_query_as().fetch_all(&mut **tx).await?)
 }
 
 /// Inserts events with one multi-row statement; duplicates (already stored, or twice in
@@ -27,9 +100,9 @@ pub(super) async fn append(
 /// every live subscriber a replay from the store.
 async fn insert_events(
     tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
-    events: &[NewEvent],
+    events: &[&NewEvent],
 ) -> Result<Vec<Option<StatusEvent>>, StoreError> {
-    let keys: Vec<String> = events.iter().map(NewEvent::dedup_key).collect();
+    let keys: Vec<String> = events.iter().map(|e| e.dedup_key()).collect();
     let mut query = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
         "SELECT dedup_key FROM events WHERE dedup_key IN (",
     );
@@ -44,7 +117,7 @@ async fn insert_events(
         .iter()
         .zip(&keys)
         .filter(|(_, key)| seen.insert(key.as_str()))
-        .map(|(event, key)| (event, key.as_str()))
+        .map(|(event, key)| (*event, key.as_str()))
         .collect();
     let mut cursors: HashMap<String, i64> = HashMap::new();
     let callers = callers_of(tx, fresh.iter().filter_map(|(e, _)| e.report.client_id)).await?;
@@ -96,7 +169,7 @@ async fn insert_events(
                             .client_id
                             .and_then(|id| callers.get(&id))
                             .cloned(),
-                        event: event.clone(),
+                        event: (*event).clone(),
                     })
                 })
                 .transpose()

@@ -19,9 +19,9 @@ use tokio::sync::watch;
 use self::claims::{BEGIN_WRITE, Work};
 use self::writer::{SendPathWriter, wait_for_writer};
 use super::common::{conn::Conn, sandbox};
-use super::rows::{cursor_from_db, id_to_db};
-use super::{ClaimChange, ClaimReply, SandboxSave, StoreError, advance};
-use crate::core::domain::{Cursor, NewEvent, StatusEvent};
+use super::rows::{cursor_from_db, id_to_db, phone_from_db, phone_to_db, row_chunks};
+use super::{Appended, ClaimChange, ClaimReply, LogAppend, SandboxSave, StoreError, advance};
+use crate::core::domain::{Cursor, Phone};
 
 /// Takes messages due for a poll (`Store::take_due_for_poll`). One writer: the select
 /// and the update cannot interleave with another take.
@@ -175,19 +175,46 @@ impl SqliteDb {
         claims::apply_all(&mut conn, changes, self.first_poll_after).await
     }
 
-    /// See [`super::Store::append_batch`].
-    pub(super) async fn append_batch(
+    /// See [`super::Store::append_log`].
+    pub(super) async fn append_log(
         &self,
-        events: &[NewEvent],
-    ) -> Result<Vec<Option<StatusEvent>>, StoreError> {
-        // The write lock first: the duplicate check and the insert see the same log.
+        appends: &[LogAppend],
+    ) -> Result<Vec<Appended>, StoreError> {
+        // The write lock first: the duplicate checks, the list and the inserts see the
+        // same log.
         let mut tx = self.begin_write().await?;
-        let stored = events::append(&mut tx, events).await?;
+        let appended = events::append(&mut tx, appends).await?;
         tx.commit().await?;
-        if let Some(last) = stored.iter().flatten().map(|e| e.cursor).max() {
+        let last = appended
+            .iter()
+            .flat_map(|a| a.events())
+            .map(|e| e.cursor())
+            .max();
+        if let Some(last) = last {
             advance(&self.appended, last);
         }
-        Ok(stored)
+        Ok(appended)
+    }
+
+    /// See [`super::Store::suppressed`]: on a reader, beside the writer.
+    pub(super) async fn suppressed(&self, phones: &[Phone]) -> Result<Vec<Phone>, StoreError> {
+        let mut conn = self.read().await?;
+        let mut found = Vec::new();
+        for chunk in row_chunks(phones) {
+            let mut query = sqlx::QueryBuilder::<Sqlite>::new(
+                "SELECT phone FROM suppressions WHERE phone IN (",
+            );
+            let mut list = query.separated(", ");
+            for phone in chunk {
+                list.push_bind(phone_to_db(*phone));
+            }
+            query.push(")");
+            let rows: Vec<(i64,)> = query.build_query_as().fetch_all(&mut *conn).await?;
+            for (phone,) in rows {
+                found.push(phone_from_db(phone)?);
+            }
+        }
+        Ok(found)
     }
 
     /// The newest cursor appended.
@@ -314,7 +341,7 @@ mod tests {
             let mut tx = conn.begin().await.unwrap();
             sqlx::query("ROLLBACK").execute(&mut *tx).await.unwrap();
         }
-        assert_eq!(store.append_batch(&[]).await.unwrap(), vec![]);
+        assert_eq!(store.append_log(&[]).await.unwrap(), vec![]);
     }
 
     /// Holds SQLite's write lock from another connection until told to let go.

@@ -1,0 +1,284 @@
+//! The suppression list: callers' changes and keyword replies, each with its event in
+//! the one log, read back exactly, in number order, on both stores.
+
+use std::time::Duration;
+
+use chrono::{DateTime, TimeZone, Utc};
+use msgw::adapters::store::{
+    AcceptedOutcome, ClaimChange, Fingerprint, LogAppend, SentMessage, Settlement, Store,
+};
+use msgw::core::domain::{
+    CallerName, Channel, ClientId, Cursor, Keywords, LogEvent, Phone, Reason, Reply,
+    SuppressionChange, SuppressionSource,
+};
+
+use crate::Fixture;
+use crate::events::event;
+
+fn phone(n: u64) -> Phone {
+    Phone::parse(&n.to_string()).unwrap()
+}
+
+/// A time the store keeps exactly (milliseconds).
+fn at(ms: i64) -> DateTime<Utc> {
+    Utc.timestamp_millis_opt(ms).unwrap()
+}
+
+fn change(n: u64, suppressed: bool, reason: &str) -> LogAppend {
+    LogAppend::Change(SuppressionChange {
+        phone: phone(n),
+        suppressed,
+        source: SuppressionSource::Api,
+        reason: Reason::parse(reason).unwrap(),
+        client_id: None,
+        caller: Some(CallerName::parse("compliance").unwrap()),
+        at: at(1_700_000_000_123),
+    })
+}
+
+/// Message `id` sent to `to`, as the send path records it.
+async fn sent(store: &dyn Store, id: u64, to: u64) {
+    let client_id = ClientId::new(id).unwrap();
+    store
+        .apply_claims(&[ClaimChange::Claim {
+            id: client_id,
+            fingerprint: Fingerprint([3; 32]),
+            caller: None,
+            at: Utc::now(),
+        }])
+        .await
+        .unwrap();
+    store
+        .apply_claims(&[ClaimChange::Settle {
+            id: client_id,
+            attempt: 1,
+            settlement: Settlement::Accepted(
+                AcceptedOutcome {
+                    msg_id: Some(format!("m{id}")),
+                    parts: 1,
+                    payload: serde_json::json!({}),
+                    recovered: false,
+                },
+                Some(SentMessage {
+                    client_id,
+                    msg_id: format!("m{id}"),
+                    channel: Channel::Sms,
+                    sent_at: Utc::now(),
+                    lifetime: Duration::from_secs(3600),
+                    phone: Some(phone(to)),
+                }),
+            ),
+            at: Utc::now(),
+        }])
+        .await
+        .unwrap();
+}
+
+/// The delivery report of message `id` with these reply texts.
+fn report(id: u64, replies: &[&str]) -> LogAppend {
+    let mut e = event(id, "DELIVERED");
+    e.report.replies = replies
+        .iter()
+        .enumerate()
+        .map(|(i, text)| Reply {
+            datetime: Some(at(1_700_000_000_000 + i as i64)),
+            message: Some((*text).to_owned()),
+            media: None,
+        })
+        .collect();
+    let keywords = Keywords::new(&["STOP".into()], &["START".into()]).replies_of(&e.report);
+    LogAppend::Report { event: e, keywords }
+}
+
+pub async fn a_callers_change_commits_with_its_event_and_reads_back(fixture: Fixture) {
+    let store = fixture.open().await;
+    let added = store
+        .append_log(&[change(380971234567, true, "web form")])
+        .await
+        .unwrap();
+    let entry = added[0].entry.clone().expect("the new entry");
+    assert_eq!(
+        (entry.phone, entry.source, entry.reason.as_str()),
+        (phone(380971234567), SuppressionSource::Api, "web form")
+    );
+    assert_eq!(
+        entry.caller.as_ref().map(CallerName::as_str),
+        Some("compliance")
+    );
+    assert_eq!(entry.created_at, at(1_700_000_000_123));
+    assert_eq!(added[0].suppressions.len(), 1);
+    assert_eq!(
+        store.suppression(phone(380971234567)).await.unwrap(),
+        Some(entry.clone())
+    );
+
+    // Adding again changes nothing and makes no event; removing an absent number too.
+    let again = store
+        .append_log(&[
+            change(380971234567, true, "other"),
+            change(4470000000, false, ""),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(again[0].entry, Some(entry.clone()));
+    assert!(again[0].suppressions.is_empty() && again[1].suppressions.is_empty());
+    assert_eq!(again[1].entry, None);
+    assert_eq!(store.latest_cursor().await.unwrap(), Cursor::new(1));
+
+    for n in [99912345678, 12345678, 4470000000] {
+        store.append_log(&[change(n, true, "")]).await.unwrap();
+    }
+    let listed = |after, limit| {
+        let store = store.clone();
+        async move {
+            store
+                .suppressions(after, limit)
+                .await
+                .unwrap()
+                .iter()
+                .map(|s| s.phone.get())
+                .collect::<Vec<u64>>()
+        }
+    };
+    assert_eq!(
+        listed(None, 10).await,
+        [12345678, 4470000000, 99912345678, 380971234567],
+        "number order"
+    );
+    assert_eq!(listed(Some(phone(4470000000)), 1).await, [99912345678]);
+    let mut found: Vec<u64> = store
+        .suppressed(&[phone(12345678), phone(380971234568), phone(99912345678)])
+        .await
+        .unwrap()
+        .into_iter()
+        .map(Phone::get)
+        .collect();
+    found.sort_unstable();
+    assert_eq!(found, [12345678, 99912345678]);
+    assert!(store.suppressed(&[]).await.unwrap().is_empty());
+
+    let removed = store
+        .append_log(&[change(380971234567, false, "consent")])
+        .await
+        .unwrap();
+    assert_eq!(removed[0].entry, Some(entry));
+    assert_eq!(store.suppression(phone(380971234567)).await.unwrap(), None);
+
+    // Every change is in the log, in order, and reads back exactly.
+    let log = store.events_after(Cursor::START, 10).await.unwrap();
+    let changes: Vec<(u64, u64, bool)> = log
+        .iter()
+        .map(|e| match e {
+            LogEvent::Suppression(s) => {
+                (e.cursor().get(), s.change.phone.get(), s.change.suppressed)
+            }
+            LogEvent::Status(_) => panic!("no status was appended"),
+        })
+        .collect();
+    assert_eq!(
+        changes,
+        [
+            (1, 380971234567, true),
+            (2, 99912345678, true),
+            (3, 12345678, true),
+            (4, 4470000000, true),
+            (5, 380971234567, false)
+        ]
+    );
+    let LogEvent::Suppression(last) = &log[4] else {
+        unreachable!()
+    };
+    assert_eq!(last, &removed[0].suppressions[0]);
+    assert_eq!(last.change.reason.as_str(), "consent");
+}
+
+pub async fn keyword_replies_change_their_messages_number_once_in_order(fixture: Fixture) {
+    let store = fixture.open().await;
+    sent(store.as_ref(), 1, 380971234567).await;
+    let first = store.append_log(&[report(1, &["STOP"])]).await.unwrap();
+    let status = first[0].status.clone().expect("the status is stored");
+    let opted_out = &first[0].suppressions;
+    assert_eq!(opted_out.len(), 1);
+    assert!(opted_out[0].cursor > status.cursor);
+    let c = &opted_out[0].change;
+    assert_eq!(
+        (
+            c.phone.get(),
+            c.suppressed,
+            c.source,
+            c.reason.as_str(),
+            c.client_id
+        ),
+        (
+            380971234567,
+            true,
+            SuppressionSource::Reply,
+            "STOP",
+            ClientId::new(1).ok()
+        )
+    );
+    let entry = store
+        .suppression(phone(380971234567))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (entry.client_id, entry.caller),
+        (ClientId::new(1).ok(), None)
+    );
+
+    // The same webhook again: a duplicate status, and the STOP is not applied twice.
+    let again = store.append_log(&[report(1, &["STOP"])]).await.unwrap();
+    assert_eq!(
+        (again[0].status.is_none(), again[0].suppressions.len()),
+        (true, 0)
+    );
+    // STOP then START (a poll seeing one more reply): only the START is new; the group's
+    // second report repeats it and changes nothing more.
+    let more = store
+        .append_log(&[report(1, &["STOP", "START"]), report(1, &["STOP", "START"])])
+        .await
+        .unwrap();
+    let lifted: Vec<bool> = more[0]
+        .suppressions
+        .iter()
+        .map(|s| s.change.suppressed)
+        .collect();
+    assert_eq!((lifted, more[1].suppressions.len()), (vec![false], 0));
+    assert_eq!(store.suppression(phone(380971234567)).await.unwrap(), None);
+    // STOP, START, STOP in one report: each in order, the number ends suppressed.
+    sent(store.as_ref(), 2, 380971234567).await;
+    let three = store
+        .append_log(&[report(2, &["stop", "start", " Stop "])])
+        .await
+        .unwrap();
+    let order: Vec<bool> = three[0]
+        .suppressions
+        .iter()
+        .map(|s| s.change.suppressed)
+        .collect();
+    assert_eq!(order, [true, false, true]);
+    assert!(
+        store
+            .suppression(phone(380971234567))
+            .await
+            .unwrap()
+            .is_some()
+    );
+
+    // A reply to a message msgw has no number of changes nothing.
+    let unknown = store.append_log(&[report(3, &["STOP"])]).await.unwrap();
+    assert!(unknown[0].status.is_some() && unknown[0].suppressions.is_empty());
+
+    // A message's own status is still its newest event, not a list change.
+    let last = store
+        .last_event_of(ClientId::new(2).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(last.event.report.client_id, ClientId::new(2).ok());
+    // Statuses and changes share one cursor order without gaps.
+    let log = store.events_after(Cursor::START, 100).await.unwrap();
+    let cursors: Vec<u64> = log.iter().map(|e| e.cursor().get()).collect();
+    assert_eq!(cursors, (1..=cursors.len() as u64).collect::<Vec<_>>());
+}

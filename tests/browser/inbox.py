@@ -52,13 +52,20 @@ def main() -> int:
         print("ready", flush=True)
 
         message_id = sys.stdin.readline().strip()
-        card = wait.until(EC.presence_of_element_located((By.ID, f"m-{message_id}")))
+        card = By.ID, f"m-{message_id}"
+        # Read afresh each time: a status change replaces the card between two reads.
+        text = wait.until(lambda d: d.find_element(*card).text)
         assert driver.execute_script("return window.stillTheSamePage === true;"), "the page reloaded"
-        assert "ACCEPTED" in card.text or "ROUTING" in card.text, card.text
+        assert "ACCEPTED" in text or "ROUTING" in text, text
         if args.screenshot:
             driver.save_screenshot(args.screenshot)
-        button = card.find_element(By.CSS_SELECTOR, 'button[value="UNDELIVERABLE"]')
-        button.click()
+
+        def click(d):
+            d.find_element(*card).find_element(
+                By.CSS_SELECTOR, 'button[value="UNDELIVERABLE"]').click()
+            return True
+
+        wait.until(click)
         wait.until(lambda d: d.find_element(By.ID, f"m-{message_id}").get_attribute("data-status")
                    == "UNDELIVERABLE")
         assert driver.execute_script("return window.stillTheSamePage === true;"), "the page reloaded"

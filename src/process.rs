@@ -15,4 +15,5 @@ pub mod metrics;
 pub(crate) mod parse;
 pub(crate) mod periodic;
 pub(crate) mod secrets;
+mod signal;
 pub mod telemetry;

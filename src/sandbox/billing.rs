@@ -57,13 +57,6 @@ pub fn amount_json(units: Units) -> serde_json::Number {
     serde_json::from_str(&text).unwrap_or_else(|_| serde_json::Number::from(0))
 }
 
-/// GSM 03.38 basic character set (one septet each).
-const GSM7_BASIC: &str = "@£$¥èéùìòÇ\nØø\rÅåΔ_ΦΓΛΩΠΨΣΘΞÆæßÉ !\"#¤%&'()*+,-./0123456789:;<=>?\
-¡ABCDEFGHIJKLMNOPQRSTUVWXYZÄÖÑÜ§¿abcdefghijklmnopqrstuvwxyzäöñüà";
-
-/// GSM 03.38 extension table (escape + char: two septets each).
-const GSM7_EXTENSION: &str = "^{}\\[~]|€\u{0C}";
-
 /// Length and part count of an SMS text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SmsSize {
@@ -75,37 +68,17 @@ pub struct SmsSize {
 
 /// Whether `text` fits GSM-7 (else it goes as UCS-2).
 pub fn is_gsm7(text: &str) -> bool {
-    text.chars()
-        .all(|c| GSM7_BASIC.contains(c) || GSM7_EXTENSION.contains(c))
+    crate::core::domain::estimate_sms(text).encoding == crate::core::domain::SmsEncoding::Gsm7
 }
 
-/// Measures `text` the way SMS is billed: GSM-7 fits 160 chars in one part and
-/// 153 per part when concatenated; anything else is UCS-2 with 70 and 67.
+/// Measures `text` the way SMS is billed, as msgw's EstimateSms counts it: GSM-7 fits
+/// 160 septets in one part and 153 per part when concatenated, UCS-2 70 and 67, and a
+/// character never splits between two parts.
 pub fn sms_size(text: &str) -> SmsSize {
-    let gsm7: Option<usize> = text
-        .chars()
-        .map(|c| {
-            if GSM7_BASIC.contains(c) {
-                Some(1)
-            } else if GSM7_EXTENSION.contains(c) {
-                Some(2)
-            } else {
-                None
-            }
-        })
-        .sum();
-    let (chars, single, multi) = match gsm7 {
-        Some(septets) => (septets, 160, 153),
-        None => (text.encode_utf16().count(), 70, 67),
-    };
-    let parts = if chars <= single {
-        1
-    } else {
-        chars.div_ceil(multi)
-    };
+    let estimate = crate::core::domain::estimate_sms(text);
     SmsSize {
-        chars,
-        parts: u32::try_from(parts).unwrap_or(u32::MAX),
+        chars: estimate.units as usize,
+        parts: estimate.parts,
     }
 }
 
@@ -132,6 +105,12 @@ mod tests {
             }
         );
         assert_eq!(sms_size(&format!("{}a", "€".repeat(80))).parts, 2);
+    }
+
+    #[test]
+    fn an_escape_pair_never_splits_between_parts() {
+        let text = format!("{}€{}", "a".repeat(152), "a".repeat(152));
+        assert_eq!(sms_size(&text).parts, 3);
     }
 
     #[test]

@@ -315,6 +315,28 @@ async fn a_scheduled_send_refused_as_it_leaves_gets_a_rejected_event_with_the_re
         "{}",
         rejected.error
     );
+    // Its status says so too (the gateway never knew it), and it cannot be cancelled.
+    let status = app
+        .messaging()
+        .get_message_status(GetMessageStatusRequest {
+            id: 308,
+            ..Default::default()
+        })
+        .await
+        .expect("msgw answers the status of a message refused as it left")
+        .into_inner();
+    assert_eq!(status.status(), MessageStatus::Rejected);
+    assert!(status.is_final);
+    let cancel = app
+        .messaging()
+        .cancel_message(CancelMessageRequest { id: 308 })
+        .await
+        .expect_err("it left the schedule");
+    assert_eq!(cancel.code(), Code::FailedPrecondition);
+    assert!(
+        cancel.message().contains("refused as it left"),
+        "{cancel:?}"
+    );
 }
 
 #[tokio::test]

@@ -132,6 +132,16 @@ async fn ending_a_message_by_hand_fires_its_webhook_once_with_that_status() {
     let hook = hooks.next_body().await;
     assert_eq!(hook["status"], "REPLIED");
     assert_eq!(hook["replies"][0]["message"], "STOP");
+    // Another reply joins the first: the webhook carries both, oldest first.
+    end(json!({"reply": "START"})).await.unwrap();
+    let hook = hooks.next_body().await;
+    let texts: Vec<&str> = hook["replies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["message"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts, ["STOP", "START"]);
 
     assert_eq!(end(json!({"status": "READ"})).await.unwrap().status(), 400);
     // A page of another site cannot press the buttons.

@@ -113,7 +113,7 @@ pub enum Error {
     /// The message of this id has left msgw for the gateway (or was never scheduled):
     /// it cannot be cancelled.
     #[error(
-        "the message with id {id} has already been sent to the gateway (or was sent at once); only a scheduled message that has not left can be cancelled"
+        "the message with id {id} has left msgw's schedule (sent to the gateway, refused as it left, or sent at once: its status says which); only a scheduled message that has not left can be cancelled"
     )]
     AlreadySent {
         /// The id.

@@ -301,6 +301,14 @@ impl Scheduler {
         let (status, updated) = match record.state {
             ClaimState::Scheduled { send_at } => ("SCHEDULED", send_at),
             ClaimState::Canceled { at, .. } => ("CANCELED", at),
+            // Nothing reached the gateway: a scheduled message refused as it left has
+            // msgw's own final event saying why (the gateway would not know the id).
+            ClaimState::Released { .. } => {
+                let last = self.store.last_event_of(id).await.map_err(store_error)?;
+                return Ok(last
+                    .filter(|e| e.event.source == EventSource::Msgw)
+                    .map(|e| e.event.report.into()));
+            }
             _ => return Ok(None),
         };
         Ok(Some(StatusReport {

@@ -23,7 +23,7 @@ pub const PASS_MAX: u32 = 1000;
 
 /// How long a replica that took a due message has to send it before another may take
 /// it (a stopped replica's): longer than a send takes, upstream timeout included.
-pub const LEASE: Duration = Duration::from_secs(60);
+pub const LEASE: Duration = Duration::from_secs(30);
 
 /// How often the loop looks at the store without a wake-up.
 pub const LOOK_EVERY: Duration = Duration::from_secs(1);

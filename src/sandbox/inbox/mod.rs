@@ -228,8 +228,16 @@ pub fn end(sandbox: &Sandbox, id: u64, ending: &Ending) -> Result<MessageRecord,
             .clone()
             .ok_or(EndError::NoLetter)?;
         let replies = match ending {
+            // A reply joins the recipient's earlier ones, as the gateway's list keeps
+            // them: STOP, then START, then STOP again ends with three replies.
             Ending::Reply(text) => {
-                Some(json!([{"datetime": status::now_rfc3339(), "message": text}]))
+                let mut all = state
+                    .message(id)
+                    .and_then(|m| m.replies.as_ref())
+                    .and_then(|r| r.as_array().cloned())
+                    .unwrap_or_default();
+                all.push(json!({"datetime": status::now_rfc3339(), "message": text}));
+                Some(serde_json::Value::Array(all))
             }
             _ => None,
         };

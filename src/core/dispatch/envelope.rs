@@ -1,7 +1,8 @@
 //! One envelope, start to end: the calls the coalescer took are claimed together (one
-//! store call, beside one read of the suppression list), unknown earlier outcomes are resolved by one `status` request, what
-//! this envelope now owns goes to the gateway in one request, and every outcome, with
-//! the messages reconcile tracks, is recorded in one transaction.
+//! store call, beside one read of the suppression list), unknown earlier outcomes are
+//! resolved by one `status` request, what this envelope now owns goes to the gateway
+//! in one request, and every outcome, with the messages reconcile tracks, is recorded
+//! in one transaction.
 //!
 //! A request with a send in it runs to its answer or the upstream timeout, whatever
 //! its callers' deadlines: once it has left, only its recorded outcome keeps a retry

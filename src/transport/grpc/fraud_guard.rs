@@ -4,7 +4,7 @@
 use chrono::Utc;
 use tonic::{Request, Response, Status};
 
-use super::convert::timestamp;
+use super::convert::{page_size, timestamp};
 use super::handler;
 use crate::adapters::store::RangeHold;
 use crate::core::domain::{Error, Scope, Violations};
@@ -64,17 +64,7 @@ fn to_proto(hold: RangeHold) -> proto::HeldRange {
 }
 
 fn list(r: proto::ListHeldRangesRequest, s: &mut Scope<'_>) -> Option<(u32, String)> {
-    let size = match r.page_size {
-        0 => Some(PAGE_DEFAULT),
-        n if n <= PAGE_MAX => Some(n),
-        _ => {
-            s.add(
-                "page_size",
-                format!("must be at most {PAGE_MAX} (0: {PAGE_DEFAULT})"),
-            );
-            None
-        }
-    };
+    let size = page_size(s, r.page_size, PAGE_DEFAULT, PAGE_MAX);
     let after = match r.page_token.as_str() {
         "" => Some(String::new()),
         token => s.check("page_token", holds::parse_range(token)),

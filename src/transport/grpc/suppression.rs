@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
-use super::convert::timestamp;
+use super::convert::{page_size, timestamp};
 use super::handler;
 use crate::core::domain::{
     Error, Permission, Phone, Reason, Scope, Suppression, SuppressionChange, SuppressionEvent,
@@ -108,17 +108,7 @@ fn change(phone_text: &str, reason: &str, s: &mut Scope<'_>) -> Option<(Phone, R
 }
 
 fn list(r: proto::ListSuppressionsRequest, s: &mut Scope<'_>) -> Option<(u32, Option<Phone>)> {
-    let size = match r.page_size {
-        0 => Some(PAGE_DEFAULT),
-        n if n <= PAGE_MAX => Some(n),
-        _ => {
-            s.add(
-                "page_size",
-                format!("must be at most {PAGE_MAX} (0: {PAGE_DEFAULT})"),
-            );
-            None
-        }
-    };
+    let size = page_size(s, r.page_size, PAGE_DEFAULT, PAGE_MAX);
     let after = match r.page_token.as_str() {
         "" => Some(None),
         token => s.check("page_token", Phone::parse(token)).map(Some),

@@ -7,7 +7,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::conn::{Conn, Sql, Tx};
-use crate::adapters::store::rows::{ClaimRow, from_ms, id_to_db, millis, ms};
+use crate::adapters::store::rows::{ClaimRow, from_ms, id_to_db, ms};
 use crate::adapters::store::scheduled::{
     DueRow, DueScheduled, NewScheduled, ScheduleReply, ScheduledSummary, due_from_row,
 };
@@ -96,10 +96,7 @@ pub(in crate::adapters::store) async fn take_due(
     limit: u32,
     lease: Duration,
 ) -> Result<Vec<DueScheduled>, StoreError> {
-    let sql = Sql::new(due_sql)
-        .bind(ms(now).saturating_add(millis(lease)))
-        .bind(ms(now))
-        .bind(i64::from(limit));
+    let sql = super::upkeep::due_statement(due_sql, now, limit, lease);
     let rows: Vec<DueRow> = conn.fetch_all(sql).await?;
     rows.into_iter().map(due_from_row).collect()
 }

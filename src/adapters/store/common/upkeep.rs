@@ -106,12 +106,24 @@ pub(in crate::adapters::store) async fn take_due(
     limit: u32,
     lease: Duration,
 ) -> Result<Vec<PendingMessage>, StoreError> {
-    let sql = Sql::new(due_sql)
+    let rows: Vec<DueRow> = conn
+        .fetch_all(due_statement(due_sql, now, limit, lease))
+        .await?;
+    rows.into_iter().map(pending_from_row).collect()
+}
+
+/// A statement that takes due rows under a lease, bound as every such statement is:
+/// `$1` the lease's end, `$2` now, `$3` the limit (status polls, scheduled sends).
+pub(in crate::adapters::store) fn due_statement(
+    due_sql: &'static str,
+    now: DateTime<Utc>,
+    limit: u32,
+    lease: Duration,
+) -> Sql {
+    Sql::new(due_sql)
         .bind(ms(now).saturating_add(millis(lease)))
         .bind(ms(now))
-        .bind(i64::from(limit));
-    let rows: Vec<DueRow> = conn.fetch_all(sql).await?;
-    rows.into_iter().map(pending_from_row).collect()
+        .bind(i64::from(limit))
 }
 
 /// Schedules the next poll of a message, or stops polling it (`None`).

@@ -25,6 +25,18 @@ pub fn estimate_text(r: proto::EstimateSmsRequest, s: &mut Scope<'_>) -> Option<
     text(s, "message", TextKind::Message, &r.message)
 }
 
+/// A list RPC's `page_size`: 0 means `default`, above `max` is a violation.
+pub fn page_size(s: &mut Scope<'_>, value: u32, default: u32, max: u32) -> Option<u32> {
+    match value {
+        0 => Some(default),
+        n if n <= max => Some(n),
+        _ => {
+            s.add("page_size", format!("must be at most {max} (0: {default})"));
+            None
+        }
+    }
+}
+
 fn recipient(id: u64, phone: &str, s: &mut Scope<'_>) -> Option<Recipient> {
     let id = s.check("id", ClientId::new(id));
     let phone = s.check("phone", Phone::parse(phone));

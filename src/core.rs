@@ -7,6 +7,7 @@ pub mod dispatch;
 pub mod domain;
 pub(crate) mod events;
 pub(crate) mod group_commit;
+pub mod held;
 pub mod hooks;
 pub(crate) mod mac;
 pub mod optout;

@@ -11,24 +11,32 @@ use tokio::time::Instant;
 use crate::core::dispatch::Dispatcher;
 use crate::core::domain::{ClientId, Error, Operation, Output, Waited};
 use crate::core::events::{EventLog, Filter, Start};
+use crate::core::held::{CallAccount, Held, HeldKind};
 
 /// Longest wait when the caller set no deadline.
 pub const MAX_WAIT: Duration = Duration::from_secs(300);
 
-/// The status of message `id` once final, or the newest known at `until`.
+/// What a waiter holds while it waits, beyond its stream: its subscription's task,
+/// channel and place on the live fan-out.
+pub const WAITER_COST: usize = 4 * 1024;
+
+/// The status of message `id` once final, or the newest known at `until`; what the
+/// wait holds is counted on `account`.
 pub async fn final_status(
     log: &Arc<EventLog>,
     dispatcher: &Dispatcher,
     id: ClientId,
     until: Instant,
+    account: CallAccount,
 ) -> Result<Waited, Error> {
+    let _waiting = Held::new(&account, HeldKind::Waiter, WAITER_COST);
     // Subscribed first: an event appended from now on arrives here; one appended
     // before is in the store.
     let filter = Filter {
         ids: HashSet::from([id]),
         ..Filter::default()
     };
-    let mut live = log.subscribe(Start::Live, filter).await?;
+    let mut live = log.subscribe(Start::Live, filter, account).await?;
     let mut newest: Option<Waited> = None;
     if let Some(held) = log.last_event_of(id).await? {
         let held = Waited::from(held);

@@ -10,6 +10,10 @@ use prometheus::{
     IntGauge, IntGaugeVec, Opts, Registry, Result, TextEncoder,
 };
 
+mod grpc_memory;
+
+pub use grpc_memory::{GrpcMemoryMetrics, TOP_CALLERS};
+
 /// Latency buckets from 1 ms to 30 s, seconds.
 const LATENCY_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -97,6 +101,8 @@ pub struct Metrics {
     pub grpc_streams_stalled: IntGauge,
     /// Streams refused, by reason.
     pub grpc_streams_refused: IntCounterVec,
+    /// What the gRPC port holds by kind and by caller.
+    pub grpc_memory: GrpcMemoryMetrics,
     /// Streams reset by msgw, by reason.
     pub grpc_streams_reset: IntCounterVec,
     /// Connections to the HTTP listeners (`webhook`, `admin`), open now.
@@ -337,6 +343,7 @@ impl Metrics {
                 "msgw_grpc_held_bytes",
                 "What the gRPC port's open streams hold now, bytes: a fixed cost per stream, request headers and bodies, answers not yet sent (counted against MSGW_GRPC_MEMORY_BUDGET).",
             )?,
+            grpc_memory: GrpcMemoryMetrics::new(&registry)?,
             grpc_memory_budget: gauge(
                 &registry,
                 "msgw_grpc_memory_budget_bytes",
@@ -350,7 +357,7 @@ impl Metrics {
             grpc_streams_refused: counter(
                 &registry,
                 "msgw_grpc_streams_refused_total",
-                "gRPC streams refused with RESOURCE_EXHAUSTED, by reason: memory_budget (the port held MSGW_GRPC_MEMORY_BUDGET), open_path_streams (the connection had its share of health and reflection streams open).",
+                "gRPC streams refused with RESOURCE_EXHAUSTED, by reason: memory_budget (the port held MSGW_GRPC_MEMORY_BUDGET), caller_share (their caller held its share of it), open_path_streams (the connection had its share of health and reflection streams open).",
                 &["reason"],
             )?,
             grpc_streams_reset: counter(

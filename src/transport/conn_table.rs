@@ -18,9 +18,12 @@
 //! room is freed instead of refusing.
 //!
 //! Memory (the gRPC port): each open stream counts a fixed cost, its request's headers and body,
-//! and the answer msgw holds for it; the whole port's count is held under the
-//! memory budget. A stream that would pass it is refused, and the connection that
-//! holds the most is closed at once.
+//! the answer msgw holds for it, and what msgw loads for it (an event stream's replay,
+//! a status waiter); the whole port's count is held under the memory budget, and each
+//! caller's under its share of it. A stream that would pass either is refused; at the
+//! budget the connection holding the most of the caller holding the most is closed at
+//! once. A request body is given flow-control window only while its caller is under
+//! its share and the port under its budget.
 
 use std::{
     collections::{BTreeSet, HashMap},
@@ -33,9 +36,11 @@ use std::{
 
 use tokio::{sync::Notify, time::Instant};
 
+mod callers;
 mod metrics;
 mod streams;
 
+pub use callers::CallerHeld;
 pub use metrics::ConnMetrics;
 pub use streams::{OPEN_PATH_STREAMS, Refused, STREAM_COST, StreamGuard};
 
@@ -97,6 +102,14 @@ pub struct Table {
     budget: usize,
     /// What the port's streams hold now, bytes.
     held: AtomicUsize,
+    /// Each caller's share of the budget, unless its entry gives its own.
+    caller_share: f64,
+    /// Every caller's account, by label.
+    accounts: Mutex<HashMap<Arc<str>, Arc<CallerHeld>>>,
+    /// Request bodies waiting for room to be given window again.
+    throttled: AtomicUsize,
+    /// Signalled, while some are, when streams let go of bytes.
+    room: Arc<Notify>,
     metrics: ConnMetrics,
     /// Signalled whenever a connection is gone.
     removed: Notify,
@@ -150,6 +163,9 @@ pub struct Conn {
     table: Arc<Table>,
     /// What this connection's streams hold, bytes.
     held: AtomicUsize,
+    /// The caller of its first authenticated stream (clients keep one token per
+    /// connection): whose connection it is when one must go for memory.
+    caller: OnceLock<Arc<CallerHeld>>,
     reason: OnceLock<Close>,
     close: Notify,
     /// Set when the connection must go at once, without waiting for its client.
@@ -158,14 +174,16 @@ pub struct Conn {
 
 impl Table {
     /// An empty table admitting `max` connections (and holding a few more while
-    /// they close), whose streams may hold `budget` bytes in all.
+    /// they close), whose streams may hold `budget` bytes in all, and each caller's
+    /// `caller_share` of it unless its entry says otherwise.
     pub fn new(
         max: usize,
         idle_timeout: Duration,
         budget: usize,
+        caller_share: f64,
         metrics: ConnMetrics,
     ) -> Arc<Self> {
-        Self::build(max, idle_timeout, Duration::ZERO, budget, metrics)
+        Self::build(max, idle_timeout, Duration::ZERO, budget, caller_share, metrics)
     }
 
     /// An HTTP listener's table: as [`Table::new`] without a memory budget, where a
@@ -178,7 +196,7 @@ impl Table {
         least_idle: Duration,
         metrics: ConnMetrics,
     ) -> Arc<Self> {
-        Self::build(max, idle_timeout, least_idle, usize::MAX, metrics)
+        Self::build(max, idle_timeout, least_idle, usize::MAX, 1.0, metrics)
     }
 
     fn build(
@@ -186,6 +204,7 @@ impl Table {
         idle_timeout: Duration,
         least_idle: Duration,
         budget: usize,
+        caller_share: f64,
         metrics: ConnMetrics,
     ) -> Arc<Self> {
         metrics.max.set(i64::try_from(max).unwrap_or(i64::MAX));
@@ -200,6 +219,10 @@ impl Table {
             least_idle,
             budget,
             held: AtomicUsize::new(0),
+            caller_share,
+            accounts: Mutex::default(),
+            throttled: AtomicUsize::new(0),
+            room: Arc::new(Notify::new()),
             metrics,
             removed: Notify::new(),
             freed: Notify::new(),
@@ -269,6 +292,7 @@ impl Table {
             id,
             table: self.clone(),
             held: AtomicUsize::new(0),
+            caller: OnceLock::new(),
             reason: OnceLock::new(),
             close: Notify::new(),
             abort: Notify::new(),

@@ -14,7 +14,7 @@
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
 use chrono::Utc;
-use tokio::sync::{Mutex, broadcast, mpsc, watch};
+use tokio::sync::{Mutex, broadcast, watch};
 
 use crate::adapters::store::{Appended, LogAppend, Retention, Store, StoreError};
 use crate::core::domain::{
@@ -22,8 +22,13 @@ use crate::core::domain::{
     Suppression, SuppressionChange, UnavailableCause,
 };
 use crate::core::group_commit::GroupWriter;
+use crate::core::held::CallAccount;
 use crate::process::metrics::Metrics;
 use crate::process::periodic::{Leased, Periodic};
+
+mod subscription;
+
+pub use subscription::Subscription;
 
 /// Where a subscription starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,10 +81,8 @@ impl Filter {
     }
 }
 
-/// Events fetched from the store per query while replaying.
-const REPLAY_PAGE: u32 = 512;
-/// Events a subscription buffers towards its client before it falls back to the store.
-const SUBSCRIBER_BUFFER: usize = 256;
+/// Events the follower reads from the store per query to publish them live.
+const CATCH_UP_PAGE: u32 = 512;
 
 /// Events committed in one transaction at most. Under load, webhooks that arrive
 /// while a commit is running share the next one (group commit).
@@ -137,8 +140,8 @@ impl Tail {
             }
         };
         while last < target {
-            let page = store.events_after(last, REPLAY_PAGE).await?;
-            let short = page.len() < REPLAY_PAGE as usize;
+            let page = store.events_after(last, CATCH_UP_PAGE).await?;
+            let short = page.len() < CATCH_UP_PAGE as usize;
             let mut published = self.published.lock().await;
             let current = published.get_or_insert(last);
             // Own appends may have gone out meanwhile: publish only what lies beyond.
@@ -255,12 +258,14 @@ impl EventLog {
         self.closing.send_replace(true);
     }
 
-    /// Starts a subscription; events (or the error that ends it) arrive on the receiver.
+    /// Starts a subscription; events (or the error that ends it) arrive on it. What
+    /// it holds on its way to the subscriber is counted on `account`.
     pub async fn subscribe(
         self: &Arc<Self>,
         start: Start,
         filter: Filter,
-    ) -> Result<mpsc::Receiver<Result<LogEvent, Error>>, Error> {
+        account: CallAccount,
+    ) -> Result<Subscription, Error> {
         if *self.closing.borrow() {
             return Err(shutting_down());
         }
@@ -268,7 +273,7 @@ impl EventLog {
         // either in the replay or in the channel, so nothing falls in between.
         let live = self.live.channel.subscribe();
         let after = self.start_cursor(start).await?;
-        let (tx, rx) = mpsc::channel(SUBSCRIBER_BUFFER);
+        let (tx, subscription) = Subscription::channel();
         let log = Arc::clone(self);
         tokio::spawn(async move {
             log.metrics.open_streams.inc();
@@ -278,7 +283,7 @@ impl EventLog {
             // A filtered stream may never send again: notice the client leaving
             // without waiting for the next matching event.
             let ended = tokio::select! {
-                r = log.pump(after, &filter, live, &tx) => r,
+                r = subscription::pump(log.store.as_ref(), after, &filter, live, &tx, &account) => r,
                 _ = closing.wait_for(|c| *c) => Err(shutting_down()),
                 () = tx.closed() => Ok(()),
             };
@@ -287,7 +292,7 @@ impl EventLog {
                 let _ = tx.send(Err(e)).await;
             }
         });
-        Ok(rx)
+        Ok(subscription)
     }
 
     async fn start_cursor(&self, start: Start) -> Result<Cursor, Error> {
@@ -323,57 +328,6 @@ impl EventLog {
                     });
                 }
                 Ok(cursor)
-            }
-        }
-    }
-
-    /// Sends events after `last` to `tx` forever: from the store until caught up,
-    /// then live; back to the store whenever the live channel lost events.
-    async fn pump(
-        &self,
-        mut last: Cursor,
-        filter: &Filter,
-        mut live: broadcast::Receiver<Arc<LogEvent>>,
-        tx: &mpsc::Sender<Result<LogEvent, Error>>,
-    ) -> Result<(), Error> {
-        loop {
-            loop {
-                let page = self
-                    .store
-                    .events_after(last, REPLAY_PAGE)
-                    .await
-                    .map_err(store_error)?;
-                for e in &page {
-                    last = e.cursor();
-                    if filter.matches(e) && tx.send(Ok(e.clone())).await.is_err() {
-                        return Ok(());
-                    }
-                }
-                if page.len() < REPLAY_PAGE as usize {
-                    break;
-                }
-            }
-            loop {
-                match live.recv().await {
-                    Ok(e) if e.cursor() <= last => continue,
-                    // Not the next one: something was missed; the store has it.
-                    Ok(e) if e.cursor() != last.next() => break,
-                    Ok(e) => {
-                        last = e.cursor();
-                        if filter.matches(&e) && tx.send(Ok((*e).clone())).await.is_err() {
-                            return Ok(());
-                        }
-                    }
-                    Err(broadcast::error::RecvError::Lagged(missed)) => {
-                        tracing::debug!(
-                            missed,
-                            last = last.get(),
-                            "subscriber fell behind; replaying from the store"
-                        );
-                        break;
-                    }
-                    Err(broadcast::error::RecvError::Closed) => return Err(shutting_down()),
-                }
             }
         }
     }

@@ -9,6 +9,7 @@
 //! events = "own"            # optional: "own" (default) or "all"
 //! sends_per_second = 50     # optional token bucket
 //! burst = 100               # optional
+//! memory_share = 0.5        # optional: its share of the gRPC port's memory budget
 //! ```
 
 use std::{
@@ -46,6 +47,8 @@ pub struct Caller {
     /// Whose events it streams.
     pub events: EventScope,
     rate: Option<Arc<SendRate>>,
+    /// Its share of the gRPC port's memory budget (`None`: the port's default).
+    pub memory_share: Option<f64>,
 }
 
 impl Caller {
@@ -56,6 +59,7 @@ impl Caller {
             permissions: Permission::ALL.iter().fold(0, |bits, p| bits | p.bit()),
             events: EventScope::All,
             rate: None,
+            memory_share: None,
         }
     }
 
@@ -144,6 +148,7 @@ struct Entry {
     events: EventScope,
     sends_per_second: Option<f64>,
     burst: Option<f64>,
+    memory_share: Option<f64>,
 }
 
 /// One token hash, or several while a token is rotated.
@@ -229,11 +234,19 @@ impl Callers {
                     .filter(|old| old.per_second == per_second && old.burst == burst)
                     .unwrap_or_else(|| Arc::new(SendRate::new(per_second, burst)))
             });
+            if let Some(share) = entry.memory_share
+                && !(share > 0.0 && share <= 1.0)
+            {
+                return Err(format!(
+                    "{at}.memory_share must be above 0 and at most 1 (a share of MSGW_GRPC_MEMORY_BUDGET), got {share}"
+                ));
+            }
             let caller = Arc::new(Caller {
                 name: Some(name.clone()),
                 permissions: permissions.iter().fold(0, |bits, p| bits | p.bit()),
                 events: entry.events,
                 rate,
+                memory_share: entry.memory_share,
             });
             if callers
                 .by_name

@@ -5,6 +5,7 @@
 //! and reflection stay open: probes and `grpcurl list` carry no credentials.
 
 use std::{
+    collections::HashMap,
     path::PathBuf,
     sync::{Arc, RwLock},
     task::{Context, Poll},
@@ -12,12 +13,14 @@ use std::{
 
 use futures_util::future::{Either, Ready, ready};
 use tokio::sync::watch;
+use tonic_types::StatusExt;
 
 use super::callers::{Caller, Callers};
 use super::files;
 use super::incoming::PeerInfo;
 use crate::core::domain::CallerName;
 use crate::process::metrics::Metrics;
+use crate::transport::conn_table::StreamGuard;
 
 /// Services anyone may call.
 const OPEN: [&str; 3] = [
@@ -183,6 +186,33 @@ fn bearer(value: &[u8]) -> Option<&str> {
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
+/// Charges the call's stream on the gRPC port (if it came through it) to `caller`:
+/// refused RESOURCE_EXHAUSTED, with `RetryInfo`, when the caller holds its share of
+/// the port's memory budget.
+fn charge<B>(request: &http::Request<B>, caller: &Caller) -> Result<(), tonic::Status> {
+    let Some(stream) = request.extensions().get::<StreamGuard>() else {
+        return Ok(());
+    };
+    let account = stream.caller_account(caller.label(), caller.memory_share);
+    stream.charge(account).map_err(|refused| {
+        let mut details = tonic_types::ErrorDetails::new();
+        details.set_retry_info(Some(SHARE_RETRY));
+        details.set_error_info(
+            "CALLER_MEMORY_SHARE",
+            "msgw",
+            HashMap::from([("caller".to_owned(), caller.label().to_owned())]),
+        );
+        tonic::Status::with_error_details(
+            tonic::Code::ResourceExhausted,
+            refused.message(),
+            details,
+        )
+    })
+}
+
+/// When a caller refused at its memory share may try again.
+const SHARE_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Authenticates every call to a msgw service.
 #[derive(Debug, Clone)]
 pub struct AuthLayer {
@@ -231,6 +261,11 @@ where
     fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
         let path = request.uri().path();
         if is_open_path(path) {
+            // Health and reflection carry no credentials: what they hold is anonymous.
+            let anonymous = self.layer.auth.anonymous.clone();
+            if let Err(refused) = charge(&request, &anonymous) {
+                return Either::Right(ready(Ok(refused.into_http())));
+            }
             return Either::Left(self.inner.call(request));
         }
         let authorization = request
@@ -244,6 +279,15 @@ where
         match self.layer.auth.authenticate(authorization, certified) {
             Ok(caller) => {
                 let method = RpcMethod(method_label(path));
+                if let Err(refused) = charge(&request, &caller) {
+                    self.layer.metrics.rpc(
+                        method.0,
+                        caller.label(),
+                        refused.code(),
+                        std::time::Duration::ZERO,
+                    );
+                    return Either::Right(ready(Ok(refused.into_http())));
+                }
                 request.extensions_mut().insert(caller);
                 request.extensions_mut().insert(method);
                 Either::Left(self.inner.call(request))

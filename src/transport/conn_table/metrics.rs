@@ -1,8 +1,14 @@
 //! Where a connection table counts: the gRPC port's series, or an HTTP listener's.
 
-use prometheus::{IntCounter, IntCounterVec, IntGauge};
+use std::{
+    collections::HashSet,
+    sync::{Arc, Mutex},
+};
+
+use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec};
 
 use super::Close;
+use crate::core::held::HeldKind;
 use crate::process::metrics::Metrics;
 
 /// Where a port's table counts its connections.
@@ -25,6 +31,19 @@ pub(super) struct MemoryMetrics {
     pub(super) held: IntGauge,
     pub(super) budget: IntGauge,
     pub(super) stalled: IntGauge,
+    /// Held bytes by kind, in [`HeldKind::ALL`]'s order.
+    pub(super) by_kind: [IntGauge; HeldKind::ALL.len()],
+    pub(super) by_caller: IntGaugeVec,
+    pub(super) refused_by_caller: IntCounterVec,
+    /// The callers `by_caller` has a series for.
+    pub(super) shown_callers: Arc<Mutex<HashSet<Arc<str>>>>,
+}
+
+impl MemoryMetrics {
+    /// The gauge of `kind`.
+    pub(super) fn kind(&self, kind: HeldKind) -> &IntGauge {
+        &self.by_kind[kind as usize]
+    }
 }
 
 impl ConnMetrics {
@@ -40,6 +59,15 @@ impl ConnMetrics {
                 held: metrics.grpc_held_bytes.clone(),
                 budget: metrics.grpc_memory_budget.clone(),
                 stalled: metrics.grpc_streams_stalled.clone(),
+                by_kind: HeldKind::ALL.map(|kind| {
+                    metrics
+                        .grpc_memory
+                        .by_kind
+                        .with_label_values(&[kind.label()])
+                }),
+                by_caller: metrics.grpc_memory.by_caller.clone(),
+                refused_by_caller: metrics.grpc_memory.refused_by_caller.clone(),
+                shown_callers: Arc::default(),
             }),
         }
     }

@@ -1,14 +1,16 @@
-//! A connection's streams: what each holds against the port's memory budget, which
-//! are stalled on a client that does not read, and which a connection may not open.
+//! A connection's streams: what each holds against the port's memory budget and its
+//! caller's share, which are stalled on a client that does not read, and which a
+//! connection may not open.
 
 use std::sync::{
-    Arc,
+    Arc, OnceLock,
     atomic::{AtomicUsize, Ordering},
 };
 
-use tokio::time::Instant;
+use tokio::{sync::futures::OwnedNotified, time::Instant};
 
-use super::{Close, Conn, Inner, Table};
+use super::{CallerHeld, Close, Conn, Inner, Table};
+use crate::core::held::{Account, HeldKind};
 
 /// What one open stream costs msgw beyond its headers and bodies (its task, HTTP/2
 /// state, tonic's buffers, an event stream's subscription), measured with
@@ -29,6 +31,8 @@ pub enum Refused {
     OpenPathStreams,
     /// The port holds its memory budget.
     MemoryBudget,
+    /// The stream's caller holds its share of the memory budget.
+    CallerShare,
 }
 
 impl Refused {
@@ -37,6 +41,7 @@ impl Refused {
         match self {
             Self::OpenPathStreams => "open_path_streams",
             Self::MemoryBudget => "memory_budget",
+            Self::CallerShare => "caller_share",
         }
     }
 
@@ -48,6 +53,9 @@ impl Refused {
             }
             Self::MemoryBudget => {
                 "msgw is at its memory budget (MSGW_GRPC_MEMORY_BUDGET): retry with backoff"
+            }
+            Self::CallerShare => {
+                "this caller's streams hold its share of msgw's memory budget (MSGW_GRPC_CALLER_SHARE, or memory_share in the callers file): read or close some of them, then retry with backoff"
             }
         }
     }
@@ -62,7 +70,10 @@ struct Stream {
     conn: Arc<Conn>,
     guarded: bool,
     probe: bool,
-    held: AtomicUsize,
+    /// What it holds, by kind (in [`HeldKind::ALL`]'s order).
+    held: [AtomicUsize; HeldKind::ALL.len()],
+    /// Its caller, once authenticated.
+    caller: OnceLock<Arc<CallerHeld>>,
 }
 
 /// A stream marked stalled until this is dropped.
@@ -74,31 +85,57 @@ impl Table {
         self.held.load(Ordering::Relaxed)
     }
 
-    fn add_held(&self, conn: &Conn, bytes: usize) {
+    fn add_held(&self, conn: &Conn, kind: HeldKind, bytes: usize) {
         conn.held.fetch_add(bytes, Ordering::Relaxed);
         self.held.fetch_add(bytes, Ordering::Relaxed);
         if let Some(memory) = &self.metrics.memory {
-            memory.held.add(i64::try_from(bytes).unwrap_or(i64::MAX));
+            let bytes = i64::try_from(bytes).unwrap_or(i64::MAX);
+            memory.held.add(bytes);
+            memory.kind(kind).add(bytes);
         }
     }
 
-    fn sub_held(&self, conn: &Conn, bytes: usize) {
+    fn sub_held(&self, conn: &Conn, kind: HeldKind, bytes: usize) {
         conn.held.fetch_sub(bytes, Ordering::Relaxed);
         self.held.fetch_sub(bytes, Ordering::Relaxed);
         if let Some(memory) = &self.metrics.memory {
-            memory.held.sub(i64::try_from(bytes).unwrap_or(i64::MAX));
+            let bytes = i64::try_from(bytes).unwrap_or(i64::MAX);
+            memory.held.sub(bytes);
+            memory.kind(kind).sub(bytes);
         }
+        // Request bodies wait for room: tell them (only while some do).
+        if self.throttled.load(Ordering::Relaxed) > 0 {
+            self.room.notify_waiters();
+        }
+    }
+
+    /// Whether the port has room for more (under its budget).
+    fn has_room(&self) -> bool {
+        self.held() < self.budget
     }
 }
 
 impl Inner {
-    /// The connection, not closing yet, whose streams hold the most.
-    fn heaviest(&self) -> Option<u64> {
-        self.conns
-            .iter()
-            .filter(|(_, e)| e.closing_since.is_none())
-            .max_by_key(|(_, e)| e.conn.held.load(Ordering::Relaxed))
-            .map(|(&id, _)| id)
+    /// The connection, not closing yet, whose streams hold the most: of `caller`'s
+    /// connections if it has any open, else of all.
+    fn heaviest(&self, caller: Option<&Arc<CallerHeld>>) -> Option<u64> {
+        let open = || {
+            self.conns
+                .iter()
+                .filter(|(_, e)| e.closing_since.is_none())
+        };
+        let heaviest = |conns: &mut dyn Iterator<Item = (&u64, &super::Entry)>| {
+            conns
+                .max_by_key(|(_, e)| e.conn.held.load(Ordering::Relaxed))
+                .map(|(&id, _)| id)
+        };
+        caller
+            .and_then(|caller| {
+                heaviest(&mut open().filter(|(_, e)| {
+                    e.conn.caller.get().is_some_and(|c| Arc::ptr_eq(c, caller))
+                }))
+            })
+            .or_else(|| heaviest(&mut open()))
     }
 }
 
@@ -138,7 +175,12 @@ impl Conn {
                 .map(|e| e.conn.held())
                 .sum();
             let heaviest = if held.saturating_sub(leaving) + cost > table.budget {
-                inner.heaviest().and_then(|id| inner.mark_closing(id, now))
+                // The caller holding the most gives way first: one caller's streams
+                // do not cost the others their connections.
+                let caller = table.heaviest_caller();
+                inner
+                    .heaviest(caller.as_ref())
+                    .and_then(|id| inner.mark_closing(id, now))
             } else {
                 None
             };
@@ -163,27 +205,95 @@ impl Conn {
             inner.refile(self.id, now);
         }
         drop(inner);
-        table.add_held(self, cost);
-        Ok(StreamGuard(Arc::new(Stream {
+        table.add_held(self, HeldKind::Stream, cost);
+        let stream = Stream {
             conn: self.clone(),
             guarded,
             probe,
-            held: AtomicUsize::new(cost),
-        })))
+            held: Default::default(),
+            caller: OnceLock::new(),
+        };
+        stream.held[HeldKind::Stream as usize].store(cost, Ordering::Relaxed);
+        Ok(StreamGuard(Arc::new(stream)))
     }
 }
 
 impl StreamGuard {
-    /// Counts `bytes` more held by the stream until [`release`](Self::release)d.
-    pub fn hold(&self, bytes: usize) {
-        self.0.held.fetch_add(bytes, Ordering::Relaxed);
-        self.0.conn.table.add_held(&self.0.conn, bytes);
+    /// Counts `bytes` more held by the stream for `kind` until
+    /// [`release`](Self::release)d.
+    pub fn hold(&self, kind: HeldKind, bytes: usize) {
+        self.0.hold(kind, bytes);
     }
 
-    /// Counts `bytes` the stream no longer holds.
-    pub fn release(&self, bytes: usize) {
-        self.0.held.fetch_sub(bytes, Ordering::Relaxed);
-        self.0.conn.table.sub_held(&self.0.conn, bytes);
+    /// Counts `bytes` of `kind` the stream no longer holds.
+    pub fn release(&self, kind: HeldKind, bytes: usize) {
+        self.0.release(kind, bytes);
+    }
+
+    /// The stream as the account core counts what it holds on (event replays,
+    /// status waiters).
+    pub fn account(&self) -> Arc<dyn Account> {
+        self.0.clone()
+    }
+
+    /// The account of caller `label` on the stream's port (`share`: its own share of
+    /// the budget, `None`: the port's default).
+    pub fn caller_account(&self, label: &str, share: Option<f64>) -> Arc<CallerHeld> {
+        self.0.conn.table.caller(label, share)
+    }
+
+    /// Charges the stream, and whatever it holds from now on, to `caller`; refused
+    /// when that would take the caller past its share (the stream then stays
+    /// uncharged and is to be answered RESOURCE_EXHAUSTED). A health check is
+    /// charged all the same.
+    pub fn charge(&self, caller: Arc<CallerHeld>) -> Result<(), Refused> {
+        let stream = &self.0;
+        let table = &stream.conn.table;
+        if stream.caller.get().is_some() {
+            return Ok(());
+        }
+        if !stream.probe && caller.would_pass(stream.total()) {
+            if let Some(memory) = &table.metrics.memory {
+                memory
+                    .refused_by_caller
+                    .with_label_values(&[caller.label()])
+                    .inc();
+            }
+            return Err(Refused::CallerShare);
+        }
+        if stream.caller.set(caller.clone()).is_ok() {
+            caller.add(stream.total());
+            let _ = stream.conn.caller.set(caller);
+        }
+        Ok(())
+    }
+
+    /// Whether a request body of this stream may be given more flow-control window:
+    /// its caller is under its share and the port under its budget.
+    pub fn has_room(&self) -> bool {
+        let stream = &self.0;
+        stream.conn.table.has_room()
+            && stream
+                .caller
+                .get()
+                .is_none_or(|caller| caller.held() < caller.share())
+    }
+
+    /// Resolves once streams have let go of bytes (the port or a caller may have room
+    /// again), for a request body waiting for room; create it before looking at
+    /// [`has_room`](Self::has_room). Counted as waiting until [`Self::unthrottled`].
+    pub fn room(&self) -> OwnedNotified {
+        self.0.conn.table.room.clone().notified_owned()
+    }
+
+    /// Counts a request body of this stream as waiting for room (see [`Self::room`]).
+    pub fn throttled(&self) {
+        self.0.conn.table.throttled.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a request body as no longer waiting for room.
+    pub fn unthrottled(&self) {
+        self.0.conn.table.throttled.fetch_sub(1, Ordering::Relaxed);
     }
 
     /// Marks the stream stalled (its client leaves the window shut) until the mark
@@ -195,6 +305,26 @@ impl StreamGuard {
 }
 
 impl Stream {
+    fn total(&self) -> usize {
+        self.held.iter().map(|h| h.load(Ordering::Relaxed)).sum()
+    }
+
+    fn hold(&self, kind: HeldKind, bytes: usize) {
+        self.held[kind as usize].fetch_add(bytes, Ordering::Relaxed);
+        if let Some(caller) = self.caller.get() {
+            caller.add(bytes);
+        }
+        self.conn.table.add_held(&self.conn, kind, bytes);
+    }
+
+    fn release(&self, kind: HeldKind, bytes: usize) {
+        self.held[kind as usize].fetch_sub(bytes, Ordering::Relaxed);
+        if let Some(caller) = self.caller.get() {
+            caller.sub(bytes);
+        }
+        self.conn.table.sub_held(&self.conn, kind, bytes);
+    }
+
     fn set_stalled(&self, stalled: bool) {
         let table = &self.conn.table;
         if let Some(memory) = &table.metrics.memory {
@@ -228,7 +358,12 @@ impl Drop for Stream {
     fn drop(&mut self) {
         let now = Instant::now();
         let table = &self.conn.table;
-        table.sub_held(&self.conn, self.held.load(Ordering::Relaxed));
+        for kind in HeldKind::ALL {
+            let bytes = self.held[kind as usize].load(Ordering::Relaxed);
+            if bytes > 0 {
+                self.release(kind, bytes);
+            }
+        }
         let id = self.conn.id;
         let mut inner = table.lock();
         let Some(entry) = inner.conns.get_mut(&id) else {
@@ -242,5 +377,15 @@ impl Drop for Stream {
         }
         let freed = inner.refile(id, now);
         table.wake_waiting(inner, freed);
+    }
+}
+
+impl Account for Stream {
+    fn hold(&self, kind: HeldKind, bytes: usize) {
+        Stream::hold(self, kind, bytes);
+    }
+
+    fn release(&self, kind: HeldKind, bytes: usize) {
+        Stream::release(self, kind, bytes);
     }
 }

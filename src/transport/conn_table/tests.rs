@@ -1,6 +1,7 @@
 //! The connection table: who makes room at the cap, and when; what its streams hold.
 
 use super::*;
+use crate::core::held::HeldKind;
 use crate::process::metrics::Metrics;
 
 #[tokio::test(start_paused = true)]
@@ -9,6 +10,7 @@ async fn at_the_cap_the_longest_idle_connection_makes_room() {
         2,
         Duration::from_secs(60),
         usize::MAX,
+        1.0,
         ConnMetrics::grpc(&Metrics::new().unwrap()),
     );
     let first = table.admit().unwrap();
@@ -34,6 +36,7 @@ async fn streams_needing_no_token_do_not_keep_a_connection_at_the_cap() {
         2,
         Duration::from_secs(60),
         usize::MAX,
+        1.0,
         ConnMetrics::grpc(&Metrics::new().unwrap()),
     );
     let watcher = table.admit().unwrap();
@@ -51,6 +54,7 @@ async fn a_connection_is_idle_from_its_last_stream_on() {
         8,
         Duration::from_secs(60),
         usize::MAX,
+        1.0,
         ConnMetrics::grpc(&Metrics::new().unwrap()),
     );
     let conn = table.admit().unwrap();
@@ -72,6 +76,7 @@ async fn at_the_ceiling_the_oldest_closing_connection_is_dropped_at_once() {
         8,
         Duration::from_secs(60),
         usize::MAX,
+        1.0,
         ConnMetrics::grpc(&Metrics::new().unwrap()),
     );
     let mut conns: Vec<_> = (0..8).map(|_| table.admit().unwrap()).collect();
@@ -94,6 +99,7 @@ async fn a_connection_whose_streams_are_all_stalled_makes_room_at_the_cap() {
         2,
         Duration::from_secs(60),
         usize::MAX,
+        1.0,
         ConnMetrics::grpc(&Metrics::new().unwrap()),
     );
     let reading = table.admit().unwrap();
@@ -115,6 +121,7 @@ async fn a_connection_has_few_open_path_streams_but_any_number_of_checks_and_its
         8,
         Duration::from_secs(60),
         usize::MAX,
+        1.0,
         ConnMetrics::grpc(&Metrics::new().unwrap()),
     );
     let conn = table.admit().unwrap();
@@ -145,13 +152,14 @@ async fn at_the_memory_budget_streams_are_refused_and_the_heaviest_connection_go
         8,
         Duration::from_secs(60),
         budget,
+        1.0,
         ConnMetrics::grpc(&metrics),
     );
     let light = table.admit().unwrap();
     let heavy = table.admit().unwrap();
     let _light_stream = light.stream_opened(true, false, 100).unwrap();
     let heavy_stream = heavy.stream_opened(true, false, 100).unwrap();
-    heavy_stream.hold(6 * STREAM_COST);
+    heavy_stream.hold(HeldKind::Answer, 6 * STREAM_COST);
     assert_eq!(table.held(), 8 * STREAM_COST + 200);
     assert_eq!(heavy.held(), 7 * STREAM_COST + 100);
     let _second = light.stream_opened(true, false, 0).unwrap();
@@ -235,4 +243,90 @@ async fn a_connection_that_stops_serving_frees_room_for_the_one_waiting() {
         "the answered connection makes room"
     );
     assert_eq!(serving.closing().await, Close::Evicted);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_caller_at_its_share_is_refused_while_another_is_served() {
+    let metrics = Metrics::new().unwrap();
+    let table = Table::new(
+        8,
+        Duration::from_secs(60),
+        100 * STREAM_COST,
+        0.25,
+        ConnMetrics::grpc(&metrics),
+    );
+    let greedy = table.caller("greedy", None);
+    let modest = table.caller("modest", None);
+    assert_eq!(greedy.share(), 25 * STREAM_COST);
+    let conn = table.admit().unwrap();
+    let mut kept = Vec::new();
+    for _ in 0..25 {
+        let stream = conn.stream_opened(true, false, 0).unwrap();
+        stream.charge(greedy.clone()).unwrap();
+        kept.push(stream);
+    }
+    assert_eq!(greedy.held(), 25 * STREAM_COST);
+    let over = conn.stream_opened(true, false, 0).unwrap();
+    assert_eq!(over.charge(greedy.clone()), Err(Refused::CallerShare));
+    assert!(!kept[0].has_room(), "no window for the greedy caller's bodies");
+    // Another caller on the same port is served, and has room.
+    let other = table.admit().unwrap().stream_opened(true, false, 0).unwrap();
+    other.charge(modest.clone()).unwrap();
+    assert!(other.has_room());
+    assert_eq!(
+        metrics
+            .grpc_memory
+            .refused_by_caller
+            .with_label_values(&["greedy"])
+            .get(),
+        1
+    );
+    // A caller's own share, from its entry.
+    assert_eq!(table.caller("greedy", Some(0.5)).share(), 50 * STREAM_COST);
+    let retry = conn.stream_opened(true, false, 0).unwrap();
+    assert_eq!(retry.charge(greedy.clone()), Ok(()));
+    // A body waiting for room learns when streams let go of bytes.
+    let room = kept[0].room();
+    kept[0].throttled();
+    drop(kept.pop());
+    tokio::time::timeout(Duration::from_secs(1), room)
+        .await
+        .expect("released bytes wake a waiting body");
+    kept[0].unthrottled();
+    drop(kept);
+    drop((over, retry));
+    assert_eq!(greedy.held(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn at_the_budget_the_caller_holding_the_most_gives_way_first() {
+    let table = Table::new(
+        8,
+        Duration::from_secs(60),
+        12 * STREAM_COST,
+        1.0,
+        ConnMetrics::grpc(&Metrics::new().unwrap()),
+    );
+    let (many, one) = (table.caller("many", None), table.caller("one", None));
+    let first = table.admit().unwrap();
+    let second = table.admit().unwrap();
+    let single = table.admit().unwrap();
+    let mut kept = Vec::new();
+    for (conn, caller, held) in [(&first, &many, 2), (&second, &many, 3), (&single, &one, 4)] {
+        let stream = conn.stream_opened(true, false, 0).unwrap();
+        stream.charge(caller.clone()).unwrap();
+        stream.hold(HeldKind::Replay, held * STREAM_COST);
+        kept.push(stream);
+    }
+    // `single` holds the most of any one connection; `many` holds the most of any caller.
+    assert_eq!(many.held(), 7 * STREAM_COST);
+    assert_eq!(one.held(), 5 * STREAM_COST);
+    assert_eq!(
+        single.stream_opened(true, false, 0).err(),
+        Some(Refused::MemoryBudget)
+    );
+    second.aborted().await;
+    assert_eq!(second.closed_for(), Some(Close::MemoryBudget));
+    assert_eq!(single.closed_for(), None);
+    assert_eq!(first.closed_for(), None);
 }

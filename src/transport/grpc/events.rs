@@ -3,7 +3,7 @@
 
 use std::{pin::Pin, sync::Arc};
 
-use tokio_stream::{Stream, StreamExt, wrappers::ReceiverStream};
+use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
 use tracing::Instrument;
@@ -41,6 +41,7 @@ impl EventService for Events {
         let started = tokio::time::Instant::now();
         let caller = crate::transport::auth::caller_of(&request)?;
         let method = crate::transport::auth::method_of(&request);
+        let account = super::handler::account_of(&request);
         let span = tracing::info_span!("rpc", method, caller = caller.label());
         let events = async {
             let opened = match crate::transport::auth::admit_events(&caller)
@@ -61,7 +62,9 @@ impl EventService for Events {
                         EventScope::Own => caller.name.clone(),
                         EventScope::All => None,
                     };
-                    self.log.subscribe(start, Filter { sender, ..filter }).await
+                    self.log
+                        .subscribe(start, Filter { sender, ..filter }, account)
+                        .await
                 }
                 Err(e) => Err(e),
             };
@@ -84,7 +87,7 @@ impl EventService for Events {
         }
         .instrument(span)
         .await?;
-        let stream = ReceiverStream::new(events).map(|item| match item {
+        let stream = events.map(|item| match item {
             Ok(LogEvent::Status(e)) => Ok(proto::StreamStatusEventsResponse {
                 event: Some(event(e)),
                 suppression: None,

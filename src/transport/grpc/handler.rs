@@ -243,3 +243,12 @@ fn finish(
         }
     }
 }
+
+/// The account of the call's stream on the gRPC port, on which core counts what it
+/// loads for the call (`None` for a call that did not come through the port).
+pub fn account_of<T>(request: &Request<T>) -> crate::core::held::CallAccount {
+    request
+        .extensions()
+        .get::<crate::transport::conn_table::StreamGuard>()
+        .map(crate::transport::conn_table::StreamGuard::account)
+}

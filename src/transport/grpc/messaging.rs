@@ -132,6 +132,7 @@ impl MessagingService for Messaging {
         }
         let until =
             super::deadline::deadline(&request).unwrap_or_else(|| Instant::now() + MAX_WAIT);
+        let account = handler::account_of(&request);
         // Parsed as a plain status query (`wait_for_final` is for this handler only;
         // a Batch item may not wait).
         let (metadata, extensions, query) = request.into_parts();
@@ -141,13 +142,13 @@ impl MessagingService for Messaging {
         };
         let request = Request::from_parts(metadata, extensions, query);
         let (events, dispatcher) = (&self.events, &self.dispatcher);
-        handler::unary_with(dispatcher, request, |ops, _, _| async move {
+        handler::unary_with(dispatcher, request, move |ops, _, _| async move {
             let [Operation::GetMessageStatus(id)] = ops[..] else {
                 return Err(Error::Internal(format!(
                     "a status request parsed as {ops:?}"
                 )));
             };
-            let waited = wait::final_status(events, dispatcher, id, until).await;
+            let waited = wait::final_status(events, dispatcher, id, until, account).await;
             Ok(vec![waited.map(|w| Executed {
                 output: Output::Waited(w),
                 replayed: false,

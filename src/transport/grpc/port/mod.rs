@@ -48,6 +48,8 @@ const CLOSE_GRACE: Duration = Duration::from_secs(1);
 /// Pause after a failed accept other than a client's: out of file descriptors,
 /// retrying at once would only spin.
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+/// How often the callers holding the most are shown in the metrics.
+const REPORT_CALLERS_EVERY: Duration = Duration::from_secs(1);
 /// Least time between two warnings about refused connections.
 const REFUSED_WARN_EVERY: Duration = Duration::from_secs(60);
 
@@ -83,7 +85,7 @@ where
 }
 
 /// The gRPC port's bounds: `msgw serve`'s `--grpc-*` options.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Args)]
+#[derive(Debug, Clone, Copy, PartialEq, clap::Args)]
 pub struct PortLimits {
     /// gRPC port: time a connection has to finish its TLS handshake and send the
     /// HTTP/2 preface; then it is closed.
@@ -109,6 +111,13 @@ pub struct PortLimits {
     /// limit (the cgroup's `memory.max`, else the machine's memory).
     #[arg(long = "grpc-memory-budget", env = "MSGW_GRPC_MEMORY_BUDGET", value_parser = crate::process::memory::parse_size)]
     pub memory_budget: Option<u64>,
+    /// gRPC port: the share of the memory budget one caller's streams may hold (every
+    /// caller without a token counts as one, `anonymous`), from 0 to 1. Beyond it the
+    /// caller's new streams get RESOURCE_EXHAUSTED and its request bodies no more
+    /// flow-control window, while other callers are served. A caller's
+    /// `memory_share` in the callers file overrides it.
+    #[arg(long = "grpc-caller-share", env = "MSGW_GRPC_CALLER_SHARE", default_value = "0.25", value_parser = parse::share)]
+    pub caller_share: f64,
 }
 
 impl Default for PortLimits {
@@ -138,14 +147,20 @@ pub async fn serve<S>(
         max_connections,
         limits.idle_timeout,
         memory_budget,
+        limits.caller_share,
         ConnMetrics::grpc(&metrics),
     );
     let builder = http2_settings();
     let mut warned: Option<Instant> = None;
+    let mut report = tokio::time::interval(REPORT_CALLERS_EVERY);
     loop {
         let accepted = tokio::select! {
             _ = shutdown.wait_for(|s| *s) => break,
             accepted = listener.accept() => accepted,
+            _ = report.tick() => {
+                table.report_callers();
+                continue;
+            }
         };
         let (tcp, peer) = match accepted {
             Ok(accepted) => accepted,

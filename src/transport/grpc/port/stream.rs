@@ -8,8 +8,8 @@
 //! the answer held is dropped.
 
 use std::{
-    future::poll_fn,
-    pin::pin,
+    future::{Future, poll_fn},
+    pin::{Pin, pin},
     sync::Arc,
     task::{Context, Poll},
     time::Duration,
@@ -17,10 +17,14 @@ use std::{
 
 use h2::{Reason, RecvStream, SendStream, server::SendResponse};
 use hyper::body::{Body as HttpBody, Bytes, Frame, SizeHint};
-use tokio::time::{Instant, timeout, timeout_at};
+use tokio::{
+    sync::futures::OwnedNotified,
+    time::{Instant, timeout, timeout_at},
+};
 use tonic::body::Body;
 
 use super::GrpcRoutes;
+use crate::core::held::HeldKind;
 use crate::process::metrics::Metrics;
 use crate::transport::auth::incoming::PeerInfo;
 use crate::transport::conn_table::{Conn, Refused, StreamGuard};
@@ -70,9 +74,14 @@ pub async fn serve<S: GrpcRoutes>(
         recv,
         data_done: false,
         stream: stream.clone(),
+        owed: 0,
+        room: None,
     });
     let mut request = http::Request::from_parts(parts, body);
     request.extensions_mut().insert(shared.peer.clone());
+    // The authentication layer charges the stream to its caller; handlers count on it
+    // what they load for the call.
+    request.extensions_mut().insert(stream.clone());
     let deadline = request
         .headers()
         .get("grpc-timeout")
@@ -212,13 +221,13 @@ impl Sender<'_> {
         if data.is_empty() {
             return self.tx.send_data(data, end).map_err(|_| Cut::Gone);
         }
-        self.stream.hold(data.len());
+        self.stream.hold(HeldKind::Answer, data.len());
         let result = async {
             while !data.is_empty() {
                 self.tx.reserve_capacity(data.len());
                 let capacity = self.capacity().await?;
                 let chunk = data.split_to(capacity.min(data.len()));
-                self.stream.release(chunk.len());
+                self.stream.release(HeldKind::Answer, chunk.len());
                 self.tx
                     .send_data(chunk, end && data.is_empty())
                     .map_err(|_| Cut::Gone)?;
@@ -227,7 +236,7 @@ impl Sender<'_> {
         }
         .await;
         // What could not be sent is dropped with the stream.
-        self.stream.release(data.len());
+        self.stream.release(HeldKind::Answer, data.len());
         result
     }
 
@@ -263,12 +272,49 @@ async fn next_capacity(tx: &mut SendStream<Bytes>) -> Result<usize, Cut> {
     }
 }
 
-/// A request body read from HTTP/2: each chunk's window is given back as msgw takes
-/// it, and what it read counts towards its stream's memory until the stream ends.
+/// A request body read from HTTP/2: what it read counts towards its stream's memory
+/// until the stream ends, and each chunk's window is given back as msgw takes it only
+/// while the stream's caller is under its share and the port under its budget.
+/// Otherwise the window stays shut (the client cannot send more) until streams let
+/// go of bytes.
 struct Received {
     recv: RecvStream,
     data_done: bool,
     stream: StreamGuard,
+    /// Bytes read whose window has not been given back.
+    owed: usize,
+    /// While `owed`: resolves when streams let go of bytes.
+    room: Option<Pin<Box<OwnedNotified>>>,
+}
+
+impl Received {
+    /// Gives back the window of what was read, if there is room now; else makes sure
+    /// the task is woken when there may be.
+    fn give_back(&mut self, cx: &mut Context<'_>) {
+        while self.owed > 0 {
+            let room = self.room.get_or_insert_with(|| Box::pin(self.stream.room()));
+            if self.stream.has_room() {
+                let _ = self.recv.flow_control().release_capacity(self.owed);
+                self.owed = 0;
+                self.room = None;
+                self.stream.unthrottled();
+                return;
+            }
+            match room.as_mut().poll(cx) {
+                Poll::Pending => return,
+                // Something was let go of: look again, with a fresh wait.
+                Poll::Ready(()) => self.room = None,
+            }
+        }
+    }
+}
+
+impl Drop for Received {
+    fn drop(&mut self) {
+        if self.owed > 0 {
+            self.stream.unthrottled();
+        }
+    }
 }
 
 impl HttpBody for Received {
@@ -276,17 +322,27 @@ impl HttpBody for Received {
     type Error = h2::Error;
 
     fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
+        mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
-        if !self.data_done {
-            match self.recv.poll_data(cx) {
+        let this = &mut *self;
+        this.give_back(cx);
+        if !this.data_done {
+            match this.recv.poll_data(cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Some(Ok(data))) => {
-                    let _ = self.recv.flow_control().release_capacity(data.len());
                     // Held until the stream ends: tonic keeps what it read until the
                     // message is whole, and the message while it is handled.
-                    self.stream.hold(data.len());
+                    this.stream.hold(HeldKind::Request, data.len());
+                    if this.owed == 0 && this.stream.has_room() {
+                        let _ = this.recv.flow_control().release_capacity(data.len());
+                    } else {
+                        if this.owed == 0 {
+                            this.stream.throttled();
+                        }
+                        this.owed += data.len();
+                        this.give_back(cx);
+                    }
                     return Poll::Ready(Some(Ok(Frame::data(data))));
                 }
                 Poll::Ready(Some(Err(error))) => {
@@ -296,10 +352,10 @@ impl HttpBody for Received {
                         _ => Poll::Ready(Some(Err(error))),
                     };
                 }
-                Poll::Ready(None) => self.data_done = true,
+                Poll::Ready(None) => this.data_done = true,
             }
         }
-        match self.recv.poll_trailers(cx) {
+        match this.recv.poll_trailers(cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Ok(Some(trailers))) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
             Poll::Ready(Ok(None)) => Poll::Ready(None),

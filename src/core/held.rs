@@ -3,7 +3,7 @@
 //! gRPC port counts it against its budget and the caller's share. Core only reports
 //! what it holds; transport decides what is too much.
 
-use std::sync::Arc;
+use std::{future::Future, pin::Pin, sync::Arc};
 
 /// What held bytes are for (the `kind` label of `msgw_grpc_held_bytes_by_kind`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +48,14 @@ pub trait Account: Send + Sync {
     fn hold(&self, kind: HeldKind, bytes: usize);
     /// Counts `bytes` of `kind` no longer held.
     fn release(&self, kind: HeldKind, bytes: usize);
+    /// Counts up to `want` bytes more held for `kind`, as many as the caller's share
+    /// and the budget have room for, and returns how many; `None` (nothing counted)
+    /// when there is room for fewer than `least`. A stream that holds nothing of
+    /// `kind` yet gets `least` all the same, so that every stream makes progress.
+    fn try_hold(&self, kind: HeldKind, want: usize, least: usize) -> Option<usize>;
+    /// Resolves once bytes may have been let go of (there may be room again); make it
+    /// before [`Account::try_hold`] fails, so that no release falls in between.
+    fn room(&self) -> Pin<Box<dyn Future<Output = ()> + Send>>;
 }
 
 /// A call's account, if its transport keeps one (calls made inside msgw have none).
@@ -72,6 +80,40 @@ impl Held {
             kind,
             bytes,
         }
+    }
+
+    /// Counts up to `want` bytes of `kind` on `account`, as many as its caller's share
+    /// and the budget have room for but at least `least`, waiting for room if need be
+    /// (at once, all of `want`, without an account). See [`Account::try_hold`].
+    pub async fn reserve(account: &CallAccount, kind: HeldKind, want: usize, least: usize) -> Self {
+        let mut bytes = want;
+        if let Some(on) = account {
+            loop {
+                let room = on.room();
+                if let Some(held) = on.try_hold(kind, want, least) {
+                    bytes = held;
+                    break;
+                }
+                room.await;
+            }
+        }
+        Self {
+            account: account.clone(),
+            kind,
+            bytes,
+        }
+    }
+
+    /// Counts `bytes` from now on instead of what it held (more or less, at once).
+    pub fn resize(&mut self, bytes: usize) {
+        if let Some(account) = &self.account {
+            if bytes > self.bytes {
+                account.hold(self.kind, bytes - self.bytes);
+            } else if bytes < self.bytes {
+                account.release(self.kind, self.bytes - bytes);
+            }
+        }
+        self.bytes = bytes;
     }
 
     /// Splits `bytes` off into a charge of its own (at most what this one holds).
@@ -125,6 +167,44 @@ mod tests {
         fn release(&self, _: HeldKind, bytes: usize) {
             self.0.fetch_sub(bytes, Ordering::Relaxed);
         }
+        fn try_hold(&self, kind: HeldKind, want: usize, least: usize) -> Option<usize> {
+            let room = 1000usize.saturating_sub(self.0.load(Ordering::Relaxed));
+            let held = want.min(room);
+            (held >= least).then(|| {
+                self.hold(kind, held);
+                held
+            })
+        }
+        fn room(&self) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+            Box::pin(tokio::time::sleep(std::time::Duration::from_millis(10)))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_reservation_waits_for_room_then_takes_the_size_it_turns_out_to_have() {
+        let count = Arc::new(Count::default());
+        let account: CallAccount = Some(count.clone());
+        let first = Held::reserve(&account, HeldKind::Replay, 800, 100).await;
+        let partly = Held::reserve(&account, HeldKind::Replay, 800, 100).await;
+        assert_eq!(partly.bytes(), 200, "as much as there is room for");
+        let waiting = tokio::spawn({
+            let account = account.clone();
+            async move { Held::reserve(&account, HeldKind::Replay, 800, 100).await }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(
+            !waiting.is_finished(),
+            "no room while 1000 of 1000 are held"
+        );
+        drop((first, partly));
+        let mut second = waiting.await.unwrap();
+        assert_eq!(count.0.load(Ordering::Relaxed), 800);
+        second.resize(300);
+        assert_eq!(count.0.load(Ordering::Relaxed), 300);
+        second.resize(900);
+        assert_eq!(count.0.load(Ordering::Relaxed), 900);
+        drop(second);
+        assert_eq!(count.0.load(Ordering::Relaxed), 0);
     }
 
     #[test]

@@ -42,7 +42,7 @@ mod streams;
 
 pub use callers::CallerHeld;
 pub use metrics::ConnMetrics;
-pub use streams::{OPEN_PATH_STREAMS, Refused, STREAM_COST, StreamGuard};
+pub use streams::{OPEN_PATH_STREAMS, Refused, Room, STREAM_COST, StreamGuard};
 
 /// Why msgw closed a connection (a metric label); `Client` when the client did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -183,7 +183,14 @@ impl Table {
         caller_share: f64,
         metrics: ConnMetrics,
     ) -> Arc<Self> {
-        Self::build(max, idle_timeout, Duration::ZERO, budget, caller_share, metrics)
+        Self::build(
+            max,
+            idle_timeout,
+            Duration::ZERO,
+            budget,
+            caller_share,
+            metrics,
+        )
     }
 
     /// An HTTP listener's table: as [`Table::new`] without a memory budget, where a

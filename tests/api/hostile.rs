@@ -212,8 +212,11 @@ async fn a_connection_gets_few_token_free_streams() {
 #[tokio::test]
 async fn at_the_memory_budget_new_streams_are_refused_and_the_heaviest_connection_goes() {
     let budget = 40 * STREAM_COST;
+    // Every client here is the anonymous caller: the whole budget is its share (the
+    // shares between callers are tests/api/budgets.rs's).
     let app = spawn(bounded(PortLimits {
         memory_budget: Some(budget as u64),
+        caller_share: 1.0,
         ..PortLimits::default()
     }))
     .await;

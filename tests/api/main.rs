@@ -2,6 +2,7 @@
 
 mod admin;
 mod browser;
+mod budgets;
 mod builders;
 #[path = "../common/callers.rs"]
 mod callers;

@@ -22,6 +22,7 @@ pub struct Entry {
     permissions: Option<Vec<&'static str>>,
     events: Option<&'static str>,
     rate: Option<(f64, u32)>,
+    memory_share: Option<f64>,
 }
 
 impl Entry {
@@ -41,6 +42,7 @@ impl Entry {
             permissions: None,
             events: None,
             rate: None,
+            memory_share: None,
         }
     }
 
@@ -59,6 +61,12 @@ impl Entry {
     /// Its send rate and burst.
     pub fn rate(mut self, sends_per_second: f64, burst: u32) -> Self {
         self.rate = Some((sends_per_second, burst));
+        self
+    }
+
+    /// Its own share of the gRPC port's memory budget.
+    pub fn memory_share(mut self, share: f64) -> Self {
+        self.memory_share = Some(share);
         self
     }
 }
@@ -94,6 +102,9 @@ impl Callers {
             }
             if let Some((rate, burst)) = e.rate {
                 let _ = writeln!(out, "sends_per_second = {rate:?}\nburst = {burst}");
+            }
+            if let Some(share) = e.memory_share {
+                let _ = writeln!(out, "memory_share = {share:?}");
             }
             out.push('\n');
         }

@@ -89,6 +89,13 @@ pub fn grpc_request(
     message: &[u8],
     end: bool,
 ) -> Vec<u8> {
+    let mut out = grpc_headers(stream, path, metadata);
+    out.extend(frame(DATA, u8::from(end), stream, &grpc_message(message)));
+    out
+}
+
+/// A gRPC request's headers on `stream` (with `metadata`), its body to follow.
+pub fn grpc_headers(stream: u32, path: &str, metadata: &[(&str, &str)]) -> Vec<u8> {
     let mut all = vec![
         (":method", "POST"),
         (":scheme", "http"),
@@ -98,9 +105,7 @@ pub fn grpc_request(
         ("te", "trailers"),
     ];
     all.extend_from_slice(metadata);
-    let mut out = headers(stream, &all);
-    out.extend(frame(DATA, u8::from(end), stream, &grpc_message(message)));
-    out
+    headers(stream, &all)
 }
 
 /// One more message on an open stream.
@@ -157,4 +162,156 @@ pub async fn read_frame<R: tokio::io::AsyncRead + Unpin>(io: &mut R) -> Option<F
         stream: u32::from_be_bytes([header[5], header[6], header[7], header[8]]) & 0x7fff_ffff,
         payload,
     })
+}
+
+/// Uploads, on one connection to `addr`, `streams` requests to `path`, each declaring
+/// a message of `declared` bytes and sending it as fast as msgw's flow-control
+/// windows allow, never ending one, until `until` (or msgw closes the connection).
+/// Every byte of DATA sent is added to `sent`.
+pub async fn upload_unfinished(
+    addr: std::net::SocketAddr,
+    path: &str,
+    metadata: &[(&str, &str)],
+    streams: u32,
+    declared: u32,
+    until: tokio::time::Instant,
+    sent: &std::sync::atomic::AtomicU64,
+) {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+    use tokio::io::AsyncWriteExt;
+
+    struct Windows {
+        connection: i64,
+        initial: i64,
+        streams: HashMap<u32, (i64, u64)>,
+        acks: usize,
+        closed: bool,
+    }
+    let Ok(tcp) = tokio::net::TcpStream::connect(addr).await else {
+        return;
+    };
+    let (mut rx, mut tx) = tcp.into_split();
+    let total = u64::from(declared) + 5;
+    let ids: Vec<u32> = (0..streams).map(|i| 1 + 2 * i).collect();
+    let windows = Arc::new(Mutex::new(Windows {
+        connection: 65_535,
+        initial: 65_535,
+        streams: ids.iter().map(|&id| (id, (65_535, total))).collect(),
+        acks: 0,
+        closed: false,
+    }));
+    let changed = Arc::new(tokio::sync::Notify::new());
+    let reader = {
+        let (windows, changed) = (windows.clone(), changed.clone());
+        tokio::spawn(async move {
+            while let Some(f) = read_frame(&mut rx).await {
+                let mut w = windows.lock().unwrap();
+                match f.kind {
+                    SETTINGS if f.flags & 0x1 == 0 => {
+                        for setting in f.payload.chunks_exact(6) {
+                            if u16::from_be_bytes([setting[0], setting[1]]) == 4 {
+                                let new = i64::from(u32::from_be_bytes(
+                                    setting[2..6].try_into().unwrap(),
+                                ));
+                                let delta = new - w.initial;
+                                w.initial = new;
+                                for (window, _) in w.streams.values_mut() {
+                                    *window += delta;
+                                }
+                            }
+                        }
+                        w.acks += 1;
+                    }
+                    WINDOW_UPDATE if f.payload.len() == 4 => {
+                        let n = i64::from(
+                            u32::from_be_bytes(f.payload[..4].try_into().unwrap()) & 0x7fff_ffff,
+                        );
+                        if f.stream == 0 {
+                            w.connection += n;
+                        } else if let Some((window, _)) = w.streams.get_mut(&f.stream) {
+                            *window += n;
+                        }
+                    }
+                    RST_STREAM => {
+                        w.streams.remove(&f.stream);
+                    }
+                    GOAWAY => w.closed = true,
+                    _ => {}
+                }
+                drop(w);
+                changed.notify_one();
+            }
+            windows.lock().unwrap().closed = true;
+            changed.notify_one();
+        })
+    };
+    let mut out = PREFACE.to_vec();
+    out.extend(settings(None));
+    for &id in &ids {
+        out.extend(grpc_headers(id, path, metadata));
+    }
+    if tx.write_all(&out).await.is_err() {
+        reader.abort();
+        return;
+    }
+    let zeros = vec![0u8; MAX_FRAME];
+    let mut turn = 0usize;
+    loop {
+        let next = {
+            let mut w = windows.lock().unwrap();
+            if w.closed {
+                break;
+            }
+            let mut acks = std::mem::take(&mut w.acks);
+            let mut out = Vec::new();
+            while acks > 0 {
+                out.extend(frame(SETTINGS, 0x1, 0, &[]));
+                acks -= 1;
+            }
+            // Round robin over the streams, so that every message is partly uploaded
+            // at once, as an attacker uploads them.
+            let connection = w.connection;
+            let pick = (0..ids.len())
+                .map(|k| ids[(turn + k) % ids.len()])
+                .find(|id| {
+                    w.streams
+                        .get(id)
+                        .is_some_and(|(window, left)| *window > 0 && *left > 0 && connection > 0)
+                });
+            turn += 1;
+            if let Some((id, (window, left))) =
+                pick.and_then(|id| w.streams.get_mut(&id).map(|entry| (id, entry)))
+            {
+                let n = (MAX_FRAME as i64)
+                    .min(*window)
+                    .min(connection)
+                    .min(*left as i64) as usize;
+                let offset = total - *left;
+                let mut payload = zeros[..n].to_vec();
+                if offset == 0 && n >= 5 {
+                    payload[1..5].copy_from_slice(&declared.to_be_bytes());
+                }
+                *window -= n as i64;
+                *left -= n as u64;
+                w.connection -= n as i64;
+                out.extend(frame(DATA, 0, id, &payload));
+                sent.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+            }
+            out
+        };
+        if next.is_empty() {
+            if tokio::time::timeout_at(until, changed.notified())
+                .await
+                .is_err()
+            {
+                break;
+            }
+            continue;
+        }
+        if tokio::time::Instant::now() >= until || tx.write_all(&next).await.is_err() {
+            break;
+        }
+    }
+    reader.abort();
 }

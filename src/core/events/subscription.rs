@@ -21,6 +21,9 @@ use crate::core::held::{CallAccount, Held, HeldKind};
 pub(super) const REPLAY_PAGE: u32 = 64;
 /// Events a subscription buffers towards its client before its producer waits.
 pub(super) const SUBSCRIBER_BUFFER: usize = 32;
+/// What an event is reserved at before it is loaded; a reservation then takes the
+/// page's real size.
+const EVENT_RESERVE: usize = 512;
 
 /// An event on its way to a subscriber, with what it holds in memory until taken.
 type Item = Result<(LogEvent, Held), Error>;
@@ -82,7 +85,8 @@ fn held_size(e: &LogEvent) -> usize {
                     .sum::<usize>()
         }
         LogEvent::Suppression(e) => {
-            e.change.reason.as_str().len() + e.change.caller.as_ref().map_or(0, |c| c.as_str().len())
+            e.change.reason.as_str().len()
+                + e.change.caller.as_ref().map_or(0, |c| c.as_str().len())
         }
     };
     std::mem::size_of::<Item>() + text
@@ -114,16 +118,21 @@ pub(super) async fn pump(
                 return Ok(());
             };
             drop(permit);
-            let page = store
-                .events_after(last, REPLAY_PAGE)
-                .await
-                .map_err(store_error)?;
-            let full = page.len() >= REPLAY_PAGE as usize;
-            let mut loaded = Held::new(
+            // A page as large as the caller's share has room for: streams at the share
+            // load one event at a time, once what they hold is gone, and wait otherwise.
+            let mut loaded = Held::reserve(
                 account,
                 HeldKind::Replay,
-                page.iter().map(held_size).sum::<usize>(),
-            );
+                REPLAY_PAGE as usize * EVENT_RESERVE,
+                EVENT_RESERVE,
+            )
+            .await;
+            let size = u32::try_from(loaded.bytes() / EVENT_RESERVE)
+                .unwrap_or(REPLAY_PAGE)
+                .clamp(1, REPLAY_PAGE);
+            let page = store.events_after(last, size).await.map_err(store_error)?;
+            let full = page.len() >= size as usize;
+            loaded.resize(page.iter().map(held_size).sum::<usize>());
             for e in page {
                 last = e.cursor();
                 let held = loaded.split(held_size(&e));

@@ -46,6 +46,28 @@ impl CallerHeld {
         self.held() + more > self.share()
     }
 
+    /// Adds as much of `want` as its share has room for and returns it; `None`
+    /// (nothing added) when that is less than `least`, unless `first` (the stream
+    /// holds nothing of the kind yet: it gets `least`, so that it makes progress).
+    pub(super) fn try_add_up_to(&self, want: usize, least: usize, first: bool) -> Option<usize> {
+        let share = self.share();
+        let mut added = 0;
+        self.held
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+                let room = share.saturating_sub(held).min(want);
+                added = if room >= least {
+                    room
+                } else if first {
+                    least
+                } else {
+                    return None;
+                };
+                Some(held + added)
+            })
+            .ok()
+            .map(|_| added)
+    }
+
     pub(super) fn add(&self, bytes: usize) {
         self.held.fetch_add(bytes, Ordering::Relaxed);
     }
@@ -106,7 +128,10 @@ impl Table {
                 .collect()
         };
         held.sort_by(|a, b| b.1.cmp(&a.1));
-        let mut shown = memory.shown_callers.lock().unwrap_or_else(|e| e.into_inner());
+        let mut shown = memory
+            .shown_callers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let mut now = HashSet::new();
         for (label, bytes) in held.into_iter().filter(|(_, b)| *b > 0).take(TOP_CALLERS) {
             memory

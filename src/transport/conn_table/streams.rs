@@ -2,9 +2,14 @@
 //! caller's share, which are stalled on a client that does not read, and which a
 //! connection may not open.
 
-use std::sync::{
-    Arc, OnceLock,
-    atomic::{AtomicUsize, Ordering},
+use std::{
+    future::Future,
+    pin::Pin,
+    sync::{
+        Arc, OnceLock,
+        atomic::{AtomicUsize, Ordering},
+    },
+    task::{Context, Poll},
 };
 
 use tokio::{sync::futures::OwnedNotified, time::Instant};
@@ -119,11 +124,7 @@ impl Inner {
     /// The connection, not closing yet, whose streams hold the most: of `caller`'s
     /// connections if it has any open, else of all.
     fn heaviest(&self, caller: Option<&Arc<CallerHeld>>) -> Option<u64> {
-        let open = || {
-            self.conns
-                .iter()
-                .filter(|(_, e)| e.closing_since.is_none())
-        };
+        let open = || self.conns.iter().filter(|(_, e)| e.closing_since.is_none());
         let heaviest = |conns: &mut dyn Iterator<Item = (&u64, &super::Entry)>| {
             conns
                 .max_by_key(|(_, e)| e.conn.held.load(Ordering::Relaxed))
@@ -131,9 +132,11 @@ impl Inner {
         };
         caller
             .and_then(|caller| {
-                heaviest(&mut open().filter(|(_, e)| {
-                    e.conn.caller.get().is_some_and(|c| Arc::ptr_eq(c, caller))
-                }))
+                heaviest(
+                    &mut open().filter(|(_, e)| {
+                        e.conn.caller.get().is_some_and(|c| Arc::ptr_eq(c, caller))
+                    }),
+                )
             })
             .or_else(|| heaviest(&mut open()))
     }
@@ -280,20 +283,9 @@ impl StreamGuard {
     }
 
     /// Resolves once streams have let go of bytes (the port or a caller may have room
-    /// again), for a request body waiting for room; create it before looking at
-    /// [`has_room`](Self::has_room). Counted as waiting until [`Self::unthrottled`].
-    pub fn room(&self) -> OwnedNotified {
-        self.0.conn.table.room.clone().notified_owned()
-    }
-
-    /// Counts a request body of this stream as waiting for room (see [`Self::room`]).
-    pub fn throttled(&self) {
-        self.0.conn.table.throttled.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Counts a request body as no longer waiting for room.
-    pub fn unthrottled(&self) {
-        self.0.conn.table.throttled.fetch_sub(1, Ordering::Relaxed);
+    /// again); create it before looking at [`has_room`](Self::has_room).
+    pub fn room(&self) -> Room {
+        self.0.room()
     }
 
     /// Marks the stream stalled (its client leaves the window shut) until the mark
@@ -304,7 +296,37 @@ impl StreamGuard {
     }
 }
 
+/// A wait for room: resolves once streams have let go of bytes. While it lives,
+/// releases wake waiters (they do not otherwise, to keep releases cheap).
+pub struct Room {
+    notified: Pin<Box<OwnedNotified>>,
+    table: Arc<Table>,
+}
+
+impl Future for Room {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        self.notified.as_mut().poll(cx)
+    }
+}
+
+impl Drop for Room {
+    fn drop(&mut self) {
+        self.table.throttled.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 impl Stream {
+    fn room(&self) -> Room {
+        let table = self.conn.table.clone();
+        table.throttled.fetch_add(1, Ordering::Relaxed);
+        Room {
+            notified: Box::pin(table.room.clone().notified_owned()),
+            table,
+        }
+    }
+
     fn total(&self) -> usize {
         self.held.iter().map(|h| h.load(Ordering::Relaxed)).sum()
     }
@@ -387,5 +409,24 @@ impl Account for Stream {
 
     fn release(&self, kind: HeldKind, bytes: usize) {
         Stream::release(self, kind, bytes);
+    }
+
+    fn try_hold(&self, kind: HeldKind, want: usize, least: usize) -> Option<usize> {
+        let table = &self.conn.table;
+        let first = self.held[kind as usize].load(Ordering::Relaxed) == 0;
+        let room = table.budget.saturating_sub(table.held()).min(want);
+        let bytes = match self.caller.get() {
+            Some(caller) => caller.try_add_up_to(room, least, first)?,
+            None if room >= least => room,
+            None if first => least,
+            None => return None,
+        };
+        self.held[kind as usize].fetch_add(bytes, Ordering::Relaxed);
+        table.add_held(&self.conn, kind, bytes);
+        Some(bytes)
+    }
+
+    fn room(&self) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        Box::pin(Stream::room(self))
     }
 }

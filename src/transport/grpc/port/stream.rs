@@ -17,17 +17,14 @@ use std::{
 
 use h2::{Reason, RecvStream, SendStream, server::SendResponse};
 use hyper::body::{Body as HttpBody, Bytes, Frame, SizeHint};
-use tokio::{
-    sync::futures::OwnedNotified,
-    time::{Instant, timeout, timeout_at},
-};
+use tokio::time::{Instant, timeout, timeout_at};
 use tonic::body::Body;
 
 use super::GrpcRoutes;
 use crate::core::held::HeldKind;
 use crate::process::metrics::Metrics;
 use crate::transport::auth::incoming::PeerInfo;
-use crate::transport::conn_table::{Conn, Refused, StreamGuard};
+use crate::transport::conn_table::{Conn, Refused, Room, StreamGuard};
 use crate::transport::grpc::deadline::parse_grpc_timeout;
 
 /// What every stream of one connection shares.
@@ -284,7 +281,7 @@ struct Received {
     /// Bytes read whose window has not been given back.
     owed: usize,
     /// While `owed`: resolves when streams let go of bytes.
-    room: Option<Pin<Box<OwnedNotified>>>,
+    room: Option<Pin<Box<Room>>>,
 }
 
 impl Received {
@@ -292,12 +289,13 @@ impl Received {
     /// the task is woken when there may be.
     fn give_back(&mut self, cx: &mut Context<'_>) {
         while self.owed > 0 {
-            let room = self.room.get_or_insert_with(|| Box::pin(self.stream.room()));
+            let room = self
+                .room
+                .get_or_insert_with(|| Box::pin(self.stream.room()));
             if self.stream.has_room() {
                 let _ = self.recv.flow_control().release_capacity(self.owed);
                 self.owed = 0;
                 self.room = None;
-                self.stream.unthrottled();
                 return;
             }
             match room.as_mut().poll(cx) {
@@ -305,14 +303,6 @@ impl Received {
                 // Something was let go of: look again, with a fresh wait.
                 Poll::Ready(()) => self.room = None,
             }
-        }
-    }
-}
-
-impl Drop for Received {
-    fn drop(&mut self) {
-        if self.owed > 0 {
-            self.stream.unthrottled();
         }
     }
 }
@@ -337,9 +327,6 @@ impl HttpBody for Received {
                     if this.owed == 0 && this.stream.has_room() {
                         let _ = this.recv.flow_control().release_capacity(data.len());
                     } else {
-                        if this.owed == 0 {
-                            this.stream.throttled();
-                        }
                         this.owed += data.len();
                         this.give_back(cx);
                     }

@@ -357,7 +357,7 @@ impl Metrics {
             grpc_streams_refused: counter(
                 &registry,
                 "msgw_grpc_streams_refused_total",
-                "gRPC streams refused with RESOURCE_EXHAUSTED, by reason: memory_budget (the port held MSGW_GRPC_MEMORY_BUDGET), caller_share (their caller held its share of it), open_path_streams (the connection had its share of health and reflection streams open).",
+                "gRPC streams refused with RESOURCE_EXHAUSTED, by reason: memory_budget (the port held MSGW_GRPC_MEMORY_BUDGET), open_path_streams (the connection had its share of health and reflection streams open).",
                 &["reason"],
             )?,
             grpc_streams_reset: counter(

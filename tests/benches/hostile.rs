@@ -18,9 +18,25 @@
 //! - `half-open-events`: with the caller's token, opens a `StreamStatusEvents` stream
 //!   from the oldest event (a few hundred retained) every 10 ms, never reading;
 //! - `big-metadata`: `Health/Check` calls with 14 KB of metadata (just under the
-//!   16 KiB of headers a request may carry) every 10 ms, never reading.
+//!   16 KiB of headers a request may carry) every 10 ms, never reading;
+//! - `replay`: with a token of `events = "all"`, announcing a zero window, opens up to
+//!   1,000 `StreamStatusEvents{from_oldest}` streams (1,000 events retained), one a
+//!   millisecond, never reading;
+//! - `replay-no-token`: the same against a msgw without caller authentication;
+//! - `uploads`: with a token that may only query, 200 `Batch` streams per connection,
+//!   each declaring a 1,040,000-byte message and uploading it as the windows allow,
+//!   never finished;
+//! - `waiters`: with a token, 800 `GetMessageStatus{wait_for_final}` streams per
+//!   connection, of messages that never become final.
 //!
-//! It asserts nothing; it prints. Bounded in time; stops by itself.
+//! Beside every attack a second, well-behaved caller (a token of its own) sends an
+//! SMS every 50 ms on its own connection; its SendSms p50, p99 and failures are printed.
+//! Where it can (root, cgroup v1), msgw runs inside a memory group of `--memory-limit`
+//! (256 MiB, the Helm chart's default limit), its budget then msgw's own default. The
+//! benchmark exits non-zero when msgw dies, its RSS passes the limit, or its RSS grows
+//! more than twice what it counts as held (plus 32 MiB for the allocator's slack).
+//!
+//! Bounded in time; stops by itself.
 //!
 //! `cargo bench --bench hostile` (options: `-- --help`)
 
@@ -72,6 +88,9 @@ struct Args {
     /// Extra arguments for `msgw serve`.
     #[arg(long, allow_hyphen_values = true)]
     serve_arg: Vec<String>,
+    /// The memory group msgw runs in, where cgroup v1 can be used (root); `0`: none.
+    #[arg(long, default_value = "256MiB")]
+    memory_limit: String,
     /// Ignored (cargo bench passes it).
     #[arg(long, hide = true)]
     bench: bool,
@@ -84,6 +103,10 @@ enum Kind {
     ZeroWindow,
     HalfOpenEvents,
     BigMetadata,
+    Replay,
+    ReplayNoToken,
+    Uploads,
+    Waiters,
 }
 
 impl Kind {
@@ -93,11 +116,32 @@ impl Kind {
             Kind::ZeroWindow => "zero-window",
             Kind::HalfOpenEvents => "half-open-events",
             Kind::BigMetadata => "big-metadata",
+            Kind::Replay => "replay",
+            Kind::ReplayNoToken => "replay-no-token",
+            Kind::Uploads => "uploads",
+            Kind::Waiters => "waiters",
         }
+    }
+
+    /// Whether msgw runs without caller authentication for it.
+    fn open(self) -> bool {
+        self == Kind::ReplayNoToken
+    }
+
+    /// Whether it needs events in the store to replay.
+    fn replays(self) -> bool {
+        matches!(
+            self,
+            Kind::HalfOpenEvents | Kind::Replay | Kind::ReplayNoToken
+        )
     }
 }
 
 const TOKEN: &str = "hostile-bench-token";
+/// The well-behaved second caller.
+const SENDER: &str = "hostile-bench-sender";
+/// A caller that may only query.
+const QUERIER: &str = "hostile-bench-querier";
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
@@ -112,7 +156,14 @@ fn main() -> anyhow::Result<()> {
         (Kind::BigMetadata, 20),
         (Kind::NeverRead, 50),
         (Kind::NeverRead, 200),
+        (Kind::Replay, 20),
+        (Kind::ReplayNoToken, 20),
+        (Kind::Uploads, 10),
+        (Kind::Waiters, 10),
     ];
+    let limit = size(&args.memory_limit)
+        .ok_or_else(|| anyhow::anyhow!("--memory-limit: a size like 256MiB or 1GiB, or 0"))?;
+    let group = (limit > 0).then(|| CGroup::create(limit)).flatten();
     println!(
         "msgw gRPC port under hostile clients: {} s of attack, RSS read {} s after they left, memory budget {}",
         args.seconds,
@@ -123,8 +174,16 @@ fn main() -> anyhow::Result<()> {
             args.memory_budget.as_str()
         }
     );
+    match &group {
+        Some(group) => println!(
+            "msgw runs in the cgroup-v1 memory group {} limited to {} MiB",
+            group.path.display(),
+            limit / (1024 * 1024)
+        ),
+        None => println!("msgw runs without a memory group (needs root and cgroup v1)"),
+    }
     println!(
-        "{:<18} {:>5} {:>10} {:>10} {:>10} {:>11} {:>9} {:>13} {:>11}  cut by msgw",
+        "{:<16} {:>5} {:>10} {:>10} {:>10} {:>11} {:>9} {:>13} {:>10} {:>22}  cut by msgw",
         "client",
         "conns",
         "RSS before",
@@ -133,11 +192,13 @@ fn main() -> anyhow::Result<()> {
         "held peak",
         "held end",
         "slowest check",
-        "failed"
+        "failed",
+        "sender p50/p99 failed"
     );
     println!(
         "(held: what msgw counts its gRPC streams as holding, msgw_grpc_held_bytes, read every 0.5 s)"
     );
+    let mut broken = Vec::new();
     for (kind, conns) in attacks {
         let label = format!("{}-{conns}", kind.name());
         if args
@@ -147,9 +208,64 @@ fn main() -> anyhow::Result<()> {
         {
             continue;
         }
-        runtime.block_on(attack(&args, kind, conns))?;
+        let limit_mib = group.as_ref().map(|_| limit as f64 / (1024.0 * 1024.0));
+        if let Some(problem) =
+            runtime.block_on(attack(&args, kind, conns, group.as_ref(), limit_mib))?
+        {
+            broken.push(format!("{label}: {problem}"));
+        }
+    }
+    drop(group);
+    if !broken.is_empty() {
+        anyhow::bail!("msgw broke its memory bound:\n{}", broken.join("\n"));
     }
     Ok(())
+}
+
+/// Bytes of a size like `256MiB`, `1GiB` or `0`.
+fn size(text: &str) -> Option<u64> {
+    let digits = text.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let unit = match &text[digits.len()..] {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        _ => return None,
+    };
+    digits.parse::<u64>().ok()?.checked_mul(unit)
+}
+
+/// A cgroup-v1 memory group msgw runs in, removed when dropped.
+struct CGroup {
+    path: std::path::PathBuf,
+}
+
+impl CGroup {
+    /// A new group limited to `limit` bytes; `None` where cgroup v1's memory controller
+    /// cannot be used (not root, or cgroup v2).
+    fn create(limit: u64) -> Option<Self> {
+        let root = std::path::Path::new("/sys/fs/cgroup/memory");
+        if !root.join("memory.limit_in_bytes").exists() {
+            return None;
+        }
+        let path = root.join(format!("msgw-hostile-{}", std::process::id()));
+        std::fs::create_dir(&path).ok()?;
+        let group = Self { path };
+        std::fs::write(group.path.join("memory.limit_in_bytes"), limit.to_string()).ok()?;
+        Some(group)
+    }
+}
+
+impl Drop for CGroup {
+    fn drop(&mut self) {
+        // The group can go only once empty: its msgw has been killed and reaped.
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.path).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
 }
 
 /// A running msgw child process.
@@ -167,16 +283,31 @@ impl Drop for Msgw {
     }
 }
 
-fn start(args: &Args) -> anyhow::Result<Msgw> {
+fn start(args: &Args, open: bool, group: Option<&CGroup>) -> anyhow::Result<Msgw> {
     let dir = tempfile::tempdir()?;
     let callers = callers::Callers::new()
         .caller(callers::Entry::token("bench", TOKEN).all_events())
+        .caller(callers::Entry::token("sender", SENDER))
+        .caller(callers::Entry::token("querier", QUERIER).permissions(&["query"]))
         .write(dir.path());
     let binary = args
         .msgw
         .clone()
         .unwrap_or_else(|| env!("CARGO_BIN_EXE_msgw").to_owned());
-    let mut child = Command::new(binary)
+    // In a memory group: a shell joins it, then becomes msgw.
+    let mut command = match group {
+        Some(group) => {
+            let mut command = Command::new("sh");
+            command
+                .arg("-c")
+                .arg("echo $$ > \"$0\" && exec \"$@\"")
+                .arg(group.path.join("cgroup.procs"))
+                .arg(binary);
+            command
+        }
+        None => Command::new(binary),
+    };
+    let mut child = command
         .args([
             "serve",
             "--grpc-addr",
@@ -190,11 +321,15 @@ fn start(args: &Args) -> anyhow::Result<Msgw> {
         ])
         .arg("--store-url")
         .arg(format!("sqlite://{}", dir.path().join("msgw.db").display()))
-        .arg("--callers-file")
-        .arg(&callers)
+        .args(
+            (!open)
+                .then(|| ["--callers-file".to_owned(), callers.display().to_string()])
+                .into_iter()
+                .flatten(),
+        )
         .args(
             Some(&args.memory_budget)
-                .filter(|b| !b.is_empty())
+                .filter(|b| !b.is_empty() && group.is_none())
                 .map(|b| format!("--grpc-memory-budget={b}")),
         )
         .args(&args.serve_arg)
@@ -239,14 +374,30 @@ fn rss_mib(pid: u32) -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
-async fn attack(args: &Args, kind: Kind, conns: usize) -> anyhow::Result<()> {
-    let msgw = start(args)?;
+/// One attack on a fresh msgw; `Some(problem)` when msgw broke its memory bound.
+async fn attack(
+    args: &Args,
+    kind: Kind,
+    conns: usize,
+    group: Option<&CGroup>,
+    limit_mib: Option<f64>,
+) -> anyhow::Result<Option<String>> {
+    let mut msgw = start(args, kind.open(), group)?;
     let pid = msgw.child.id();
-    if kind == Kind::HalfOpenEvents {
-        seed_events(msgw.grpc).await?;
+    if kind.replays() {
+        seed_events(
+            msgw.grpc,
+            if kind == Kind::HalfOpenEvents {
+                300
+            } else {
+                1_000
+            },
+        )
+        .await?;
     }
     // Warm up: the prober's connection and a first answer of each kind.
     let prober = Prober::start(msgw.grpc).await?;
+    let sender = Sender::start(msgw.grpc).await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let before = rss_mib(pid);
     let (stop_tx, stop) = watch::channel(false);
@@ -278,9 +429,11 @@ async fn attack(args: &Args, kind: Kind, conns: usize) -> anyhow::Result<()> {
     let after = rss_mib(pid);
     let held_after = held_mib(msgw.admin).await;
     let (slowest, failed, checks) = prober.stop().await;
+    let sent = sender.stop().await;
     let cut = cut_counts(msgw.admin).await;
+    let died = msgw.child.try_wait().ok().flatten();
     println!(
-        "{:<18} {:>5} {:>7.1} MiB {:>6.1} MiB {:>6.1} MiB {:>7.1} MiB {:>5.1} MiB {:>10.1} ms {:>5} of {:<4} {}",
+        "{:<16} {:>5} {:>7.1} MiB {:>6.1} MiB {:>6.1} MiB {:>7.1} MiB {:>5.1} MiB {:>10.1} ms {:>4} of {:<4} {:>22}  {}",
         kind.name(),
         conns,
         before,
@@ -291,14 +444,88 @@ async fn attack(args: &Args, kind: Kind, conns: usize) -> anyhow::Result<()> {
         slowest.as_secs_f64() * 1e3,
         failed,
         checks,
+        sent,
         cut
     );
-    Ok(())
+    let grown = peak - before;
+    Ok(if let Some(status) = died {
+        Some(format!("msgw died ({status})"))
+    } else if let Some(limit) = limit_mib.filter(|limit| peak > *limit) {
+        Some(format!(
+            "RSS peak {peak:.1} MiB over the limit {limit:.0} MiB"
+        ))
+    } else if grown > 2.0 * held_peak + 32.0 {
+        Some(format!(
+            "RSS grew {grown:.1} MiB, more than twice the {held_peak:.1} MiB msgw counted"
+        ))
+    } else {
+        None
+    })
+}
+
+/// The well-behaved second caller: a SendSms every 50 ms on its own connection.
+struct Sender {
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<(Vec<Duration>, u64)>,
+}
+
+impl Sender {
+    async fn start(addr: SocketAddr) -> anyhow::Result<Self> {
+        use msgw::transport::proto::{
+            SendSmsRequest, messaging_service_client::MessagingServiceClient,
+        };
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?
+            .timeout(Duration::from_secs(5))
+            .connect()
+            .await?;
+        let mut client = MessagingServiceClient::new(channel);
+        let (stop, mut stopped) = watch::channel(false);
+        let task = tokio::spawn(async move {
+            let mut took = Vec::new();
+            let mut failed = 0;
+            let mut tick = tokio::time::interval(Duration::from_millis(50));
+            for id in 5_000_000u64.. {
+                tokio::select! {
+                    _ = stopped.changed() => break,
+                    _ = tick.tick() => {}
+                }
+                let mut request = tonic::Request::new(SendSmsRequest {
+                    id,
+                    phone: format!("380502{:06}", id % 1_000_000),
+                    message: "hostile benchmark: the other caller".into(),
+                    signature: "msgw".into(),
+                    ..Default::default()
+                });
+                if let Ok(token) = format!("Bearer {SENDER}").parse() {
+                    request.metadata_mut().insert("authorization", token);
+                }
+                let started = Instant::now();
+                match client.send_sms(request).await {
+                    Ok(_) => took.push(started.elapsed()),
+                    Err(_) => failed += 1,
+                }
+            }
+            (took, failed)
+        });
+        Ok(Self { stop, task })
+    }
+
+    /// `p50/p99 ms, failed`.
+    async fn stop(self) -> String {
+        self.stop.send_replace(true);
+        let (mut took, failed) = self.task.await.unwrap_or_default();
+        took.sort();
+        let at = |q: f64| {
+            took.get(((took.len() as f64 * q) as usize).min(took.len().saturating_sub(1)))
+                .map_or(f64::NAN, |d| d.as_secs_f64() * 1e3)
+        };
+        format!("{:.1}/{:.1} ms {failed}", at(0.5), at(0.99))
+    }
 }
 
 /// Sends a few hundred SMS through the sandbox and waits until their delivery events are
 /// in the log, so that an event stream from the oldest has something to send.
-async fn seed_events(addr: SocketAddr) -> anyhow::Result<()> {
+async fn seed_events(addr: SocketAddr, n: u64) -> anyhow::Result<()> {
     use msgw::transport::proto::{
         SendSmsRequest, messaging_service_client::MessagingServiceClient,
     };
@@ -306,7 +533,7 @@ async fn seed_events(addr: SocketAddr) -> anyhow::Result<()> {
         .connect()
         .await?;
     let mut client = MessagingServiceClient::new(channel.clone());
-    for id in 1..=300u64 {
+    for id in 1..=n {
         let mut request = tonic::Request::new(SendSmsRequest {
             id,
             phone: format!("380501{id:06}"),
@@ -331,7 +558,8 @@ async fn seed_events(addr: SocketAddr) -> anyhow::Result<()> {
     let mut stream = events.stream_status_events(request).await?.into_inner();
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut seen = 0;
-    while seen < 300 && Instant::now() < deadline {
+    let deadline = deadline + Duration::from_secs(n / 100);
+    while seen < n && Instant::now() < deadline {
         match tokio::time::timeout(Duration::from_secs(5), stream.message()).await {
             Ok(Ok(Some(_))) => seen += 1,
             _ => break,
@@ -452,23 +680,54 @@ impl Prober {
 
 /// One hostile connection, connecting again whenever msgw closes it, until `stop`.
 async fn attacker(addr: SocketAddr, kind: Kind, mut stop: watch::Receiver<bool>) {
+    if kind == Kind::Uploads {
+        let auth = format!("Bearer {QUERIER}");
+        let metadata = [("authorization", auth.as_str())];
+        let sent = AtomicU64::new(0);
+        while !*stop.borrow() {
+            let until = tokio::time::Instant::now() + Duration::from_secs(3600);
+            tokio::select! {
+                _ = stop.changed() => return,
+                () = frames::upload_unfinished(
+                    addr,
+                    "/msgw.v1.MessagingService/Batch",
+                    &metadata,
+                    200,
+                    1_040_000,
+                    until,
+                    &sent,
+                ) => {}
+            }
+        }
+        return;
+    }
     while !*stop.borrow() {
         let Ok(tcp) = TcpStream::connect(addr).await else {
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
         let (mut read, mut write) = tcp.into_split();
-        let reader = (kind == Kind::ZeroWindow).then(|| {
+        let zero = matches!(kind, Kind::ZeroWindow | Kind::Replay | Kind::ReplayNoToken);
+        let reader = zero.then(|| {
             tokio::spawn(async move {
                 let mut buf = vec![0u8; 64 * 1024];
                 while matches!(read.read(&mut buf).await, Ok(n) if n > 0) {}
             })
         });
-        let window = (kind == Kind::ZeroWindow).then_some(0);
+        let window = zero.then_some(0);
         let mut opening = frames::PREFACE.to_vec();
         opening.extend(frames::settings(window));
         let mut stream_id = 1u32;
-        let mut tick = tokio::time::interval(Duration::from_millis(10));
+        let every = match kind {
+            Kind::Replay | Kind::ReplayNoToken | Kind::Waiters => 1,
+            _ => 10,
+        };
+        let most = match kind {
+            Kind::Replay | Kind::ReplayNoToken => 1_000,
+            Kind::Waiters => 800,
+            _ => u32::MAX,
+        };
+        let mut tick = tokio::time::interval(Duration::from_millis(every));
         let mut bytes = opening;
         loop {
             let wrote = tokio::select! {
@@ -476,6 +735,11 @@ async fn attacker(addr: SocketAddr, kind: Kind, mut stop: watch::Receiver<bool>)
                 wrote = write.write_all(&bytes) => wrote,
             };
             if wrote.is_err() || stream_id > 1 << 30 {
+                break;
+            }
+            if stream_id / 2 >= most {
+                // As many streams as it opens: hold them until stopped.
+                let _ = stop.changed().await;
                 break;
             }
             tokio::select! {
@@ -514,6 +778,39 @@ fn request(kind: Kind, stream: u32) -> Vec<u8> {
             &[0x10, 0x01],
             true,
         ),
+        // StreamStatusEventsRequest { from_oldest: true }, with a token or without.
+        Kind::Replay | Kind::ReplayNoToken => {
+            let metadata = [("authorization", auth.as_str())];
+            let metadata = if kind == Kind::Replay {
+                &metadata[..]
+            } else {
+                &[]
+            };
+            frames::grpc_request(
+                stream,
+                "/msgw.v1.EventService/StreamStatusEvents",
+                metadata,
+                &[0x10, 0x01],
+                true,
+            )
+        }
+        // GetMessageStatusRequest { id, wait_for_final: true } of a message msgw
+        // never sent: waits its whole deadline.
+        Kind::Waiters => {
+            use prost::Message;
+            let query = msgw::transport::proto::GetMessageStatusRequest {
+                id: 7_000_000 + u64::from(stream),
+                wait_for_final: true,
+            };
+            frames::grpc_request(
+                stream,
+                "/msgw.v1.MessagingService/GetMessageStatus",
+                &[("authorization", auth.as_str())],
+                &query.encode_to_vec(),
+                true,
+            )
+        }
+        Kind::Uploads => Vec::new(),
         // HealthCheckRequest {} under 7 × 2,000 bytes of metadata.
         Kind::BigMetadata => {
             let metadata: Vec<(&str, &str)> =

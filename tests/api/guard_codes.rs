@@ -179,7 +179,8 @@ async fn a_calling_code_whose_users_enter_half_their_codes_is_never_held() {
     let users = (0..600).map(|i| async move {
         let phone = number(i);
         start(app, request(i + 1, &phone)).await?;
-        if i % 2 == 0 {
+        // Every other user of each range.
+        if (i / 10) % 2 == 0 {
             let code = codes_to(&app.gateway, &phone[1..]).pop().expect("its code");
             app.verification()
                 .check_verification(CheckVerificationRequest { phone, code })
@@ -297,9 +298,16 @@ async fn a_trusted_key_passes_a_hold(on: On) {
     approve_with(first, 1, "+881234999001", returning)
         .await
         .expect("a real user");
-    // A bot (no keys) holds the range: 1 approved, then 5 unconverted codes.
-    let pumped = (2..=11).map(|i| request(i, &format!("+881234000{i:03}")));
-    let results = case.run(pumped.collect()).await;
+    // A bot (no keys) holds the range: 1 approved, then 5 unconverted codes. One at a
+    // time, on the replicas in turn: with a grace of zero, a code another replica
+    // commits while a start waits for the range's lock is judged by that start's
+    // clock (a few ms behind), which the exact count here does not allow for.
+    let mut results = Vec::new();
+    for i in 2..=11u64 {
+        let app = &case.apps[i as usize % case.apps.len()];
+        let pumped = request(i, &format!("+881234000{i:03}"));
+        results.push(start(app, pumped).await.map(|_| ()));
+    }
     assert_eq!(refusals(&results, "SUSPECTED_FRAUD"), 5);
     let new_user = with_keys(request(50, "+881234999002"), &[("ip", "192.0.2.1")]);
     let refused = start(last, new_user).await.unwrap_err();

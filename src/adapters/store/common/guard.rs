@@ -18,13 +18,13 @@ use crate::core::domain::ClientId;
 const HOLD_SQL: &str = "SELECT * FROM guard_holds WHERE range_prefix = $1";
 
 /// The figures of a prefix by `$column` (`range_prefix` or `calling_code`): its
-/// approved verifications, its unconverted codes, and its codes to unapproved
+/// approved verifications (whose first code is in the window), its unconverted codes, and its codes to unapproved
 /// verifications whatever their age (`$1` prefix, `$2` counted after, `$3` an unapproved
 /// code sent at or before this is unconverted). Codes to safe prefixes are not judged.
 macro_rules! stats_sql {
     ($column:literal) => {
         concat!(
-            "SELECT COUNT(DISTINCT CASE WHEN approved THEN verification_id END),
+            "SELECT CAST(COALESCE(SUM(CASE WHEN approved AND send_id = verification_id THEN 1 ELSE 0 END), 0) AS BIGINT),
                CAST(COALESCE(SUM(CASE WHEN NOT approved AND sent_at_ms <= $3 THEN 1 ELSE 0 END), 0) AS BIGINT),
                CAST(COALESCE(SUM(CASE WHEN approved THEN 0 ELSE 1 END), 0) AS BIGINT)
              FROM guard_codes WHERE ",

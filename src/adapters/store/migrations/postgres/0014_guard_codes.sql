@@ -16,8 +16,12 @@ CREATE TABLE guard_codes (
     -- to a safe prefix: counted by key limits and budgets, never judged by conversion
     exempt          BOOLEAN NOT NULL DEFAULT FALSE
 );
-CREATE INDEX guard_codes_range ON guard_codes (range_prefix, sent_at_ms);
-CREATE INDEX guard_codes_country ON guard_codes (calling_code, sent_at_ms);
+-- Each start reads its range's and its calling code's figures over the window: these
+-- indexes cover those reads (and the budget's count), so no row is fetched for them.
+CREATE INDEX guard_codes_range
+    ON guard_codes (range_prefix, sent_at_ms, approved, exempt, verification_id, send_id);
+CREATE INDEX guard_codes_country
+    ON guard_codes (calling_code, sent_at_ms, approved, exempt, verification_id, send_id);
 CREATE INDEX guard_codes_verification ON guard_codes (verification_id);
 CREATE INDEX guard_codes_age ON guard_codes (sent_at_ms);
 

@@ -316,12 +316,9 @@ async fn country_budgets_count_per_calling_code_and_safe_prefixes_count_too() {
     assert!(held_ranges(&app).await.is_empty());
     // ...but their codes count against the budget: 5 of 44's 8.
     for i in 0..3 {
-        start(
-            &app,
-            request(i + 1, &format!("+4477009001{i:02}")),
-        )
-        .await
-        .unwrap();
+        start(&app, request(i + 1, &format!("+4477009001{i:02}")))
+            .await
+            .unwrap();
     }
     let refused = start(&app, request(4, "+447700900199")).await.unwrap_err();
     assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");

@@ -55,9 +55,7 @@ impl Apps {
     pub async fn run(&self, calls: Vec<StartVerificationRequest>) -> Vec<Result<(), Status>> {
         let apps = &self.apps;
         stream::iter(calls.into_iter().enumerate())
-            .map(|(i, call)| async move {
-                start(&apps[i % apps.len()], call).await.map(|_| ())
-            })
+            .map(|(i, call)| async move { start(&apps[i % apps.len()], call).await.map(|_| ()) })
             .buffered(8)
             .collect()
             .await
@@ -65,7 +63,10 @@ impl Apps {
 
     /// Codes the gateways received for numbers beginning with `prefix`.
     pub fn codes_to(&self, prefix: &str) -> usize {
-        self.apps.iter().map(|a| codes_to(&a.gateway, prefix).len()).sum()
+        self.apps
+            .iter()
+            .map(|a| codes_to(&a.gateway, prefix).len())
+            .sum()
     }
 
     /// A metric summed over the apps.
@@ -104,7 +105,9 @@ async fn budgets_count_every_code(on: On) {
     .await;
     // 50 verifications over five ranges, each resent three times: 200 codes asked.
     let number = |i: u64| latvian(i % 5, i);
-    let mut results = case.run((0..50).map(|i| request(i + 1, &number(i))).collect()).await;
+    let mut results = case
+        .run((0..50).map(|i| request(i + 1, &number(i))).collect())
+        .await;
     for round in 1..=3 {
         let resends = (0..50).map(|i| request(round * 1000 + i + 1, &number(i)));
         results.extend(case.run(resends.collect()).await);
@@ -203,12 +206,17 @@ async fn a_slow_pumper_is_held_at_the_cap(on: On) {
     )
     .await;
     let number = |i: u64| format!("+447410{i:06}");
-    let mut results = case.run((1..=19).map(|i| request(i, &number(i))).collect()).await;
+    let mut results = case
+        .run((1..=19).map(|i| request(i, &number(i))).collect())
+        .await;
     for round in 1..=4 {
         let resends = (1..=19).map(|i| request(round * 100 + i, &number(i)));
         results.extend(case.run(resends.collect()).await);
     }
-    results.extend(case.run((20..25).map(|i| request(1000 + i, &number(i))).collect()).await);
+    results.extend(
+        case.run((20..25).map(|i| request(1000 + i, &number(i))).collect())
+            .await,
+    );
     let codes = case.codes_to("447410");
     println!("case 3 ({on:?}): {codes} codes of 100 asked");
     assert!(codes <= 40, "{codes} codes");
@@ -415,7 +423,11 @@ async fn real_users_with_trusted_keys_survive_an_attack_on_their_range() {
     let (first, served, again) = denying_a_range(false).await;
     // 10 approved: held from 4 × 10 + 1 unconverted codes (half of them the bot's).
     assert_eq!(first, 21);
-    assert_eq!((served, again), (0, None), "the hold refuses everyone for its hour");
+    assert_eq!(
+        (served, again),
+        (0, None),
+        "the hold refuses everyone for its hour"
+    );
     let (first, served, again) = denying_a_range(true).await;
     assert_eq!(first, 21);
     assert_eq!(served, 10, "every returning user passes the hold");

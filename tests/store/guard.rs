@@ -40,7 +40,11 @@ pub fn check(keys: Vec<KeyCheck>, country: Option<Window>) -> GuardCheck {
     }
 }
 
-pub async fn start(store: &dyn Store, n: u64, guard: &GuardCheck) -> (StartOutcome, Vec<GuardFinding>) {
+pub async fn start(
+    store: &dyn Store,
+    n: u64,
+    guard: &GuardCheck,
+) -> (StartOutcome, Vec<GuardFinding>) {
     let verification = new(n, None, pumped(n), Utc::now());
     let decided = store
         .start_verification(&call(verification, limit(100), Some(guard.clone())))

@@ -35,7 +35,11 @@ async fn send_at(
     guard: &GuardCheck,
 ) -> (StartOutcome, Vec<GuardFinding>) {
     let decided = store
-        .start_verification(&call(new(n, None, number, at), limit(100), Some(guard.clone())))
+        .start_verification(&call(
+            new(n, None, number, at),
+            limit(100),
+            Some(guard.clone()),
+        ))
         .await
         .unwrap();
     (decided.outcome, decided.findings)
@@ -77,7 +81,13 @@ pub async fn a_resends_code_counts_against_its_keys_the_budget_and_the_range(fix
     let budget = GuardCheck {
         min_starts: 1000,
         range: "881299".into(),
-        ..check(Vec::new(), Some(Window { max: 4 + 3, since: hour_before(t0) }))
+        ..check(
+            Vec::new(),
+            Some(Window {
+                max: 4 + 3,
+                since: hour_before(t0),
+            }),
+        )
     };
     let (a, b) = (pumped(10), pumped(11));
     let mut sent = 0;
@@ -111,7 +121,13 @@ pub async fn a_resends_code_counts_against_its_keys_the_budget_and_the_range(fix
         matches!(findings.as_slice(), [GuardFinding::Placed { hold }] if hold.range == "881777" && hold.unconverted == 3),
         "the third code places the hold as it goes: {findings:?}"
     );
-    assert!(store.range_hold("881777", Utc::now()).await.unwrap().is_some());
+    assert!(
+        store
+            .range_hold("881777", Utc::now())
+            .await
+            .unwrap()
+            .is_some()
+    );
 }
 
 pub async fn a_calling_code_spread_over_ranges_is_held_at_its_cap_on_two_replicas(
@@ -217,7 +233,13 @@ pub async fn a_safe_prefix_is_never_held_but_its_codes_count_against_keys(fixtur
         matches!(outcomes[2].1.as_slice(), [GuardFinding::KeyLimited { .. }]),
         "{outcomes:?}"
     );
-    assert!(store.held_ranges(Utc::now(), "", 10).await.unwrap().is_empty());
+    assert!(
+        store
+            .held_ranges(Utc::now(), "", 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     // Its unapproved codes do not count against its range or calling code either.
     let judged = GuardCheck {
         min_starts: 1,

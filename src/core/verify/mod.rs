@@ -27,8 +27,8 @@ use crate::core::domain::{Error, Output, Phone, VerificationStatus};
 use crate::process::metrics::Metrics;
 use crate::transport::auth::Caller;
 pub use code::{Code, Codes};
-pub use guard::Guard;
 use guard::CodeOutcome;
+pub use guard::Guard;
 pub use request::{
     DEFAULT_DIGITS, DEFAULT_TTL, DIGITS, StartVerification, TTL, Template, needs_signature,
 };

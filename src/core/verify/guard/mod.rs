@@ -20,9 +20,7 @@ pub use settings::{CountryLimits, KeyLimits, Mode, Rate, SafePrefixes, Settings}
 
 use super::chrono;
 use super::code::Codes;
-use crate::adapters::store::{
-    BURST, GuardCheck, GuardFinding, KeyCheck, RangeHold, Store, Window,
-};
+use crate::adapters::store::{BURST, GuardCheck, GuardFinding, KeyCheck, RangeHold, Store, Window};
 use crate::core::domain::{Error, Phone};
 use crate::process::metrics::Metrics;
 
@@ -122,8 +120,8 @@ impl Guard {
             .map(|(name, rate)| (name.clone(), window(*rate)))
             .collect();
         check.country = s.country_limits.of(&check.calling_code).map(window);
-        check.trusted_since = (!s.trusted_key_window.is_zero())
-            .then(|| now - chrono(s.trusted_key_window));
+        check.trusted_since =
+            (!s.trusted_key_window.is_zero()).then(|| now - chrono(s.trusted_key_window));
         Some(check)
     }
 

@@ -50,6 +50,9 @@ pub struct Metrics {
     pub guard_ranges_held: IntGaugeVec,
     /// Verifications started and approved, by calling code: the conversion by country.
     pub verifications_by_country_total: IntCounterVec,
+    /// Codes sent (a start's, a resend's, a voice call's) or refused by the fraud guard,
+    /// by calling code.
+    pub verify_codes_total: IntCounterVec,
     /// Webhooks by endpoint and result.
     pub webhooks_total: IntCounterVec,
     /// Events appended to the log, by source (`webhook`, `poll`) and result (`stored`, `duplicate`).
@@ -284,6 +287,12 @@ impl Metrics {
                 "msgw_verifications_by_country_total",
                 "Verifications started and approved, by calling code (ITU E.164; unassigned): approved over started is the conversion by country.",
                 &["calling_code", "event"],
+            )?,
+            verify_codes_total: counter(
+                &registry,
+                "msgw_verify_codes_total",
+                "One-time codes sent (every send: a start's, a resend's, a voice call's) or refused by the fraud guard, by calling code (ITU E.164; unassigned) and outcome (sent, refused).",
+                &["calling_code", "outcome"],
             )?,
             billed_parts_total: counter(
                 &registry,

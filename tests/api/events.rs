@@ -418,6 +418,7 @@ async fn cursors_outside_the_retention_are_out_of_range() {
         max_events: 2,
         claims_max_age: Duration::from_secs(3600),
         guard_max_age: std::time::Duration::from_secs(3600),
+        trusted_keys_max_age: std::time::Duration::from_secs(3600),
     };
     assert_eq!(store.prune(retention, chrono::Utc::now()).await.unwrap(), 3);
     store.close().await;

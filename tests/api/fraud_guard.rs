@@ -298,31 +298,40 @@ async fn the_eleventh_start_with_one_ip_is_refused_and_the_ip_is_never_stored() 
 }
 
 #[tokio::test]
-async fn country_budgets_count_per_calling_code_and_safe_prefixes_are_exempt() {
+async fn country_budgets_count_per_calling_code_and_safe_prefixes_count_too() {
     let app = spawn(guarded(Settings {
-        country_limits: "44=3/1h,*=5/1h".parse().unwrap(),
+        country_limits: "44=8/1h,*=5/1h".parse().unwrap(),
         safe_prefixes: "447700900".parse().unwrap(),
+        min_starts: 1,
         ..Settings::default()
     }))
     .await;
-    for i in 0..3 {
-        start(&app, request(i + 1, &format!("+4420790000{i:02}")))
-            .await
-            .unwrap();
-    }
-    let refused = start(&app, request(4, "+442079000099")).await.unwrap_err();
-    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
-    let (reason, metadata) = error_info(&refused);
-    assert_eq!(reason, "COUNTRY_RATE_LIMITED");
-    assert_eq!(metadata["calling_code"], "44");
-    assert!(refused.get_details_retry_info().is_some());
-    // The company's own test numbers pass whatever the budget.
+    // The company's own test numbers are never held by conversion (a range rule of 1
+    // would hold any other range at once)...
     for i in 0..5 {
         start(&app, request(10 + i, &format!("+4477009000{i:02}")))
             .await
             .unwrap();
     }
+    assert!(held_ranges(&app).await.is_empty());
+    // ...but their codes count against the budget: 5 of 44's 8.
+    for i in 0..3 {
+        start(&app, request(i + 1, &format!("+4477009001{i:02}")))
+            .await
+            .unwrap();
+    }
+    let refused = start(&app, request(4, "+447700900199")).await.unwrap_err();
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    let (reason, metadata) = error_info(&refused);
+    assert_eq!(reason, "COUNTRY_RATE_LIMITED");
+    assert_eq!(metadata["calling_code"], "44");
+    assert!(refused.get_details_retry_info().is_some());
     // Every other calling code has a budget of its own (`*`).
+    let guard = Settings {
+        country_limits: "*=5/1h".parse().unwrap(),
+        ..Settings::default()
+    };
+    let app = spawn(guarded(guard)).await;
     for i in 0..5 {
         start(&app, request(20 + i, &real_user(i))).await.unwrap();
     }

@@ -1,5 +1,5 @@
 //! The fraud guard against faster and subtler pumping: a bot faster than the grace
-//! period, codes pumped through resends, approvals that end a hold early, concurrent
+//! period held at the cap as it reaches it, codes pumped through resends, approvals that end a hold early, concurrent
 //! retries of one start, and `msgw guard` pointed at a database that is not msgw's.
 
 use std::time::Duration;
@@ -8,27 +8,36 @@ use msgw::core::verify::guard::Settings;
 use msgw::transport::proto::{CheckVerificationRequest, ListHeldRangesRequest};
 
 use crate::fraud_guard::{
-    PUMPED, assert_suspected, codes_to, guarded, pump, pumped, quick_guard, request,
+    PUMPED, assert_suspected, codes_to, guarded, held_ranges, pump, pumped, quick_guard, request,
     sent_before_the_hold, start,
 };
 use crate::helpers::spawn;
 
 #[tokio::test]
-async fn a_bot_faster_than_the_grace_period_is_held_at_five_times_min_starts() {
+async fn a_bot_faster_than_the_grace_period_is_held_the_moment_it_reaches_the_cap() {
     // The default grace: nothing is judged unconverted for two minutes.
     let app = spawn(guarded(Settings::default())).await;
-    let results = pump(&[&app], 1, 130, Duration::from_millis(1)).await;
-    let sent = sent_before_the_hold(&results);
+    let results = pump(&[&app], 1, 40, Duration::from_millis(1)).await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    // The 40th code (2 × MSGW_VERIFY_GUARD_MIN_STARTS) held the range as it went:
+    // listed and counted before any further start.
+    let held = held_ranges(&app).await;
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert_eq!((held[0].range.as_str(), held[0].unconverted), (PUMPED, 40));
     assert_eq!(
-        sent, 100,
-        "5 × MSGW_VERIFY_GUARD_MIN_STARTS codes, then the hold"
+        app.metric_sum("msgw_verify_guard_holds_total", &[r#"mode="on""#])
+            .await,
+        1.0
     );
-    assert_eq!(codes_to(&app.gateway, PUMPED).len(), 100);
+    let results = pump(&[&app], 100, 10, Duration::from_millis(1)).await;
+    assert_eq!(sent_before_the_hold(&results), 0);
+    assert_eq!(codes_to(&app.gateway, PUMPED).len(), 40);
 }
 
 #[tokio::test]
 async fn codes_pumped_through_resends_count_and_hold_the_range() {
-    // Never unconverted within the test (grace 1h): only the codes count, 3 × 5 = 15.
+    // Never unconverted within the test (grace 50m): only the codes count, up to the
+    // cap of 2 × 3: four starts and two resends.
     let app = spawn(guarded(Settings {
         grace: Duration::from_secs(3000),
         min_starts: 3,
@@ -51,7 +60,7 @@ async fn codes_pumped_through_resends_count_and_hold_the_range() {
         }
     }
     assert_suspected(&refused.expect("a resend is refused"), PUMPED);
-    assert_eq!(codes_to(&app.gateway, PUMPED).len(), 15);
+    assert_eq!(codes_to(&app.gateway, PUMPED).len(), 6);
 }
 
 #[tokio::test]

@@ -248,6 +248,7 @@ impl Default for Options {
                 max_events: 1_000_000,
                 claims_max_age: Duration::from_secs(7 * 86_400),
                 guard_max_age: std::time::Duration::from_secs(3600),
+                trusted_keys_max_age: std::time::Duration::from_secs(3600),
             },
             shutdown_grace: Duration::from_secs(5),
             shutdown_delay: Duration::ZERO,

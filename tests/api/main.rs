@@ -20,6 +20,7 @@ mod fraud_guard;
 #[path = "../common/gateway.rs"]
 mod gateway;
 mod guard_bursts;
+mod guard_codes;
 mod helpers;
 mod hostile;
 mod idempotency;

@@ -100,6 +100,7 @@ async fn main() -> anyhow::Result<()> {
             max_events: 10_000_000,
             claims_max_age: Duration::from_secs(7 * 86_400),
             guard_max_age: std::time::Duration::from_secs(3600),
+            trusted_keys_max_age: std::time::Duration::from_secs(3600),
         },
         reconcile: ReconcileConfig {
             interval: Duration::from_secs(3600),

@@ -191,6 +191,7 @@ fn config(gateway_url: &str, store_url: &str) -> anyhow::Result<Config> {
             max_events: 10_000_000,
             claims_max_age: Duration::from_secs(7 * 86_400),
             guard_max_age: hour,
+            trusted_keys_max_age: hour,
         },
         reconcile: ReconcileConfig {
             interval: hour,

@@ -123,6 +123,7 @@ pub async fn retention_never_drops_a_claim_whose_outcome_is_open(fixture: Fixtur
         max_events: 1_000_000,
         claims_max_age: std::time::Duration::from_secs(3600),
         guard_max_age: std::time::Duration::from_secs(3600),
+        trusted_keys_max_age: std::time::Duration::from_secs(3600),
     };
     store.prune(retention, Utc::now()).await.unwrap();
     assert!(store.claim_of(id(1)).await.unwrap().is_some(), "in flight");

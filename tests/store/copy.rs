@@ -37,6 +37,7 @@ async fn a_sqlite_store_moves_to_postgres_with_its_claims_tracking_and_cursors()
         max_events: 3,
         claims_max_age: Duration::from_secs(3600),
         guard_max_age: std::time::Duration::from_secs(3600),
+        trusted_keys_max_age: std::time::Duration::from_secs(3600),
     };
     old.prune(keep_three, Utc::now()).await.unwrap();
     old.append_batch(&[event(3, "READ")]).await.unwrap();
@@ -270,6 +271,10 @@ fn guard(range: &str, calling_code: &str, min_starts: u32, keys: Vec<KeyCheck>) 
             since: now - chrono::Duration::hours(1),
         }),
         keys,
+        judged: true,
+        code_min_starts: None,
+        key_limits: Vec::new(),
+        trusted_since: None,
     }
 }
 
@@ -309,6 +314,16 @@ async fn verifications_the_guards_counts_and_the_sandbox_move_too() {
     old.change_verification(&VerificationChange::Sent { send: id(1) })
         .await
         .unwrap();
+    // The resend's code counts too: room for a second under the key and the budget.
+    let room = |w: Window| Window { max: 2, ..w };
+    let counted = GuardCheck {
+        keys: vec![KeyCheck {
+            window: room(key.window),
+            ..key.clone()
+        }],
+        country: counted.country.map(room),
+        ..counted
+    };
     let again = new(2, billing.clone(), phone(1), Utc::now());
     let resent = old
         .start_verification(&start(again, limit(100), Some(counted)))
@@ -350,14 +365,15 @@ async fn verifications_the_guards_counts_and_the_sandbox_move_too() {
     let rows = [
         "verifications",
         "verification_sends",
-        "guard_starts",
-        "guard_keys",
+        "guard_codes",
+        "guard_code_keys",
+        "guard_trusted_keys",
         "guard_holds",
         "sandbox_state",
         "sandbox_messages",
     ]
     .map(|table| copied.rows(table));
-    assert_eq!(rows, [2, 3, 2, 1, 1, 1, 2], "{copied}");
+    assert_eq!(rows, [2, 3, 3, 2, 0, 1, 1, 2], "{copied}");
 
     let (old, new) = (sqlite.open().await, postgres.open().await);
     let now = Utc::now();
@@ -376,7 +392,7 @@ async fn verifications_the_guards_counts_and_the_sandbox_move_too() {
         );
     }
     assert_eq!(new.range_hold("881234", now).await.unwrap(), hold);
-    // The counts carry on: the key and calling code 881 had their one start each.
+    // The counts carry on: the key had its two codes, calling code 881 its one.
     let by_key = guard("380972", "380", 1000, vec![key]);
     let call = start(new_start(20, phone(20)), limit(100), Some(by_key));
     let refused = new.start_verification(&call).await.unwrap();

@@ -143,6 +143,7 @@ pub async fn retention_drops_old_events_but_never_reuses_a_cursor(fixture: Fixtu
         max_events: 4,
         claims_max_age: Duration::from_secs(3600),
         guard_max_age: std::time::Duration::from_secs(3600),
+        trusted_keys_max_age: std::time::Duration::from_secs(3600),
     };
     assert_eq!(store.prune(retention, Utc::now()).await.unwrap(), 6);
     assert_eq!(store.oldest_cursor().await.unwrap(), Some(Cursor::new(7)));

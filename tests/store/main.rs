@@ -8,6 +8,7 @@ mod claims;
 mod copy;
 mod events;
 mod guard;
+mod guard_codes;
 mod lookups;
 mod scheduled;
 mod shared;
@@ -114,6 +115,10 @@ on_both_stores!(
     guard::a_range_is_held_by_its_unconverted_starts_and_approvals_keep_it_open,
     guard::limits_count_exactly_across_replicas_starting_at_once,
     guard::a_release_judges_the_range_afresh_and_prune_drops_old_counts,
+    guard_codes::a_resends_code_counts_against_its_keys_the_budget_and_the_range,
+    guard_codes::a_calling_code_spread_over_ranges_is_held_at_its_cap_on_two_replicas,
+    guard_codes::a_key_that_approved_a_code_passes_a_hold_and_a_new_key_does_not,
+    guard_codes::a_safe_prefix_is_never_held_but_its_codes_count_against_keys,
     suppressions::a_callers_change_commits_with_its_event_and_reads_back,
     suppressions::keyword_replies_change_their_messages_number_once_in_order,
 );

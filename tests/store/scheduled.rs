@@ -142,6 +142,7 @@ pub async fn retention_keeps_a_scheduled_claim(fixture: Fixture) {
         max_events: 10,
         claims_max_age: Duration::ZERO,
         guard_max_age: Duration::from_secs(1),
+        trusted_keys_max_age: Duration::from_secs(1),
     };
     store
         .prune(retention, Utc::now() + chrono::TimeDelta::days(60))

@@ -135,6 +135,7 @@ async fn every_write_waits_its_turn_behind_another_connections_write() {
         max_events: 1000,
         claims_max_age: Duration::from_secs(3600),
         guard_max_age: std::time::Duration::from_secs(3600),
+        trusted_keys_max_age: std::time::Duration::from_secs(3600),
     };
     behind_another_writer(&path, "retention", store.prune(retention, Utc::now())).await;
     behind_another_writer(

@@ -335,6 +335,7 @@ pub async fn expired_verifications_are_marked_once_and_pruned_after_the_hour(fix
         max_events: 1_000,
         claims_max_age: week,
         guard_max_age: std::time::Duration::from_secs(3600),
+        trusted_keys_max_age: std::time::Duration::from_secs(3600),
     };
     store.prune(retention, Utc::now()).await.unwrap();
     assert_eq!(store.verification_of_send(id(1)).await.unwrap(), None);

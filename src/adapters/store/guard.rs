@@ -1,8 +1,9 @@
 //! The fraud guard's state in the store: what a verification start asks of it, what
-//! it found, and a held range. The guard's counters are rows (one per verification it
-//! counted, one per caller-supplied key of it, one per held range), read and written
-//! in the transaction that starts the verification, so replicas share them and two
-//! starts never both take the last unit of a limit (their SQL is in `common/guard.rs`).
+//! it found, and a held range. The guard's counters are rows (one per code it counted,
+//! one per caller-supplied key of each code, one per key that approved a code, one per
+//! held range), read and written in the transaction that starts (or resends) the
+//! verification, so replicas share them and two sends never both take the last unit of
+//! a limit (their SQL is in `common/guard.rs`).
 
 use chrono::{DateTime, Utc};
 
@@ -29,7 +30,8 @@ pub struct KeyCheck {
     pub window: Window,
 }
 
-/// What the guard checks before a verification starts, and counts once it has.
+/// What the guard checks before a code is sent (a start's or a resend's), and counts
+/// once it is.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GuardCheck {
     /// Refuse what it finds (on), or only report it (shadow).
@@ -38,11 +40,16 @@ pub struct GuardCheck {
     pub range: String,
     /// The number's calling code (or `unassigned`).
     pub calling_code: String,
-    /// The range's starts and approvals are counted after this.
+    /// Judged by conversion; false for a safe prefix, which only limits and budgets count.
+    pub judged: bool,
+    /// The calling code is judged as a range too, held from this many unconverted codes
+    /// (`None`: not judged, or no assigned calling code).
+    pub code_min_starts: Option<u32>,
+    /// The range's codes and approvals are counted after this.
     pub since: DateTime<Utc>,
-    /// An unapproved start at or before this is unconverted.
+    /// An unapproved code sent at or before this is unconverted.
     pub decided_before: DateTime<Utc>,
-    /// Held from this many unconverted...
+    /// The range is held from this many unconverted codes...
     pub min_starts: u32,
     /// ...when approved / (approved + unconverted) is below this.
     pub min_conversion: f64,
@@ -50,8 +57,49 @@ pub struct GuardCheck {
     pub hold_until: DateTime<Utc>,
     /// The calling code's budget, if it has one.
     pub country: Option<Window>,
-    /// The start's keys that have a limit.
+    /// The call's keys that have a limit.
     pub keys: Vec<KeyCheck>,
+    /// Every key name's limit: a resend's code counts against the keys its verification
+    /// started with too, whether or not the resend carries them.
+    pub key_limits: Vec<(String, Window)>,
+    /// A key that approved a code after this passes a range hold (`None`: no key does).
+    pub trusted_since: Option<DateTime<Utc>>,
+}
+
+impl GuardCheck {
+    /// The prefixes judged by conversion, in the order they are locked: the range, then
+    /// the calling code (when it is judged, and not the range itself).
+    pub fn scopes(&self) -> Vec<Scope<'_>> {
+        if !self.judged {
+            return Vec::new();
+        }
+        let mut scopes = vec![Scope {
+            prefix: &self.range,
+            calling_code: false,
+            min_starts: self.min_starts,
+        }];
+        if let Some(min_starts) = self.code_min_starts
+            && self.calling_code != self.range
+        {
+            scopes.push(Scope {
+                prefix: &self.calling_code,
+                calling_code: true,
+                min_starts,
+            });
+        }
+        scopes
+    }
+}
+
+/// A prefix the conversion rule judges: a number's range, or its whole calling code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scope<'a> {
+    /// Its digits (the hold's key).
+    pub prefix: &'a str,
+    /// A calling code (its codes are counted by calling code, not by range).
+    pub calling_code: bool,
+    /// Held from this many unconverted codes.
+    pub min_starts: u32,
 }
 
 /// A held range.
@@ -65,7 +113,7 @@ pub struct RangeHold {
     pub until: DateTime<Utc>,
     /// Placed in shadow mode: reported, not enforced.
     pub shadow: bool,
-    /// Its unconverted verifications when it was held.
+    /// Its unconverted codes when it was held.
     pub unconverted: u32,
     /// Its approved verifications when it was held.
     pub approved: u32,
@@ -74,7 +122,7 @@ pub struct RangeHold {
 /// One thing the guard found against a start.
 #[derive(Debug, Clone, PartialEq)]
 pub enum GuardFinding {
-    /// The range is held; `new`: this start's check held it.
+    /// The range is held; `new`: this call's check held it.
     Held {
         /// The hold.
         hold: RangeHold,
@@ -94,6 +142,17 @@ pub enum GuardFinding {
     /// after an approval).
     Lifted {
         /// The hold as it was.
+        hold: RangeHold,
+    },
+    /// The code this call sends reached its range's cap: the range is held from now on,
+    /// and this code goes out (the last one).
+    Placed {
+        /// The hold.
+        hold: RangeHold,
+    },
+    /// The range is held, and a key of the call that approved a code before passes it.
+    Trusted {
+        /// The hold passed.
         hold: RangeHold,
     },
     /// The calling code had its budget.
@@ -149,7 +208,7 @@ impl TryFrom<HoldRow> for RangeHold {
 pub struct Figures {
     /// Verifications approved.
     pub approved: u32,
-    /// Verifications older than the grace and not approved.
+    /// Codes older than the grace to verifications not approved.
     pub unconverted: u32,
     /// Codes sent to verifications not approved (resends included), whatever their age.
     pub unapproved_sends: u32,
@@ -157,10 +216,20 @@ pub struct Figures {
 
 /// How many times `MSGW_VERIFY_GUARD_MIN_STARTS` codes a range's unapproved
 /// verifications may have had, however young, before the range is judged on them: a
-/// bot faster than the grace period is held too.
-pub const BURST: u32 = 5;
+/// bot faster than the grace period is held too, at this cap.
+pub const BURST: u32 = 2;
 
 impl Figures {
+    /// The figures once one more code is sent to an unapproved verification; `judged`:
+    /// the grace is zero, so it is unconverted at once.
+    pub fn after_code(self, judged: bool) -> Self {
+        Self {
+            unconverted: self.unconverted.saturating_add(u32::from(judged)),
+            unapproved_sends: self.unapproved_sends.saturating_add(1),
+            ..self
+        }
+    }
+
     /// Whether these figures hold a range, and the unapproved count that does: enough
     /// unconverted verifications, or codes to unapproved ones beyond [`BURST`] times
     /// that, with too few approved.
@@ -221,11 +290,23 @@ mod tests {
 
     #[test]
     fn a_burst_of_young_unapproved_codes_holds_too() {
-        assert_eq!(held(0, 0, 99), None);
-        assert_eq!(held(0, 0, 100), Some(100));
+        assert_eq!(held(0, 0, 39), None);
+        assert_eq!(held(0, 0, 40), Some(40));
         // Codes resent to a few verifications count as codes.
-        assert_eq!(held(0, 10, 100), Some(100));
+        assert_eq!(held(0, 10, 40), Some(40));
         // Real users entering their codes keep a busy range open.
-        assert_eq!(held(30, 0, 100), None);
+        assert_eq!(held(10, 0, 40), None);
+    }
+
+    #[test]
+    fn the_code_that_reaches_the_cap_holds_the_range() {
+        let before = Figures {
+            approved: 0,
+            unconverted: 19,
+            unapproved_sends: 39,
+        };
+        assert_eq!(before.hold(20, 0.2), None);
+        assert_eq!(before.after_code(false).hold(20, 0.2), Some(40));
+        assert_eq!(before.after_code(true).hold(20, 0.2), Some(20));
     }
 }

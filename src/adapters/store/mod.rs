@@ -39,7 +39,7 @@ pub use claims::{
     AcceptedOutcome, ClaimChange, ClaimRecord, ClaimReply, ClaimState, Fingerprint, Lookups,
     Settlement,
 };
-pub use guard::{BURST, Figures, GuardCheck, GuardFinding, KeyCheck, RangeHold, Window};
+pub use guard::{BURST, Figures, GuardCheck, GuardFinding, KeyCheck, RangeHold, Scope, Window};
 pub use scheduled::{DueScheduled, NewScheduled, ScheduleReply, ScheduledSummary};
 pub use sql_store::SqlStore;
 pub use suppressions::{Appended, LogAppend};
@@ -137,6 +137,8 @@ pub struct Retention {
     pub claims_max_age: Duration,
     /// The fraud guard's counts older than this are dropped (its longest window).
     pub guard_max_age: Duration,
+    /// A key's approval older than this no longer makes it trusted, and is dropped.
+    pub trusted_keys_max_age: Duration,
 }
 
 /// msgw's durable state.

@@ -193,7 +193,7 @@ pub enum Error {
     /// The fraud guard holds the number's range: its verifications are started and
     /// not approved (SMS pumping).
     #[error(
-        "the fraud guard holds this number's range: too many of its verifications were never approved; nothing was sent"
+        "the fraud guard holds this number's range: too many of its codes were never entered; nothing was sent"
     )]
     SuspectedFraud {
         /// The range's digits.

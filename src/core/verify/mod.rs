@@ -27,6 +27,7 @@ use crate::core::domain::{Error, Output, Phone, VerificationStatus};
 use crate::process::metrics::Metrics;
 use crate::transport::auth::Caller;
 pub use code::{Code, Codes};
+use guard::CodeOutcome;
 pub use guard::Guard;
 pub use request::{
     DEFAULT_DIGITS, DEFAULT_TTL, DIGITS, StartVerification, TTL, Template, needs_signature,
@@ -82,18 +83,28 @@ struct Send {
     fresh: bool,
     /// Its first send, not accepted before (an accepted one counts as started).
     first: bool,
+    /// It carries a code not sent before (a start's, a resend's), not a replay.
+    new_code: bool,
 }
 
 impl Send {
     const FRESH: Self = Self {
         fresh: true,
         first: true,
+        new_code: true,
+    };
+    const RESEND: Self = Self {
+        fresh: false,
+        first: false,
+        new_code: true,
     };
 
+    /// A retry of an earlier call: a new code only if its first send never went out.
     fn retried(first: bool) -> Self {
         Self {
             fresh: false,
             first,
+            new_code: first,
         }
     }
 }
@@ -265,14 +276,17 @@ impl Verifier {
             .map_err(store_error)?;
         self.count_expired(&decided.expired);
         // Refuses when the guard is on and found something; shadow mode counts it.
-        self.guard.judge(&decided.findings)?;
+        if let Err(refused) = self.guard.judge(&decided.findings) {
+            self.guard.count_code(request.phone, CodeOutcome::Refused);
+            return Err(refused);
+        }
         match decided.outcome {
             StartOutcome::Started(record) => {
                 self.send(caller, request, record, Send::FRESH, deadline)
                     .await
             }
             StartOutcome::Resent(record) => {
-                self.send(caller, request, record, Send::retried(false), deadline)
+                self.send(caller, request, record, Send::RESEND, deadline)
                     .await
             }
             StartOutcome::Replay { record, sent } => {
@@ -395,6 +409,9 @@ impl Verifier {
             .change_verification(&VerificationChange::Sent { send: request.id })
             .await
             .map_err(store_error)?;
+        if kind.new_code {
+            self.guard.count_code(record.phone, CodeOutcome::Sent);
+        }
         if kind.first {
             // Counted once its first send is accepted: a refused one never started.
             self.count(VerificationStatus::Pending, &record);

@@ -333,6 +333,7 @@ impl ServeArgs {
                 max_events: self.event_retention_count,
                 claims_max_age: self.idempotency_retention,
                 guard_max_age: self.verify.guard.longest_window(),
+                trusted_keys_max_age: self.verify.guard.trusted_key_window,
             },
             event_fan_out: self.event_fan_out,
             reconcile: self.reconcile,

@@ -19,12 +19,13 @@ const LEASE_SQL: &str = "INSERT INTO leases (name, holder, until_ms) VALUES ($1,
 
 /// What a prune runs, in order: each statement with its bound values. The first two
 /// statements drop events (their row counts are the result).
-fn prune_statements(retention: Retention, now: DateTime<Utc>) -> [(&'static str, Vec<i64>); 9] {
+fn prune_statements(retention: Retention, now: DateTime<Utc>) -> [(&'static str, Vec<i64>); 10] {
     let horizon = ms(now).saturating_sub(millis(retention.max_age));
     let keep = i64::try_from(retention.max_events).unwrap_or(i64::MAX);
     let claims_horizon = ms(now).saturating_sub(millis(retention.claims_max_age));
     let verifications_horizon = ms(now - crate::adapters::store::verifications::KEPT_AT_LEAST);
     let guard_horizon = ms(now).saturating_sub(millis(retention.guard_max_age));
+    let trusted_horizon = ms(now).saturating_sub(millis(retention.trusted_keys_max_age));
     [
         (
             "DELETE FROM events WHERE received_at_ms < $1",
@@ -67,12 +68,16 @@ fn prune_statements(retention: Retention, now: DateTime<Utc>) -> [(&'static str,
         // The fraud guard counts over its windows; a hold stays while it is in force,
         // and its release date as long as the figures it resets.
         (
-            "DELETE FROM guard_starts WHERE started_at_ms < $1",
+            "DELETE FROM guard_codes WHERE sent_at_ms < $1",
             vec![guard_horizon],
         ),
         (
-            "DELETE FROM guard_keys WHERE started_at_ms < $1",
+            "DELETE FROM guard_code_keys WHERE sent_at_ms < $1",
             vec![guard_horizon],
+        ),
+        (
+            "DELETE FROM guard_trusted_keys WHERE approved_at_ms < $1",
+            vec![trusted_horizon],
         ),
         (
             "DELETE FROM guard_holds WHERE until_ms < $1",

@@ -145,16 +145,19 @@ async fn resend(
     if pending.code.is_none() && new.code.is_some() {
         return Ok((StartOutcome::CodeAwaited(pending), Vec::new()));
     }
-    // A resend costs what a start costs: its range is judged as for a start (and may
-    // be held now); the key and country limits count starts only.
-    let findings: Vec<GuardFinding> = match &start.guard {
-        Some(guard) => guard::judge(conn, guard, new.at, false)
-            .await?
-            .into_iter()
-            .collect(),
-        None => Vec::new(),
+    // A resend sends a code as a start does: the guard checks and counts it alike (its
+    // range, its calling code, its keys and those its verification started with, its
+    // budget), and may hold its range.
+    let guard = match &start.guard {
+        Some(guard) => Some(guard::with_first_keys(conn, guard, pending.id).await?),
+        None => None,
     };
-    if start.guard.as_ref().is_some_and(|g| g.enforce) && !findings.is_empty() {
+    let checked = match &guard {
+        Some(guard) => guard::check(conn, guard, new.at).await?,
+        None => guard::Checked::default(),
+    };
+    let mut findings = checked.findings;
+    if refused(guard.as_ref(), &findings) {
         return Ok((StartOutcome::Refused, findings));
     }
     if pending.sends_left == 0 {
@@ -182,7 +185,10 @@ async fn resend(
         conn.execute(sql).await?;
         return started(conn, start).await;
     };
-    guard::resent(conn, pending.id).await?;
+    if let Some(guard) = &guard {
+        guard::record(conn, new.id, pending.id, guard, new.at).await?;
+        findings.extend(guard::capped(conn, guard, &checked.open, new.at).await?);
+    }
     Ok((StartOutcome::Resent(resent), findings))
 }
 
@@ -200,11 +206,12 @@ async fn started(
         let oldest = oldest.map_or(Ok(new.at), crate::adapters::store::rows::from_ms)?;
         return Ok((StartOutcome::PhoneLimited { oldest }, Vec::new()));
     }
-    let findings = match &start.guard {
+    let checked = match &start.guard {
         Some(guard) => guard::check(conn, guard, new.at).await?,
-        None => Vec::new(),
+        None => guard::Checked::default(),
     };
-    if start.guard.as_ref().is_some_and(|g| g.enforce) && !findings.is_empty() {
+    let mut findings = checked.findings;
+    if refused(start.guard.as_ref(), &findings) {
         return Ok((StartOutcome::Refused, findings));
     }
     if !claim_send(conn, new.id, new.id).await? {
@@ -212,9 +219,15 @@ async fn started(
     }
     let record = insert(conn, new).await?;
     if let Some(guard) = &start.guard {
-        guard::record(conn, new.id, guard, new.at).await?;
+        guard::record(conn, new.id, new.id, guard, new.at).await?;
+        findings.extend(guard::capped(conn, guard, &checked.open, new.at).await?);
     }
     Ok((StartOutcome::Started(record), findings))
+}
+
+/// Whether an enforcing guard's findings refuse the code.
+fn refused(guard: Option<&GuardCheck>, findings: &[GuardFinding]) -> bool {
+    guard.is_some_and(|g| g.enforce) && findings.iter().any(guard::refuses)
 }
 
 /// Claims `send` as a send of verification `of`; false when it is taken.
@@ -302,7 +315,7 @@ pub(in crate::adapters::store) async fn check(
                 .bind(at(now));
             let approved: Option<VerificationRow> = conn.fetch_optional(sql).await?;
             if approved.is_some() {
-                guard::approved(conn, pending.id).await?;
+                guard::approved(conn, pending.id, now).await?;
                 if let Some(lift) = lift {
                     findings.extend(lifted(conn, lift, now).await?);
                 }
@@ -323,17 +336,24 @@ pub(in crate::adapters::store) async fn check(
     })
 }
 
-/// After an approval: a hold (not a shadow one) of the range of `lift` ends if its
-/// figures no longer call for it. Costs one read when the range is not held.
+/// After an approval: a hold (not a shadow one) of the range of `lift`, or of its
+/// calling code, ends if its figures no longer call for it. Costs one read a prefix
+/// when it is not held.
 async fn lifted(
     conn: &mut Conn<'_>,
     lift: &GuardCheck,
     now: DateTime<Utc>,
-) -> Result<Option<GuardFinding>, StoreError> {
-    match guard::hold_of(conn, &lift.range, now).await? {
-        Some(hold) if !hold.shadow => guard::judge(conn, lift, now, true).await,
-        _ => Ok(None),
+) -> Result<Vec<GuardFinding>, StoreError> {
+    let mut found = Vec::new();
+    for scope in lift.scopes() {
+        if let Some(hold) = guard::hold_of(conn, scope.prefix, now).await?
+            && !hold.shadow
+        {
+            let judged = guard::judge(conn, lift, scope, now, true).await?;
+            found.extend(judged.finding);
+        }
     }
+    Ok(found)
 }
 
 /// Cancels the caller's pending verification of `phone`.

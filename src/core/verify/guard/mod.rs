@@ -1,10 +1,12 @@
 //! The fraud guard in front of every verification send (SMS pumping: a bot starts
-//! verifications to ranges of premium numbers and never enters a code). It holds a
-//! range whose verifications are started and not approved, limits the caller-supplied
-//! keys of the end user behind a start (IP, user) and the starts per calling code,
-//! and in shadow mode decides and counts without refusing. Its counters live in the
-//! store and are read and written in the transaction that starts the verification
-//! ([`crate::adapters::store::GuardCheck`]), so replicas share them.
+//! verifications to ranges of premium numbers and never enters a code). It counts
+//! codes (every send of one: a start's, a resend's, a voice call's), holds a range, or
+//! a whole calling code, whose codes are sent and not entered, lets a key that entered
+//! a code before pass such a hold, limits the codes per caller-supplied key of the end
+//! user (IP, user) and per calling code, and in shadow mode decides and counts without
+//! refusing. Its counters live in the store and are read and written in the
+//! transaction that sends the code ([`crate::adapters::store::GuardCheck`]), so replicas
+//! share them.
 
 pub mod countries;
 pub mod holds;
@@ -18,7 +20,7 @@ pub use settings::{CountryLimits, KeyLimits, Mode, Rate, SafePrefixes, Settings}
 
 use super::chrono;
 use super::code::Codes;
-use crate::adapters::store::{GuardCheck, GuardFinding, KeyCheck, RangeHold, Store, Window};
+use crate::adapters::store::{BURST, GuardCheck, GuardFinding, KeyCheck, RangeHold, Store, Window};
 use crate::core::domain::{Error, Phone};
 use crate::process::metrics::Metrics;
 
@@ -84,16 +86,10 @@ impl Guard {
             .collect()
     }
 
-    /// Whether the guard looks at sends to `phone`: it is not off, and the number is
-    /// not exempt.
-    fn guards(&self, phone: Phone) -> bool {
-        self.settings.mode != Mode::Off
-            && !self.settings.safe_prefixes.covers(&phone.get().to_string())
-    }
-
-    /// What the store checks before starting a verification of `phone` with `keys`
-    /// (keys without a limit are not kept), and whose range it judges before a resend;
-    /// `None` when the guard leaves it alone.
+    /// What the store checks before sending a code to `phone` (a start or a resend)
+    /// for a call with `keys` (keys without a limit are not kept), and counts once it is
+    /// sent; `None` when the guard is off. A safe prefix is not judged by conversion, but
+    /// its codes count against key limits and budgets.
     pub fn check(
         &self,
         phone: Phone,
@@ -117,21 +113,35 @@ impl Guard {
                 })
             })
             .collect();
+        check.key_limits = s
+            .key_limits
+            .0
+            .iter()
+            .map(|(name, rate)| (name.clone(), window(*rate)))
+            .collect();
         check.country = s.country_limits.of(&check.calling_code).map(window);
+        check.trusted_since =
+            (!s.trusted_key_window.is_zero()).then(|| now - chrono(s.trusted_key_window));
         Some(check)
     }
 
-    /// The range rule alone for `phone` (no keys, no budget); `None` when the guard
-    /// leaves the number alone.
+    /// The conversion rule alone for `phone` (no keys, no budget); `None` when the guard
+    /// is off.
     fn range_check(&self, phone: Phone, now: DateTime<Utc>) -> Option<GuardCheck> {
-        if !self.guards(phone) {
+        let s = &self.settings;
+        if s.mode == Mode::Off {
             return None;
         }
-        let s = &self.settings;
+        let calling_code = calling_code(phone);
+        // Only an assigned code is a prefix of digits a hold can name.
+        let code_min_starts = (s.country_min_starts > 0 && calling_code != countries::UNASSIGNED)
+            .then_some(s.country_min_starts);
         Some(GuardCheck {
             enforce: s.mode == Mode::On,
             range: self.range_of(phone),
-            calling_code: calling_code(phone).to_owned(),
+            calling_code: calling_code.to_owned(),
+            judged: !s.safe_prefixes.covers(&phone.get().to_string()),
+            code_min_starts,
             since: now - chrono(s.window),
             decided_before: now - chrono(s.grace),
             min_starts: s.min_starts,
@@ -139,22 +149,40 @@ impl Guard {
             hold_until: now + chrono(s.hold),
             country: None,
             keys: Vec::new(),
+            key_limits: Vec::new(),
+            trusted_since: None,
         })
     }
 
-    /// Counts and logs what the store found against a start, and the error that
-    /// refuses it when the guard is on (the first finding; shadow refuses nothing).
+    /// Counts and logs what the store found against a code, and the error that
+    /// refuses it when the guard is on (the first finding that refuses; shadow refuses
+    /// nothing). A hold the code itself placed (it reached the cap), or that a trusted
+    /// key passed, does not refuse it.
     pub fn judge(&self, findings: &[GuardFinding]) -> Result<(), Error> {
         let mode = self.settings.mode;
-        let findings: Vec<&GuardFinding> = findings
-            .iter()
-            .filter(|f| !matches!(f, GuardFinding::Lifted { .. }))
-            .collect();
-        for finding in &findings {
-            if let GuardFinding::Held { hold, new: true } = finding {
-                self.held(hold, mode);
+        for finding in findings {
+            match finding {
+                GuardFinding::Held { hold, new: true } | GuardFinding::Placed { hold } => {
+                    self.held(hold, mode);
+                }
+                GuardFinding::Trusted { hold } => tracing::debug!(
+                    range = %hold.range,
+                    "fraud guard: a key that approved a code before passes the range's hold"
+                ),
+                _ => {}
             }
         }
+        let findings: Vec<&GuardFinding> = findings
+            .iter()
+            .filter(|f| {
+                !matches!(
+                    f,
+                    GuardFinding::Lifted { .. }
+                        | GuardFinding::Placed { .. }
+                        | GuardFinding::Trusted { .. }
+                )
+            })
+            .collect();
         let counted = match mode {
             Mode::On => &findings[..findings.len().min(1)],
             Mode::Shadow | Mode::Off => &findings[..],
@@ -195,6 +223,14 @@ impl Guard {
             .inc();
     }
 
+    /// Counts a code to `phone` sent, or refused by the guard, by calling code.
+    pub fn count_code(&self, phone: Phone, outcome: CodeOutcome) {
+        self.metrics
+            .verify_codes_total
+            .with_label_values(&[calling_code(phone), outcome.as_str()])
+            .inc();
+    }
+
     fn count_refusal(&self, reason: &str, mode: Mode) {
         self.metrics
             .guard_refusals_total
@@ -213,7 +249,7 @@ impl Guard {
             unconverted = hold.unconverted,
             approved = hold.approved,
             mode = mode.as_str(),
-            "fraud guard: range held: its verifications are started and not approved (SMS pumping?); `msgw guard release {}` releases it",
+            "fraud guard: range held: its codes are sent and not entered (SMS pumping?); `msgw guard release {}` releases it",
             hold.range
         );
     }
@@ -250,10 +286,32 @@ impl Guard {
     }
 }
 
+/// What became of a code, as `msgw_verify_codes_total` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CodeOutcome {
+    /// The gateway accepted its send.
+    Sent,
+    /// The fraud guard refused it (nothing was sent).
+    Refused,
+}
+
+impl CodeOutcome {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Sent => "sent",
+            Self::Refused => "refused",
+        }
+    }
+}
+
 /// The reason of a finding, as metrics name it.
 fn reason(finding: &GuardFinding) -> &'static str {
     match finding {
-        GuardFinding::Held { .. } | GuardFinding::Lifted { .. } => "suspected_fraud",
+        GuardFinding::Held { .. }
+        | GuardFinding::Lifted { .. }
+        | GuardFinding::Placed { .. }
+        | GuardFinding::Trusted { .. } => "suspected_fraud",
         GuardFinding::KeyLimited { .. } => "key_rate_limited",
         GuardFinding::CountryLimited { .. } => "country_rate_limited",
     }
@@ -262,7 +320,10 @@ fn reason(finding: &GuardFinding) -> &'static str {
 /// The error that refuses a start for `finding`.
 fn refusal(finding: &GuardFinding) -> Error {
     match finding {
-        GuardFinding::Held { hold, .. } | GuardFinding::Lifted { hold } => Error::SuspectedFraud {
+        GuardFinding::Held { hold, .. }
+        | GuardFinding::Lifted { hold }
+        | GuardFinding::Placed { hold }
+        | GuardFinding::Trusted { hold } => Error::SuspectedFraud {
             range: hold.range.clone(),
             until: hold.until,
         },

@@ -5,7 +5,7 @@
 
 use std::{fmt, str::FromStr, time::Duration};
 
-use super::countries;
+use super::{BURST, countries};
 use crate::process::parse;
 
 /// What the guard does with what it decides.
@@ -237,10 +237,16 @@ pub struct Settings {
     /// the window).
     #[arg(long = "verify-guard-grace", env = "MSGW_VERIFY_GUARD_GRACE", default_value = "2m", value_parser = parse::duration)]
     pub grace: Duration,
-    /// A range is held from this many unconverted verifications in the window...
+    /// A range is held from this many unconverted codes in the window (or twice as many
+    /// unapproved codes however young)...
     #[arg(long = "verify-guard-min-starts", env = "MSGW_VERIFY_GUARD_MIN_STARTS", default_value = "20", value_parser = parse::at_least(1u32))]
     pub min_starts: u32,
-    /// ...when fewer than this share of its decided verifications were approved.
+    /// ...and a whole calling code from this many (0: calling codes are not judged), the
+    /// bound of a pumper spread over many ranges of one calling code...
+    #[arg(long = "verify-guard-country-min-starts", env = "MSGW_VERIFY_GUARD_COUNTRY_MIN_STARTS", default_value = "100", value_parser = parse::between(0u32, 1_000_000))]
+    pub country_min_starts: u32,
+    /// ...when its approved verifications are fewer than this share of its approved
+    /// verifications and unconverted codes.
     #[arg(long = "verify-guard-min-conversion", env = "MSGW_VERIFY_GUARD_MIN_CONVERSION", default_value = "0.2", value_parser = parse::share)]
     pub min_conversion: f64,
     /// How long a held range stays held (new verifications to it: PERMISSION_DENIED).
@@ -254,11 +260,19 @@ pub struct Settings {
     /// `380=2000/1h,*=200/1h` (`*`: each other code). Default: none.
     #[arg(long = "verify-country-limits", env = "MSGW_VERIFY_COUNTRY_LIMITS", default_value = "", value_parser = |s: &str| s.parse::<CountryLimits>())]
     pub country_limits: CountryLimits,
-    /// Numbers or ranges the guard leaves alone (your own test numbers), e.g.
-    /// `380000000,4477009001`. Default: none.
+    /// Numbers or ranges never held by conversion (your own test numbers), e.g.
+    /// `380000000,4477009001`; key limits and country budgets still count their codes.
+    /// Default: none.
     #[arg(long = "verify-safe-prefixes", env = "MSGW_VERIFY_SAFE_PREFIXES", default_value = "", value_parser = |s: &str| s.parse::<SafePrefixes>())]
     pub safe_prefixes: SafePrefixes,
+    /// A rate-limit key (with a limit) that approved a code this recently passes a
+    /// range's hold (its own limit still applies); 0: no key does.
+    #[arg(long = "verify-trusted-key-window", env = "MSGW_VERIFY_TRUSTED_KEY_WINDOW", default_value = "30d", value_parser = parse::duration_between(Duration::ZERO, MAX_TRUSTED_KEY_WINDOW))]
+    pub trusted_key_window: Duration,
 }
+
+/// The longest a key stays trusted after its latest approval.
+pub const MAX_TRUSTED_KEY_WINDOW: Duration = Duration::from_secs(366 * 86_400);
 
 impl Default for Settings {
     fn default() -> Self {
@@ -292,8 +306,30 @@ impl Settings {
         // No longer than a calling code: a whole country (or zone) is never judged.
         for prefix in self.safe_prefixes.0.iter().filter(|p| p.len() <= 3) {
             warnings.push(format!(
-                "MSGW_VERIFY_SAFE_PREFIXES has {prefix}: every number that begins with it (a whole country or more) is never judged; list your own test ranges instead"
+                "MSGW_VERIFY_SAFE_PREFIXES has {prefix}: every number that begins with it (a whole country or more) is never judged by conversion; list your own test ranges instead"
             ));
+        }
+        warnings.extend(self.unset_warnings());
+        warnings
+    }
+
+    /// What the operator has not set, and what it costs.
+    fn unset_warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        let cap = self.country_min_starts.saturating_mul(BURST);
+        match (self.country_limits.others, self.country_min_starts) {
+            (None, 0) => warnings.push(
+                "no country budget for unlisted calling codes (MSGW_VERIFY_COUNTRY_LIMITS has no `*`) and MSGW_VERIFY_GUARD_COUNTRY_MIN_STARTS=0: codes spread over many ranges of one calling code are not bounded; set `*=200/1h`".into(),
+            ),
+            (None, _) => warnings.push(format!(
+                "no country budget for unlisted calling codes (MSGW_VERIFY_COUNTRY_LIMITS has no `*`): each calling code is bounded by its conversion alone, up to {cap} unentered codes an hour; a budget (`*=200/1h`, your own countries listed above it) caps what one costs"
+            )),
+            _ => {}
+        }
+        if self.key_limits.0.is_empty() {
+            warnings.push(
+                "no key limits (MSGW_VERIFY_KEY_LIMITS): one end user is bounded only by the holds of the ranges it targets, and no key is trusted through a hold; pass rate_limit_keys and set e.g. `ip=10/1h,user=5/1h`".into(),
+            );
         }
         warnings
     }
@@ -314,15 +350,36 @@ mod tests {
     use super::*;
 
     #[test]
-    fn settings_that_weaken_the_guard_are_warned_about_and_defaults_are_not() {
-        assert_eq!(Settings::default().warnings(), Vec::<String>::new());
+    fn settings_that_weaken_the_guard_are_warned_about() {
+        let set = Settings {
+            key_limits: "ip=10/1h".parse().unwrap(),
+            country_limits: "380=2000/1h,*=200/1h".parse().unwrap(),
+            ..Settings::default()
+        };
+        assert_eq!(set.warnings(), Vec::<String>::new());
         let wide = Settings {
             safe_prefixes: "3,38099912".parse().unwrap(),
-            ..Settings::default()
+            ..set.clone()
         };
         let warnings = wide.warnings();
         assert_eq!(warnings.len(), 1, "{warnings:?}");
         assert!(warnings[0].contains("has 3:"), "{warnings:?}");
+    }
+
+    #[test]
+    fn what_the_operator_has_not_set_is_warned_about_with_its_bound() {
+        let warnings = Settings::default().warnings();
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(warnings[0].contains("up to 200 unentered codes an hour"));
+        assert!(warnings[1].contains("no key limits"));
+        let unbounded = Settings {
+            country_min_starts: 0,
+            key_limits: "ip=10/1h".parse().unwrap(),
+            ..Settings::default()
+        };
+        let warnings = unbounded.warnings();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(warnings[0].contains("not bounded"), "{warnings:?}");
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub(crate) mod events;
 pub(crate) mod group_commit;
 pub mod hooks;
 pub(crate) mod mac;
+pub mod numbers;
 pub mod optout;
 pub mod reconcile;
 pub(crate) mod rpcs;

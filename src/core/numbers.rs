@@ -8,102 +8,31 @@ use std::sync::LazyLock;
 
 use phonenumber::metadata::DATABASE;
 
+pub use super::domain::NumberType;
 use super::domain::Phone;
 
-/// A number's type, as libphonenumber's metadata tells it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum NumberType {
-    /// A mobile number.
-    Mobile,
-    /// A fixed line.
-    FixedLine,
-    /// Either: the plan does not tell them apart (e.g. the USA).
-    FixedLineOrMobile,
-    /// Freephone.
-    TollFree,
-    /// Premium rate: the caller pays the callee (what SMS pumping targets).
-    PremiumRate,
-    /// Shared cost.
-    SharedCost,
-    /// Voice over IP.
-    Voip,
-    /// A personal number, routed to a mobile or a fixed line.
-    PersonalNumber,
-    /// A pager.
-    Pager,
-    /// A universal access (company) number.
-    Uan,
-    /// Voicemail access.
-    Voicemail,
-    /// Invalid or unknown: the plan has no such number (or no plan has its code).
-    Unknown,
-}
-
-impl NumberType {
-    /// Every type.
-    pub const ALL: [Self; 12] = [
-        Self::Mobile,
-        Self::FixedLine,
-        Self::FixedLineOrMobile,
-        Self::TollFree,
-        Self::PremiumRate,
-        Self::SharedCost,
-        Self::Voip,
-        Self::PersonalNumber,
-        Self::Pager,
-        Self::Uan,
-        Self::Voicemail,
-        Self::Unknown,
-    ];
-
-    /// Stable name: options, error metadata, logs.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Mobile => "mobile",
-            Self::FixedLine => "fixed_line",
-            Self::FixedLineOrMobile => "fixed_line_or_mobile",
-            Self::TollFree => "toll_free",
-            Self::PremiumRate => "premium_rate",
-            Self::SharedCost => "shared_cost",
-            Self::Voip => "voip",
-            Self::PersonalNumber => "personal_number",
-            Self::Pager => "pager",
-            Self::Uan => "uan",
-            Self::Voicemail => "voicemail",
-            Self::Unknown => "unknown",
-        }
-    }
-
-    /// The type of a name (`invalid` is another name of `unknown`).
-    pub fn from_name(name: &str) -> Option<Self> {
-        if name == "invalid" {
-            return Some(Self::Unknown);
-        }
-        Self::ALL.into_iter().find(|t| t.as_str() == name)
-    }
-
-    fn of(kind: phonenumber::Type) -> Self {
-        use phonenumber::Type as T;
-        match kind {
-            T::Mobile => Self::Mobile,
-            T::FixedLine => Self::FixedLine,
-            T::FixedLineOrMobile => Self::FixedLineOrMobile,
-            T::TollFree => Self::TollFree,
-            T::PremiumRate => Self::PremiumRate,
-            T::SharedCost => Self::SharedCost,
-            T::Voip => Self::Voip,
-            T::PersonalNumber => Self::PersonalNumber,
-            T::Pager => Self::Pager,
-            T::Uan => Self::Uan,
-            T::Voicemail => Self::Voicemail,
-            // Short-number types: a full international number is never one of them.
-            T::Emergency
-            | T::ShortCode
-            | T::StandardRate
-            | T::Carrier
-            | T::NoInternational
-            | T::Unknown => Self::Unknown,
-        }
+/// The type of libphonenumber's `kind`.
+fn type_of(kind: phonenumber::Type) -> NumberType {
+    use phonenumber::Type as T;
+    match kind {
+        T::Mobile => NumberType::Mobile,
+        T::FixedLine => NumberType::FixedLine,
+        T::FixedLineOrMobile => NumberType::FixedLineOrMobile,
+        T::TollFree => NumberType::TollFree,
+        T::PremiumRate => NumberType::PremiumRate,
+        T::SharedCost => NumberType::SharedCost,
+        T::Voip => NumberType::Voip,
+        T::PersonalNumber => NumberType::PersonalNumber,
+        T::Pager => NumberType::Pager,
+        T::Uan => NumberType::Uan,
+        T::Voicemail => NumberType::Voicemail,
+        // Short-number types: a full international number is never one of them.
+        T::Emergency
+        | T::ShortCode
+        | T::StandardRate
+        | T::Carrier
+        | T::NoInternational
+        | T::Unknown => NumberType::Unknown,
     }
 }
 
@@ -177,7 +106,7 @@ pub fn lookup(phone: Phone) -> NumberInfo {
         };
     };
     let metadata = number.metadata(&DATABASE);
-    let number_type = NumberType::of(number.number_type(&DATABASE));
+    let number_type = type_of(number.number_type(&DATABASE));
     NumberInfo {
         phone,
         valid: number_type != NumberType::Unknown,

@@ -177,6 +177,10 @@ impl Application {
             Codes::new(&verify_secret),
             verify::Settings {
                 sandbox: sandbox.is_some(),
+                sandbox_numbers: match sandbox {
+                    Some(_) => crate::sandbox::magic::NUMBERS.to_vec(),
+                    None => Vec::new(),
+                },
                 ..config.verify
             },
         );

@@ -25,6 +25,7 @@ mod idempotency;
 mod lifecycle;
 mod listener;
 mod lookups;
+mod numbers;
 mod operations;
 mod optout;
 #[path = "../common/postgres.rs"]

@@ -95,7 +95,11 @@ pub fn routes(
                 .max_decoding_message_size(OPEN_REQUEST_BYTES),
         )
         .add_service(
-            MessagingServiceServer::new(Messaging::new(scheduler, events.clone()))
+            MessagingServiceServer::new(Messaging::new(
+                scheduler,
+                events.clone(),
+                verifier.numbers().clone(),
+            ))
                 .max_decoding_message_size(MAX_REQUEST_BYTES),
         )
         .add_service(

@@ -178,10 +178,7 @@ mod tests {
         for t in NumberType::ALL {
             assert_eq!(NumberType::from_name(t.as_str()), Some(t));
         }
-        assert_eq!(
-            NumberType::from_name("invalid"),
-            Some(NumberType::Unknown)
-        );
+        assert_eq!(NumberType::from_name("invalid"), Some(NumberType::Unknown));
         assert_eq!(NumberType::from_name("landline"), None);
     }
 }

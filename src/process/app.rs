@@ -171,6 +171,8 @@ impl Application {
                 secret
             }
         };
+        // libphonenumber's metadata, loaded now rather than by the first verification.
+        crate::core::numbers::load();
         let verifier = Verifier::new(
             dispatcher.clone(),
             store.clone(),

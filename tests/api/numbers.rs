@@ -11,8 +11,8 @@ use msgw::transport::proto::*;
 use tonic::Code;
 
 use crate::helpers::{
-    Callers, Entry, Options, TestApp, as_caller, error_info, spawn, spawn_app,
-    spawn_sandboxed_app, violations,
+    Callers, Entry, Options, TestApp, as_caller, error_info, spawn, spawn_app, spawn_sandboxed_app,
+    violations,
 };
 
 fn start(id: u64, phone: &str) -> StartVerificationRequest {
@@ -35,7 +35,10 @@ async fn refused_type(app: &TestApp, id: u64, phone: &str) -> (String, String) {
     assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
     let (reason, metadata) = error_info(&refused);
     assert_eq!(reason, "NUMBER_TYPE_NOT_ALLOWED");
-    (metadata["number_type"].clone(), metadata["voice_only"].clone())
+    (
+        metadata["number_type"].clone(),
+        metadata["voice_only"].clone(),
+    )
 }
 
 async fn lookup(app: &TestApp, phone: &str) -> LookupNumberResponse {
@@ -86,7 +89,10 @@ async fn the_sandboxs_magic_numbers_get_codes_and_other_made_up_numbers_do_not()
             .into_inner()
             .verification
             .expect("a verification");
-        assert!(!v.sandbox_code.is_empty(), "{magic}: the sandbox shows its code");
+        assert!(
+            !v.sandbox_code.is_empty(),
+            "{magic}: the sandbox shows its code"
+        );
     }
     assert_eq!(refused_type(&app, 3, "+380000000099").await.0, "unknown");
     let magic = lookup(&app, "+380000000002").await;
@@ -97,12 +103,7 @@ async fn the_sandboxs_magic_numbers_get_codes_and_other_made_up_numbers_do_not()
             magic.verification_codes(),
             magic.type_check_exempt
         ),
-        (
-            false,
-            NumberType::Unknown,
-            VerificationCodes::Allowed,
-            true
-        )
+        (false, NumberType::Unknown, VerificationCodes::Allowed, true)
     );
 }
 
@@ -127,7 +128,10 @@ async fn safe_prefixes_and_the_number_types_option_decide_what_gets_codes() {
             .unwrap_or_else(|e| panic!("{phone}: {e:?}"));
     }
     // Not listed any more: the fixed line and the mobile-or-fixed of +1.
-    assert_eq!(refused_type(&app, 3, "+14155550100").await.0, "fixed_line_or_mobile");
+    assert_eq!(
+        refused_type(&app, 3, "+14155550100").await.0,
+        "fixed_line_or_mobile"
+    );
     assert_eq!(refused_type(&app, 4, "+442079000001").await.1, "false");
     assert_eq!(app.gateway.requests().len(), 2);
 }
@@ -184,7 +188,10 @@ async fn lookup_number_says_what_msgw_knows_at_no_gateway_cost() {
         (unassigned.calling_code, unassigned.region.as_str()),
         (0, "")
     );
-    assert!(app.gateway.requests().is_empty(), "the gateway was not asked");
+    assert!(
+        app.gateway.requests().is_empty(),
+        "the gateway was not asked"
+    );
 
     let bad = app
         .messaging()

@@ -776,7 +776,10 @@ async fn a_late_webhook_with_an_older_start_does_not_undo_a_newer_stop() {
     }
     post_dated(&app, 2, &[("STOP", ago(5))]).await;
     post_dated(&app, 1, &[("START", ago(10))]).await;
-    assert_eq!(entry(&app, CASE).await.expect("still opted out").reason, "STOP");
+    assert_eq!(
+        entry(&app, CASE).await.expect("still opted out").reason,
+        "STOP"
+    );
     refused(&app, 3, CASE).await;
     assert_eq!(app.gateway.requests().len(), 2, "the third send never left");
 
@@ -860,7 +863,10 @@ async fn a_poll_learning_an_older_start_after_a_webhook_stop_leaves_the_number_o
             return default_reply(body);
         }
         let (status, replies) = if answered.load(Ordering::SeqCst) {
-            ("REPLIED", json!([{"datetime": start_at, "message": "START"}]))
+            (
+                "REPLIED",
+                json!([{"datetime": start_at, "message": "START"}]),
+            )
         } else {
             ("ACCEPTED", json!([]))
         };
@@ -891,7 +897,10 @@ async fn a_poll_learning_an_older_start_after_a_webhook_stop_leaves_the_number_o
             break;
         }
     }
-    assert_eq!(entry(&app, CASE).await.expect("still opted out").reason, "STOP");
+    assert_eq!(
+        entry(&app, CASE).await.expect("still opted out").reason,
+        "STOP"
+    );
     refused(&app, 3, CASE).await;
 }
 
@@ -906,8 +915,14 @@ async fn replicas_applying_out_of_order_replies_at_once_end_opted_out() {
     let phones: Vec<String> = (0..8).map(|i| format!("38097111780{i}")).collect();
     for (i, phone) in phones.iter().enumerate() {
         let i = i as u64;
-        a.messaging().send_sms(sms_to(100 + i, phone)).await.unwrap();
-        a.messaging().send_sms(sms_to(200 + i, phone)).await.unwrap();
+        a.messaging()
+            .send_sms(sms_to(100 + i, phone))
+            .await
+            .unwrap();
+        a.messaging()
+            .send_sms(sms_to(200 + i, phone))
+            .await
+            .unwrap();
     }
     // For each number, A takes the second message's STOP (now-5min) while B takes the
     // first's START (now-10min), at once.
@@ -915,7 +930,10 @@ async fn replicas_applying_out_of_order_replies_at_once_end_opted_out() {
     let post = |replica: &Replica, id: u64, body: serde_json::Value| {
         let token = signer.token(msgw::core::domain::ClientId::new(id).unwrap());
         let request = client
-            .post(format!("http://{}/v1/webhooks/status/{token}", replica.http_addr()))
+            .post(format!(
+                "http://{}/v1/webhooks/status/{token}",
+                replica.http_addr()
+            ))
             .json(&body);
         async move { request.send().await.unwrap().status().as_u16() }
     };

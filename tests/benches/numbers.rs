@@ -33,7 +33,10 @@ const NUMBERS: [&str; 12] = [
 const ROUNDS: usize = 20_000;
 
 fn per_call(calls: usize, f: impl Fn(Phone)) -> f64 {
-    let phones: Vec<Phone> = NUMBERS.iter().map(|n| Phone::parse(n).expect("a number")).collect();
+    let phones: Vec<Phone> = NUMBERS
+        .iter()
+        .map(|n| Phone::parse(n).expect("a number"))
+        .collect();
     let started = Instant::now();
     for i in 0..calls {
         f(phones[i % phones.len()]);
@@ -60,8 +63,14 @@ fn main() {
     let check = per_call(calls, |p| {
         let _ = std::hint::black_box(rule.check(p, &[Channel::Sms]));
     });
-    println!("numbers::lookup, 1 thread:     {:>8.2} µs per number", lookup / 1000.0);
-    println!("NumberRule::check, 1 thread:   {:>8.2} µs per start", check / 1000.0);
+    println!(
+        "numbers::lookup, 1 thread:     {:>8.2} µs per number",
+        lookup / 1000.0
+    );
+    println!(
+        "NumberRule::check, 1 thread:   {:>8.2} µs per start",
+        check / 1000.0
+    );
     let two: Vec<f64> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..2)
             .map(|_| {
@@ -75,5 +84,8 @@ fn main() {
         handles.into_iter().filter_map(|h| h.join().ok()).collect()
     });
     let mean = two.iter().sum::<f64>() / two.len().max(1) as f64;
-    println!("NumberRule::check, 2 threads:  {:>8.2} µs per start (each thread)", mean / 1000.0);
+    println!(
+        "NumberRule::check, 2 threads:  {:>8.2} µs per start (each thread)",
+        mean / 1000.0
+    );
 }

@@ -265,7 +265,11 @@ pub async fn keyword_replies_change_their_messages_number_once_in_order(fixture:
     let three = store
         .append_log(&[dated_report(
             2,
-            &[("stop", later(0)), ("start", later(1)), (" Stop ", later(2))],
+            &[
+                ("stop", later(0)),
+                ("start", later(1)),
+                (" Stop ", later(2)),
+            ],
         )])
         .await
         .unwrap();
@@ -334,7 +338,10 @@ pub async fn the_newest_reply_decides_whatever_order_replies_arrive_in(fixture: 
 
     // One webhook listing [STOP@t2, START@t1]: the START is older and changes nothing.
     let one = s
-        .append_log(&[dated_report(1, &[("STOP", Some(ago(2))), ("START", Some(ago(3)))])])
+        .append_log(&[dated_report(
+            1,
+            &[("STOP", Some(ago(2))), ("START", Some(ago(3)))],
+        )])
         .await
         .unwrap();
     assert_eq!(one[0].suppressions.len(), 1);
@@ -353,19 +360,28 @@ pub async fn the_newest_reply_decides_whatever_order_replies_arrive_in(fixture: 
     s.append_log(&[dated_report(2, &[("START", Some(ago(1)))])])
         .await
         .unwrap();
-    s.append_log(&[dated_report(1, &[("STOP", Some(ago(2))), ("Stop.", Some(ago(4)))])])
-        .await
-        .unwrap();
+    s.append_log(&[dated_report(
+        1,
+        &[("STOP", Some(ago(2))), ("Stop.", Some(ago(4)))],
+    )])
+    .await
+    .unwrap();
     assert!(!listed(s, a).await);
 
     // Equal times: STOP wins, in either order.
     let tie = ago(7);
-    s.append_log(&[dated_report(3, &[("START", Some(tie)), ("STOP", Some(tie))])])
-        .await
-        .unwrap();
-    s.append_log(&[dated_report(4, &[("STOP", Some(tie)), ("START", Some(tie))])])
-        .await
-        .unwrap();
+    s.append_log(&[dated_report(
+        3,
+        &[("START", Some(tie)), ("STOP", Some(tie))],
+    )])
+    .await
+    .unwrap();
+    s.append_log(&[dated_report(
+        4,
+        &[("STOP", Some(tie)), ("START", Some(tie))],
+    )])
+    .await
+    .unwrap();
     assert!(listed(s, b).await && listed(s, c).await);
 
     // No `datetime`: the report's `updated`, else its arrival; a reply dated in the
@@ -379,12 +395,18 @@ pub async fn the_newest_reply_decides_whatever_order_replies_arrive_in(fixture: 
     let drift = (entry.created_at - ago(20)).num_seconds().abs();
     assert!(drift < 60, "decided at {}", entry.created_at);
     let future = Utc::now() + chrono::Duration::days(365);
-    s.append_log(&[dated_report(6, &[("STOP", Some(at(future.timestamp_millis())))])])
-        .await
-        .unwrap();
+    s.append_log(&[dated_report(
+        6,
+        &[("STOP", Some(at(future.timestamp_millis())))],
+    )])
+    .await
+    .unwrap();
     let entry = s.suppression(phone(e)).await.unwrap().expect("listed");
     assert!(entry.created_at <= Utc::now());
-    let removed = s.append_log(&[change_at(e, false, Utc::now())]).await.unwrap();
+    let removed = s
+        .append_log(&[change_at(e, false, Utc::now())])
+        .await
+        .unwrap();
     assert!(removed[0].superseded.is_none() && !listed(s, e).await);
 
     // A caller's remove older than a STOP reply does not undo it, and says why.
@@ -415,7 +437,11 @@ pub async fn replicas_applying_replies_out_of_order_end_in_the_newest_state(fixt
             dated_report(100 + i, &[("STOP", Some(ago(5)))]),
             dated_report(200 + i, &[("START", Some(ago(10)))]),
         );
-        let (first, second) = if i % 2 == 0 { (start, stop) } else { (stop, start) };
+        let (first, second) = if i % 2 == 0 {
+            (start, stop)
+        } else {
+            (stop, start)
+        };
         for (store, append) in [(one.clone(), first), (two.clone(), second)] {
             tasks.push(tokio::spawn(async move {
                 store.append_log(&[append]).await.unwrap();
@@ -430,7 +456,11 @@ pub async fn replicas_applying_replies_out_of_order_end_in_the_newest_state(fixt
         assert!(listed(two.as_ref(), 380971200000 + i).await, "number {i}");
     }
     let found = one
-        .suppressed(&(0..NUMBERS).map(|i| phone(380971200000 + i)).collect::<Vec<_>>())
+        .suppressed(
+            &(0..NUMBERS)
+                .map(|i| phone(380971200000 + i))
+                .collect::<Vec<_>>(),
+        )
         .await
         .unwrap();
     assert_eq!(found.len(), NUMBERS as usize);

@@ -159,11 +159,7 @@ impl KeywordReply {
     /// `updated`, else when msgw received the report (`received_at`); never later than
     /// that, so a clock ahead or a date in the future cannot outlast replies written
     /// after it.
-    pub fn decided_at(
-        &self,
-        report: &DeliveryReport,
-        received_at: DateTime<Utc>,
-    ) -> DateTime<Utc> {
+    pub fn decided_at(&self, report: &DeliveryReport, received_at: DateTime<Utc>) -> DateTime<Utc> {
         report
             .replies
             .get(self.index)

@@ -226,7 +226,10 @@ mod tests {
         let any: NumberTypes = "any".parse().unwrap();
         assert_eq!(any.codes(NumberType::PremiumRate), Codes::Allowed);
         assert_eq!(
-            " Mobile , invalid:voice".parse::<NumberTypes>().unwrap().to_string(),
+            " Mobile , invalid:voice"
+                .parse::<NumberTypes>()
+                .unwrap()
+                .to_string(),
             "mobile,unknown:voice"
         );
         for bad in ["landline", "mobile:sms", "mobile,mobile", "any,mobile"] {

@@ -100,7 +100,7 @@ pub fn routes(
                 events.clone(),
                 verifier.numbers().clone(),
             ))
-                .max_decoding_message_size(MAX_REQUEST_BYTES),
+            .max_decoding_message_size(MAX_REQUEST_BYTES),
         )
         .add_service(
             AccountServiceServer::new(Account::new(dispatcher.clone()))

@@ -62,7 +62,7 @@ pub(super) async fn append(
                 status,
                 suppressions,
                 entry: applied.entry,
-            superseded: applied.superseded,
+                superseded: applied.superseded,
             })
         })
         .collect()

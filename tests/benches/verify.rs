@@ -182,7 +182,7 @@ async fn run(
             guard: guard.settings(),
             // The bench's numbers are made up: every type passes, and typing each one is
             // still paid (MSGW_VERIFY_NUMBER_TYPES=any checks nothing but parses).
-            number_types: "any".parse()?,
+            number_types: "any".parse().map_err(anyhow::Error::msg)?,
             ..Default::default()
         },
         ..Config::for_tests(

@@ -10,6 +10,7 @@ pub(crate) mod group_commit;
 pub mod held;
 pub mod hooks;
 pub(crate) mod mac;
+pub mod numbers;
 pub mod optout;
 pub mod reconcile;
 pub(crate) mod rpcs;

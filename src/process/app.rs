@@ -171,12 +171,18 @@ impl Application {
                 secret
             }
         };
+        // libphonenumber's metadata, loaded now rather than by the first verification.
+        crate::core::numbers::load();
         let verifier = Verifier::new(
             dispatcher.clone(),
             store.clone(),
             Codes::new(&verify_secret),
             verify::Settings {
                 sandbox: sandbox.is_some(),
+                sandbox_numbers: match sandbox {
+                    Some(_) => crate::sandbox::magic::NUMBERS.to_vec(),
+                    None => Vec::new(),
+                },
                 ..config.verify
             },
         );

@@ -32,6 +32,22 @@ pub enum Magic {
     OptsOut,
 }
 
+/// Every magic number. None is a real number (no Ukrainian operator's code is 00):
+/// only the sandbox answers them.
+pub const NUMBERS: [u64; 11] = [
+    380_000_000_001,
+    380_000_000_002,
+    380_000_000_003,
+    380_000_000_004,
+    380_000_000_005,
+    380_000_000_006,
+    380_000_000_007,
+    380_000_000_008,
+    380_000_000_009,
+    380_000_000_010,
+    380_000_000_011,
+];
+
 impl Magic {
     /// The outcome forced by `phone`.
     pub fn of(phone: u64) -> Self {
@@ -49,5 +65,18 @@ impl Magic {
             380_000_000_011 => Magic::OptsOut,
             _ => Magic::None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_magic_number_is_listed() {
+        for n in NUMBERS {
+            assert_ne!(Magic::of(n), Magic::None, "{n}");
+        }
+        assert_eq!(Magic::of(380_000_000_012), Magic::None);
     }
 }

@@ -15,7 +15,7 @@ mod fields;
 mod hlr;
 mod http;
 mod inbox;
-mod magic;
+pub mod magic;
 mod ops;
 mod persist;
 mod pipeline;

@@ -27,6 +27,7 @@ mod idempotency;
 mod lifecycle;
 mod listener;
 mod lookups;
+mod numbers;
 mod operations;
 mod optout;
 #[path = "../common/postgres.rs"]

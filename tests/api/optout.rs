@@ -742,3 +742,216 @@ async fn an_opt_out_through_one_replica_refuses_sends_through_the_other() {
         .collect();
     assert_eq!(sent, [1]);
 }
+
+/// The body of message `id`'s delivery webhook carrying `replies`, each written at its
+/// own time.
+fn dated(id: u64, replies: &[(&str, chrono::DateTime<chrono::Utc>)]) -> serde_json::Value {
+    let replies: Vec<_> = replies
+        .iter()
+        .map(|(text, at)| json!({"datetime": at.to_rfc3339(), "message": text}))
+        .collect();
+    json!({"success": true, "id": id.to_string(), "msg_id": format!("9{id}"),
+           "type": "sms", "status": "DELIVERED", "replies": replies})
+}
+
+/// `minutes` ago.
+fn ago(minutes: i64) -> chrono::DateTime<chrono::Utc> {
+    chrono::Utc::now() - chrono::Duration::minutes(minutes)
+}
+
+async fn post_dated(app: &TestApp, id: u64, replies: &[(&str, chrono::DateTime<chrono::Utc>)]) {
+    let body = dated(id, replies).to_string();
+    assert_eq!(app.post_webhook(&app.hook_path(id), body).await, 200);
+}
+
+/// The case: two messages to one number, the second's webhook carries STOP
+/// (now-5min), then the first's late webhook carries START (now-10min).
+const CASE: &str = "380971117790";
+
+#[tokio::test]
+async fn a_late_webhook_with_an_older_start_does_not_undo_a_newer_stop() {
+    let app = spawn_app().await;
+    for id in [1, 2] {
+        app.messaging().send_sms(sms_to(id, CASE)).await.unwrap();
+    }
+    post_dated(&app, 2, &[("STOP", ago(5))]).await;
+    post_dated(&app, 1, &[("START", ago(10))]).await;
+    assert_eq!(
+        entry(&app, CASE).await.expect("still opted out").reason,
+        "STOP"
+    );
+    refused(&app, 3, CASE).await;
+    assert_eq!(app.gateway.requests().len(), 2, "the third send never left");
+
+    // Inside one webhook, [STOP@t2, START@t1] ends opted out too, and on equal times
+    // STOP wins whatever the order.
+    let tie = ago(3);
+    for (id, phone, replies) in [
+        (4, "380971117791", vec![("STOP", ago(2)), ("START", ago(4))]),
+        (5, "380971117792", vec![("START", tie), ("STOP", tie)]),
+        (6, "380971117793", vec![("STOP", tie), ("START", tie)]),
+    ] {
+        app.messaging().send_sms(sms_to(id, phone)).await.unwrap();
+        post_dated(&app, id, &replies).await;
+        refused(&app, 10 + id, phone).await;
+    }
+}
+
+#[tokio::test]
+async fn stop_with_punctuation_opts_out_and_a_newer_start_opts_back_in() {
+    let app = spawn_app().await;
+    app.messaging().send_sms(sms_to(1, CASE)).await.unwrap();
+    post_dated(&app, 1, &[("Stop.", ago(3))]).await;
+    assert_eq!(entry(&app, CASE).await.expect("opted out").reason, "Stop.");
+    refused(&app, 2, CASE).await;
+    post_dated(&app, 1, &[("Stop.", ago(3)), ("START!", ago(1))]).await;
+    assert_eq!(entry(&app, CASE).await.unwrap_err().code(), Code::NotFound);
+    app.messaging()
+        .send_sms(sms_to(2, CASE))
+        .await
+        .expect("opted back in");
+}
+
+#[tokio::test]
+async fn callers_changes_are_decisions_at_their_time() {
+    let app = spawn_app().await;
+    app.messaging().send_sms(sms_to(1, CASE)).await.unwrap();
+    // Added by a caller now: a START the recipient wrote before, arriving late, does
+    // not lift it.
+    app.suppressions()
+        .add_suppression(AddSuppressionRequest {
+            phone: CASE.into(),
+            reason: "asked by phone".into(),
+        })
+        .await
+        .unwrap();
+    post_dated(&app, 1, &[("START", ago(2))]).await;
+    assert_eq!(entry(&app, CASE).await.unwrap().reason, "asked by phone");
+    // Removed by a caller now: an older STOP arriving late does not bring it back...
+    app.suppressions()
+        .remove_suppression(RemoveSuppressionRequest {
+            phone: CASE.into(),
+            reason: "opted in on the web".into(),
+        })
+        .await
+        .unwrap();
+    post_dated(&app, 1, &[("STOP", ago(1))]).await;
+    assert_eq!(entry(&app, CASE).await.unwrap_err().code(), Code::NotFound);
+    app.messaging().send_sms(sms_to(2, CASE)).await.unwrap();
+    // ...and a STOP written after the remove is not undone by it.
+    post_dated(&app, 2, &[("STOP", chrono::Utc::now())]).await;
+    refused(&app, 3, CASE).await;
+}
+
+#[tokio::test]
+async fn a_poll_learning_an_older_start_after_a_webhook_stop_leaves_the_number_opted_out() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let app = spawn(Options {
+        reconcile_after: Duration::from_millis(50),
+        ..Options::default()
+    })
+    .await;
+    // Message 1's status says nothing until the STOP is in; then it carries a START
+    // written before that STOP.
+    let stopped = Arc::new(AtomicBool::new(false));
+    let start_at = ago(10).to_rfc3339();
+    let answered = stopped.clone();
+    app.gateway.respond_with(move |body| {
+        let op = &body["data"][0];
+        if op["type"] != "status" {
+            return default_reply(body);
+        }
+        let (status, replies) = if answered.load(Ordering::SeqCst) {
+            (
+                "REPLIED",
+                json!([{"datetime": start_at, "message": "START"}]),
+            )
+        } else {
+            ("ACCEPTED", json!([]))
+        };
+        Reply::Json(json!({"success": true, "data": [{"success": true, "data": {
+            "id": op["id"].to_string(), "msg_id": 7, "type": "sms", "status": status,
+            "replies": replies}}]}))
+    });
+    let mut stream = subscribe(
+        &app,
+        StreamStatusEventsRequest {
+            include_suppressions: true,
+            ids: vec![1],
+            ..Default::default()
+        },
+    )
+    .await;
+    app.messaging().send_sms(sms_to(1, CASE)).await.unwrap();
+    app.messaging().send_sms(sms_to(2, CASE)).await.unwrap();
+    post_dated(&app, 2, &[("STOP", ago(5))]).await;
+    stopped.store(true, Ordering::SeqCst);
+    // Wait for the poll that carries the START.
+    loop {
+        let next = next_any(&mut stream).await;
+        if let Some(e) = next.event
+            && e.id == 1
+            && !e.replies.is_empty()
+        {
+            break;
+        }
+    }
+    assert_eq!(
+        entry(&app, CASE).await.expect("still opted out").reason,
+        "STOP"
+    );
+    refused(&app, 3, CASE).await;
+}
+
+#[tokio::test]
+async fn replicas_applying_out_of_order_replies_at_once_end_opted_out() {
+    let schema = TestSchema::create().await;
+    let gateway = FakeGateway::start().await;
+    let a = Replica::start_with(Options::default(), &schema, &gateway).await;
+    let b = Replica::start_with(Options::default(), &schema, &gateway).await;
+    let signer =
+        msgw::core::hooks::HookSigner::new(&crate::helpers::WEBHOOK_SECRET.to_owned().into());
+    let phones: Vec<String> = (0..8).map(|i| format!("38097111780{i}")).collect();
+    for (i, phone) in phones.iter().enumerate() {
+        let i = i as u64;
+        a.messaging()
+            .send_sms(sms_to(100 + i, phone))
+            .await
+            .unwrap();
+        a.messaging()
+            .send_sms(sms_to(200 + i, phone))
+            .await
+            .unwrap();
+    }
+    // For each number, A takes the second message's STOP (now-5min) while B takes the
+    // first's START (now-10min), at once.
+    let client = reqwest::Client::new();
+    let post = |replica: &Replica, id: u64, body: serde_json::Value| {
+        let token = signer.token(msgw::core::domain::ClientId::new(id).unwrap());
+        let request = client
+            .post(format!(
+                "http://{}/v1/webhooks/status/{token}",
+                replica.http_addr()
+            ))
+            .json(&body);
+        async move { request.send().await.unwrap().status().as_u16() }
+    };
+    let mut posts = Vec::new();
+    for i in 0..phones.len() as u64 {
+        posts.push(post(&a, 200 + i, dated(200 + i, &[("STOP", ago(5))])));
+        posts.push(post(&b, 100 + i, dated(100 + i, &[("START", ago(10))])));
+    }
+    for answer in futures_util::future::join_all(posts).await {
+        assert_eq!(answer, 200);
+    }
+    for (i, phone) in phones.iter().enumerate() {
+        let through = if i % 2 == 0 { &a } else { &b };
+        let status = through
+            .messaging()
+            .send_sms(sms_to(300 + i as u64, phone))
+            .await
+            .unwrap_err();
+        assert_opted_out(&status, phone);
+    }
+}

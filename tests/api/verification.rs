@@ -632,12 +632,12 @@ async fn only_allowed_country_prefixes_get_codes() {
     let allowed = started(
         &app,
         StartVerificationRequest {
-            phone: "+48123456789".into(),
+            phone: "+48501234567".into(),
             ..start(2)
         },
     )
     .await;
-    assert_eq!(allowed.phone, "+48123456789");
+    assert_eq!(allowed.phone, "+48501234567");
 }
 
 #[tokio::test]

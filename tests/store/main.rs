@@ -121,4 +121,6 @@ on_both_stores!(
     guard_codes::a_safe_prefix_is_never_held_but_its_codes_count_against_keys,
     suppressions::a_callers_change_commits_with_its_event_and_reads_back,
     suppressions::keyword_replies_change_their_messages_number_once_in_order,
+    suppressions::the_newest_reply_decides_whatever_order_replies_arrive_in,
+    suppressions::replicas_applying_replies_out_of_order_end_in_the_newest_state,
 );

@@ -74,14 +74,25 @@ async fn sent(store: &dyn Store, id: u64, to: u64) {
         .unwrap();
 }
 
-/// The delivery report of message `id` with these reply texts.
+/// The delivery report of message `id` with these reply texts, written a millisecond
+/// apart from 2023-11-14.
 fn report(id: u64, replies: &[&str]) -> LogAppend {
+    let dated: Vec<(&str, Option<DateTime<Utc>>)> = replies
+        .iter()
+        .enumerate()
+        .map(|(i, text)| (*text, Some(at(1_700_000_000_000 + i as i64))))
+        .collect();
+    dated_report(id, &dated)
+}
+
+/// The delivery report of message `id` with these replies, each at its own time (or
+/// none).
+fn dated_report(id: u64, replies: &[(&str, Option<DateTime<Utc>>)]) -> LogAppend {
     let mut e = event(id, "DELIVERED");
     e.report.replies = replies
         .iter()
-        .enumerate()
-        .map(|(i, text)| Reply {
-            datetime: Some(at(1_700_000_000_000 + i as i64)),
+        .map(|(text, datetime)| Reply {
+            datetime: *datetime,
             message: Some((*text).to_owned()),
             media: None,
         })
@@ -157,8 +168,9 @@ pub async fn a_callers_change_commits_with_its_event_and_reads_back(fixture: Fix
     assert_eq!(found, [12345678, 99912345678]);
     assert!(store.suppressed(&[]).await.unwrap().is_empty());
 
+    // A millisecond after the add: the newer decision (at the same time, an add wins).
     let removed = store
-        .append_log(&[change(380971234567, false, "consent")])
+        .append_log(&[change_at(380971234567, false, at(1_700_000_000_124))])
         .await
         .unwrap();
     assert_eq!(removed[0].entry, Some(entry));
@@ -246,10 +258,19 @@ pub async fn keyword_replies_change_their_messages_number_once_in_order(fixture:
         .collect();
     assert_eq!((lifted, more[1].suppressions.len()), (vec![false], 0));
     assert_eq!(store.suppression(phone(380971234567)).await.unwrap(), None);
-    // STOP, START, STOP in one report: each in order, the number ends suppressed.
+    // STOP, START, STOP in one report, written after those: each in order, the number
+    // ends suppressed.
     sent(store.as_ref(), 2, 380971234567).await;
+    let later = |ms: i64| Some(at(1_700_000_001_000 + ms));
     let three = store
-        .append_log(&[report(2, &["stop", "start", " Stop "])])
+        .append_log(&[dated_report(
+            2,
+            &[
+                ("stop", later(0)),
+                ("start", later(1)),
+                (" Stop ", later(2)),
+            ],
+        )])
         .await
         .unwrap();
     let order: Vec<bool> = three[0]
@@ -281,4 +302,166 @@ pub async fn keyword_replies_change_their_messages_number_once_in_order(fixture:
     let log = store.events_after(Cursor::START, 100).await.unwrap();
     let cursors: Vec<u64> = log.iter().map(|e| e.cursor().get()).collect();
     assert_eq!(cursors, (1..=cursors.len() as u64).collect::<Vec<_>>());
+}
+
+/// The time now less `minutes`, as the store keeps it.
+fn ago(minutes: i64) -> DateTime<Utc> {
+    at((Utc::now() - chrono::Duration::minutes(minutes)).timestamp_millis())
+}
+
+async fn listed(store: &dyn Store, n: u64) -> bool {
+    store.suppression(phone(n)).await.unwrap().is_some()
+}
+
+/// A caller's change of `n` at `time`.
+fn change_at(n: u64, suppressed: bool, time: DateTime<Utc>) -> LogAppend {
+    let LogAppend::Change(c) = change(n, suppressed, "consent") else {
+        unreachable!()
+    };
+    LogAppend::Change(SuppressionChange { at: time, ..c })
+}
+
+pub async fn the_newest_reply_decides_whatever_order_replies_arrive_in(fixture: Fixture) {
+    let store = fixture.open().await;
+    let s = store.as_ref();
+    let (a, b, c, d, e, f) = (
+        380971117790,
+        380971117791,
+        380971117792,
+        380971117793,
+        380971117794,
+        380971117795,
+    );
+    for (id, to) in [(1, a), (2, a), (3, b), (4, c), (5, d), (6, e), (7, f)] {
+        sent(s, id, to).await;
+    }
+
+    // One webhook listing [STOP@t2, START@t1]: the START is older and changes nothing.
+    let one = s
+        .append_log(&[dated_report(
+            1,
+            &[("STOP", Some(ago(2))), ("START", Some(ago(3)))],
+        )])
+        .await
+        .unwrap();
+    assert_eq!(one[0].suppressions.len(), 1);
+    assert!(listed(s, a).await);
+    // The second message's STOP at now-5min, then the first's START at now-10min (a
+    // late webhook, or a poll learning it): still opted out.
+    s.append_log(&[dated_report(2, &[("STOP", Some(ago(5)))])])
+        .await
+        .unwrap();
+    let late = s
+        .append_log(&[dated_report(1, &[("START", Some(ago(10)))])])
+        .await
+        .unwrap();
+    assert!(late[0].suppressions.is_empty() && listed(s, a).await);
+    // A newer START lifts it, and the older STOPs repeated after it do not come back.
+    s.append_log(&[dated_report(2, &[("START", Some(ago(1)))])])
+        .await
+        .unwrap();
+    s.append_log(&[dated_report(
+        1,
+        &[("STOP", Some(ago(2))), ("Stop.", Some(ago(4)))],
+    )])
+    .await
+    .unwrap();
+    assert!(!listed(s, a).await);
+
+    // Equal times: STOP wins, in either order.
+    let tie = ago(7);
+    s.append_log(&[dated_report(
+        3,
+        &[("START", Some(tie)), ("STOP", Some(tie))],
+    )])
+    .await
+    .unwrap();
+    s.append_log(&[dated_report(
+        4,
+        &[("STOP", Some(tie)), ("START", Some(tie))],
+    )])
+    .await
+    .unwrap();
+    assert!(listed(s, b).await && listed(s, c).await);
+
+    // No `datetime`: the report's `updated`, else its arrival; a reply dated in the
+    // future counts as of its arrival, so a later call still decides.
+    let mut undated = dated_report(5, &[("STOP", None)]);
+    if let LogAppend::Report { event, .. } = &mut undated {
+        event.report.updated = Some(ago(20));
+    }
+    s.append_log(&[undated]).await.unwrap();
+    let entry = s.suppression(phone(d)).await.unwrap().expect("listed");
+    let drift = (entry.created_at - ago(20)).num_seconds().abs();
+    assert!(drift < 60, "decided at {}", entry.created_at);
+    let future = Utc::now() + chrono::Duration::days(365);
+    s.append_log(&[dated_report(
+        6,
+        &[("STOP", Some(at(future.timestamp_millis())))],
+    )])
+    .await
+    .unwrap();
+    let entry = s.suppression(phone(e)).await.unwrap().expect("listed");
+    assert!(entry.created_at <= Utc::now());
+    let removed = s
+        .append_log(&[change_at(e, false, Utc::now())])
+        .await
+        .unwrap();
+    assert!(removed[0].superseded.is_none() && !listed(s, e).await);
+
+    // A caller's remove older than a STOP reply does not undo it, and says why.
+    s.append_log(&[dated_report(7, &[("STOP", Some(ago(2)))])])
+        .await
+        .unwrap();
+    let stopped_at = s.suppression(phone(f)).await.unwrap().expect("listed");
+    let older = s.append_log(&[change_at(f, false, ago(3))]).await.unwrap();
+    assert_eq!(older[0].superseded, Some(stopped_at.created_at));
+    assert!(older[0].suppressions.is_empty() && listed(s, f).await);
+    // An add older than a newer opt-in, the same.
+    let older = s.append_log(&[change_at(a, true, ago(30))]).await.unwrap();
+    assert!(older[0].superseded.is_some() && !listed(s, a).await);
+}
+
+pub async fn replicas_applying_replies_out_of_order_end_in_the_newest_state(fixture: Fixture) {
+    let (one, two) = (fixture.open().await, fixture.open().await);
+    const NUMBERS: u64 = 20;
+    for i in 0..NUMBERS {
+        sent(one.as_ref(), 100 + i, 380971200000 + i).await;
+        sent(one.as_ref(), 200 + i, 380971200000 + i).await;
+    }
+    // Each number: one replica applies its STOP at now-5min while the other applies
+    // its START at now-10min, at once; even numbers' START goes first.
+    let mut tasks = Vec::new();
+    for i in 0..NUMBERS {
+        let (stop, start) = (
+            dated_report(100 + i, &[("STOP", Some(ago(5)))]),
+            dated_report(200 + i, &[("START", Some(ago(10)))]),
+        );
+        let (first, second) = if i % 2 == 0 {
+            (start, stop)
+        } else {
+            (stop, start)
+        };
+        for (store, append) in [(one.clone(), first), (two.clone(), second)] {
+            tasks.push(tokio::spawn(async move {
+                store.append_log(&[append]).await.unwrap();
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    for i in 0..NUMBERS {
+        assert!(listed(one.as_ref(), 380971200000 + i).await, "number {i}");
+        assert!(listed(two.as_ref(), 380971200000 + i).await, "number {i}");
+    }
+    let found = one
+        .suppressed(
+            &(0..NUMBERS)
+                .map(|i| phone(380971200000 + i))
+                .collect::<Vec<_>>(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(found.len(), NUMBERS as usize);
 }

@@ -3,7 +3,7 @@
 //! the move is still answered, never sent again), the messages reconcile tracks, the
 //! event log with its cursors (subscribers resume where they were), verifications
 //! (pending ones can still be checked), the fraud guard's counts and holds, the
-//! suppression list, the sandbox's account (not the leases: the stopped msgw holds none). A table or column it does not know (a schema it
+//! suppression list and its decisions, the sandbox's account (not the leases: the stopped msgw holds none). A table or column it does not know (a schema it
 //! was not written for) makes it refuse, naming them, before anything is written.
 
 use std::collections::BTreeSet;
@@ -35,6 +35,7 @@ pub const TABLES: &[&str] = &[
     "guard_holds",
     "scheduled",
     "suppressions",
+    "consent",
 ];
 
 /// Tables of a database's own bookkeeping, whose rows are not copied, and why.

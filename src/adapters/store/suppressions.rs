@@ -2,6 +2,8 @@
 //! replies change the suppression list, and callers' changes of the list; each list
 //! change is stored with its event in the append's transaction.
 
+use chrono::{DateTime, Utc};
+
 use crate::core::domain::{
     KeywordReply, LogEvent, NewEvent, StatusEvent, Suppression, SuppressionChange, SuppressionEvent,
 };
@@ -18,8 +20,9 @@ pub enum LogAppend {
         /// Its replies that are opt-out or opt-in keywords.
         keywords: Vec<KeywordReply>,
     },
-    /// A caller adds (`suppressed`) or removes a number: an add of a number on the list
-    /// and a remove of one not on it change nothing and make no event.
+    /// A caller adds (`suppressed`) or removes a number at its time: an add of a number
+    /// on the list and a remove of one not on it change nothing and make no event, and
+    /// neither does a change older than the number's newest decision.
     Change(SuppressionChange),
 }
 
@@ -43,6 +46,9 @@ pub struct Appended {
     /// A change's entry: after an add, the number's entry (new, or as it was); after a
     /// remove, the entry removed; `None` when a remove found the number not on the list.
     pub entry: Option<Suppression>,
+    /// A change not made because a newer decision the other way stands (a reply or a
+    /// call of a later time): that decision's time.
+    pub superseded: Option<DateTime<Utc>>,
 }
 
 impl Appended {

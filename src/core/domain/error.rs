@@ -238,6 +238,34 @@ pub enum Error {
         /// The number.
         phone: super::Phone,
     },
+    /// A caller's change of the suppression list older than the number's newest
+    /// decision the other way (a reply written later): the list is unchanged.
+    #[error(
+        "{phone} was {} by a later decision (at {}); the list is unchanged",
+        if *opted_out { "opted out" } else { "opted back in" },
+        decided_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    )]
+    NewerDecision {
+        /// The number.
+        phone: super::Phone,
+        /// The newer decision opted the number out (else back in).
+        opted_out: bool,
+        /// Its time.
+        decided_at: chrono::DateTime<chrono::Utc>,
+    },
+    /// A verification to a number of a type the operator does not send codes to
+    /// (`MSGW_VERIFY_NUMBER_TYPES`).
+    #[error(
+        "verification codes do not go to {} numbers{}; nothing was sent",
+        number_type.as_str(),
+        if *voice_only { " except by a voice call (list the voice channel)" } else { "" }
+    )]
+    NumberTypeNotAllowed {
+        /// The number's type, as libphonenumber's metadata tells it.
+        number_type: super::NumberType,
+        /// A verification with a voice channel may reach it.
+        voice_only: bool,
+    },
     /// A bug in msgw.
     #[error("internal error: {0}")]
     Internal(String),

@@ -344,6 +344,7 @@ mod tests {
             messaging_service::BATCH,
             messaging_service::CANCEL_MESSAGE,
             messaging_service::ESTIMATE_SMS,
+            messaging_service::LOOKUP_NUMBER,
         ] {
             rpcs.remove(own);
         }

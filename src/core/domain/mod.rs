@@ -7,6 +7,7 @@ mod error;
 mod events;
 mod facts;
 mod money;
+mod number_type;
 mod ops;
 mod outputs;
 mod permission;
@@ -24,6 +25,7 @@ pub use events::{
 };
 pub use facts::{Facts, Idempotency, OpKind};
 pub use money::{Money, MoneyError};
+pub use number_type::NumberType;
 pub use ops::{
     CAROUSEL_SLIDES, Gender, Operation, PipelineSend, PipelineStep, RcsFallback, RcsSend,
     Recipient, Slide, SmsFallback, SmsSend, TelegramOtp, TemplateSelector, ViberContent, ViberKind,

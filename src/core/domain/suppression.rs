@@ -90,7 +90,7 @@ pub struct Suppression {
     pub client_id: Option<ClientId>,
     /// The caller that added it (source api, with caller authentication).
     pub caller: Option<CallerName>,
-    /// When it was added.
+    /// The time of the decision that added it: the reply's own time, or the call's.
     pub created_at: DateTime<Utc>,
 }
 
@@ -109,7 +109,9 @@ pub struct SuppressionChange {
     pub client_id: Option<ClientId>,
     /// The caller (source api, with caller authentication).
     pub caller: Option<CallerName>,
-    /// When msgw made it.
+    /// The time of the decision: the reply's own (see [`KeywordReply::decided_at`]), or
+    /// when the caller asked. The newest decision of a number is its state, whatever
+    /// order decisions arrive in.
     pub at: DateTime<Utc>,
 }
 
@@ -153,6 +155,20 @@ pub struct KeywordReply {
 }
 
 impl KeywordReply {
+    /// The time of this reply's decision: its own `datetime`, else the report's
+    /// `updated`, else when msgw received the report (`received_at`); never later than
+    /// that, so a clock ahead or a date in the future cannot outlast replies written
+    /// after it.
+    pub fn decided_at(&self, report: &DeliveryReport, received_at: DateTime<Utc>) -> DateTime<Utc> {
+        report
+            .replies
+            .get(self.index)
+            .and_then(|r| r.datetime)
+            .or(report.updated)
+            .unwrap_or(received_at)
+            .min(received_at)
+    }
+
     /// What makes the change of this reply the same one when a report repeats it (a
     /// webhook sent again, a status poll that sees the same replies): the message, the
     /// reply's place and time, and its text.
@@ -175,9 +191,24 @@ impl KeywordReply {
     }
 }
 
+/// Whether `c` is punctuation a reply may end with after its keyword (`Stop.`,
+/// `STOP!`, `stop?!`): ASCII punctuation and the ellipsis, full stop and marks of
+/// other scripts.
+fn trailing_mark(c: char) -> bool {
+    c.is_ascii_punctuation() || matches!(c, '…' | '。' | '．' | '！' | '？' | '¡' | '¿')
+}
+
+/// A reply's text (or a keyword) as compared: surrounding whitespace and trailing
+/// punctuation (with whitespace among it) removed.
+fn bare(text: &str) -> &str {
+    text.trim_start()
+        .trim_end_matches(|c: char| c.is_whitespace() || trailing_mark(c))
+}
+
 /// The keywords a reply's whole text is compared with: opt-out ones (STOP, ...) and
-/// opt-in ones (START, ...). The text is trimmed and compared without regard to case
-/// (Unicode's lower and upper case mappings: `straße` matches `STRASSE`).
+/// opt-in ones (START, ...). The text is compared without its surrounding whitespace
+/// and trailing punctuation, and without regard to case (Unicode's lower and upper case
+/// mappings: `straße` matches `STRASSE`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Keywords {
     /// Opt-out keywords, each in lower and in upper case.
@@ -191,7 +222,7 @@ impl Keywords {
     pub fn new(opt_out: &[String], opt_in: &[String]) -> Self {
         let cased = |list: &[String]| {
             list.iter()
-                .map(|k| k.trim())
+                .map(|k| bare(k))
                 .filter(|k| !k.is_empty())
                 .map(|k| (k.to_lowercase(), k.to_uppercase()))
                 .collect()
@@ -202,10 +233,10 @@ impl Keywords {
         }
     }
 
-    /// Whether `text`, trimmed, is an opt-out keyword (`Some(true)`), an opt-in one
-    /// (`Some(false)`), or neither.
+    /// Whether `text`, bare of surrounding whitespace and trailing punctuation, is an
+    /// opt-out keyword (`Some(true)`), an opt-in one (`Some(false)`), or neither.
     pub fn classify(&self, text: &str) -> Option<bool> {
-        let text = text.trim();
+        let text = bare(text);
         if text.is_empty() {
             return None;
         }
@@ -284,10 +315,15 @@ mod tests {
             "\u{a0}QUIT\t",
             "unsubscribe",
             "straße",
+            "Stop.",
+            "STOP!",
+            "stop ?!",
+            "Stop…",
+            " quit. \n",
         ] {
             assert_eq!(k.classify(out), Some(true), "{out:?}");
         }
-        for back in ["START", " start ", "UnStop"] {
+        for back in ["START", " start ", "UnStop", "Start!"] {
             assert_eq!(k.classify(back), Some(false), "{back:?}");
         }
         for neither in [
@@ -298,6 +334,10 @@ mod tests {
             "S T O P",
             "STARTED",
             "ЅТОР",
+            "...STOP",
+            "STOP. Thanks",
+            "ST.OP",
+            "!",
         ] {
             assert_eq!(k.classify(neither), None, "{neither:?}");
         }

@@ -19,7 +19,7 @@ use tokio::sync::{Mutex, broadcast, watch};
 use crate::adapters::store::{Appended, LogAppend, Retention, Store, StoreError};
 use crate::core::domain::{
     CallerName, Channel, ClientId, Cursor, Error, Keywords, LogEvent, NewEvent, StatusEvent,
-    Suppression, SuppressionChange, UnavailableCause,
+    SuppressionChange, UnavailableCause,
 };
 use crate::core::group_commit::GroupWriter;
 use crate::core::held::CallAccount;
@@ -245,12 +245,12 @@ impl EventLog {
     }
 
     /// Durably makes a caller's change of the suppression list, with its event, and
-    /// publishes it: the entry (see [`Appended::entry`]).
+    /// publishes it: what it did (see [`Appended::entry`], [`Appended::superseded`]).
     pub async fn change_suppression(
         &self,
         change: SuppressionChange,
-    ) -> Result<Option<Suppression>, StoreError> {
-        Ok(self.writer.submit(LogAppend::Change(change)).await?.entry)
+    ) -> Result<Appended, StoreError> {
+        self.writer.submit(LogAppend::Change(change)).await
     }
 
     /// Ends every subscription with UNAVAILABLE (shutdown), and refuses new ones.

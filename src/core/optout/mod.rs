@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use chrono::{SubsecRound, Utc};
 
-use crate::adapters::store::{Store, StoreError};
+use crate::adapters::store::{Appended, Store, StoreError};
 use crate::core::domain::{
     CallerName, Error, Phone, Reason, Suppression, SuppressionChange, SuppressionSource,
 };
@@ -59,10 +59,28 @@ impl Suppressions {
         reason: Reason,
     ) -> Result<Suppression, Error> {
         let change = api_change(caller, phone, reason, true);
-        match self.events.change_suppression(change).await {
-            Ok(Some(entry)) => Ok(entry),
-            Ok(None) => Err(Error::Internal("an add answered no entry".into())),
-            Err(e) => Err(store_error(e)),
+        let done = self.change(change).await?;
+        done.entry
+            .ok_or_else(|| Error::Internal("an add answered no entry".into()))
+    }
+
+    /// Makes a caller's change: what it did, or NEWER_DECISION when a later decision
+    /// the other way stands (a reply whose time is after the call's, e.g. stamped by a
+    /// replica whose clock is ahead).
+    async fn change(&self, change: SuppressionChange) -> Result<Appended, Error> {
+        let (phone, suppressed) = (change.phone, change.suppressed);
+        let done = self
+            .events
+            .change_suppression(change)
+            .await
+            .map_err(store_error)?;
+        match done.superseded {
+            Some(decided_at) => Err(Error::NewerDecision {
+                phone,
+                opted_out: !suppressed,
+                decided_at,
+            }),
+            None => Ok(done),
         }
     }
 
@@ -75,11 +93,10 @@ impl Suppressions {
         reason: Reason,
     ) -> Result<Suppression, Error> {
         let change = api_change(caller, phone, reason, false);
-        match self.events.change_suppression(change).await {
-            Ok(Some(entry)) => Ok(entry),
-            Ok(None) => Err(Error::PhoneNotSuppressed { phone }),
-            Err(e) => Err(store_error(e)),
-        }
+        self.change(change)
+            .await?
+            .entry
+            .ok_or(Error::PhoneNotSuppressed { phone })
     }
 
     /// The entry of `phone`; NOT_FOUND when it is not on the list.
@@ -111,7 +128,8 @@ impl Suppressions {
     }
 }
 
-/// A caller's change of `phone`, now.
+/// A caller's change of `phone`, now: a decision at the time of the call, as a reply
+/// is one at its own.
 fn api_change(
     caller: Option<&CallerName>,
     phone: Phone,

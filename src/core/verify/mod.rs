@@ -10,6 +10,7 @@
 mod answers;
 pub mod code;
 pub mod guard;
+pub mod numbers;
 mod request;
 mod settings;
 
@@ -59,6 +60,7 @@ pub struct Verifier {
     confidential: Confidential,
     settings: Settings,
     guard: Guard,
+    numbers: numbers::NumberRule,
 }
 
 fn store_error(e: StoreError) -> Error {
@@ -142,6 +144,7 @@ impl Verifier {
             store,
             confidential: codes.confidential(),
             codes,
+            numbers: settings.number_rule(),
             settings,
             guard,
         }
@@ -150,6 +153,11 @@ impl Verifier {
     /// The store verifications are kept in.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
+    }
+
+    /// Which numbers codes go to, by type.
+    pub fn numbers(&self) -> &numbers::NumberRule {
+        &self.numbers
     }
 
     /// The fraud guard in front of its sends.
@@ -243,6 +251,7 @@ impl Verifier {
         deadline: Option<Instant>,
     ) -> Result<View, Error> {
         self.allowed(request.phone)?;
+        self.numbers.check(request.phone, &request.channels)?;
         self.not_opted_out(request.phone).await?;
         let name = caller.name.as_ref();
         let now = Utc::now();

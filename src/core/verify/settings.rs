@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::guard;
+use super::{guard, numbers};
 use crate::process::parse;
 
 /// How verifications behave.
@@ -22,10 +22,21 @@ pub struct Settings {
     /// a leading `+` is ignored). Default: any.
     #[arg(long = "verify-allowed-prefixes", env = "MSGW_VERIFY_ALLOWED_PREFIXES", default_value = "", value_parser = country_prefixes)]
     pub allowed_prefixes: ::std::vec::Vec<String>,
+    /// Number types (libphonenumber's) verification codes go to, comma-separated:
+    /// mobile, fixed_line, fixed_line_or_mobile, toll_free, premium_rate, shared_cost,
+    /// voip, personal_number, pager, uan, voicemail, unknown (invalid numbers); `:voice`
+    /// after a type: only by a voice call; `any` alone: every type. Others get
+    /// FAILED_PRECONDITION (NUMBER_TYPE_NOT_ALLOWED).
+    #[arg(long = "verify-number-types", env = "MSGW_VERIFY_NUMBER_TYPES", default_value = numbers::DEFAULT_NUMBER_TYPES, value_parser = |s: &str| s.parse::<numbers::NumberTypes>())]
+    pub number_types: numbers::NumberTypes,
     /// The upstream is the built-in sandbox: answers show the code. Not an option: the
     /// application sets it from the upstream it runs against.
     #[arg(skip)]
     pub sandbox: bool,
+    /// The sandbox's magic numbers, whose type is not checked (they are made-up numbers
+    /// only it answers). Not an option: set with `sandbox`.
+    #[arg(skip)]
+    pub sandbox_numbers: ::std::vec::Vec<u64>,
     /// The fraud guard's settings.
     #[command(flatten)]
     pub guard: guard::Settings,
@@ -34,6 +45,17 @@ pub struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         parse::defaults()
+    }
+}
+
+impl Settings {
+    /// The number-type rule these settings make.
+    pub fn number_rule(&self) -> numbers::NumberRule {
+        numbers::NumberRule {
+            types: self.number_types.clone(),
+            safe_prefixes: self.guard.safe_prefixes.clone(),
+            sandbox_numbers: self.sandbox_numbers.clone(),
+        }
     }
 }
 

@@ -1,20 +1,21 @@
 //! MessagingService: sends on every channel, Batch, status queries, cancelling a
-//! scheduled message, and counting an SMS text's parts.
+//! scheduled message, counting an SMS text's parts, and what msgw knows of a number.
 
 use std::sync::Arc;
 
 use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 
-use super::convert::{estimate, estimate_text, timestamp};
+use super::convert::{estimate, estimate_text, looked_up, timestamp};
 use super::handler::{self, Rpc};
 use super::schedule::{TimedRequest, batch_timings, timing};
 use crate::core::dispatch::{Dispatcher, Executed};
 use crate::core::domain::{
-    ClientId, Error, Operation, Output, Permission, Violations, estimate_sms,
+    ClientId, Error, Operation, Output, Permission, Phone, Violations, estimate_sms,
 };
 use crate::core::events::EventLog;
 use crate::core::schedule::Scheduler;
+use crate::core::verify::numbers::NumberRule;
 use crate::core::wait::{self, MAX_WAIT};
 use crate::transport::auth;
 use crate::transport::proto::{self, messaging_service_server::MessagingService};
@@ -25,16 +26,18 @@ pub struct Messaging {
     dispatcher: Dispatcher,
     scheduler: Arc<Scheduler>,
     events: Arc<EventLog>,
+    numbers: NumberRule,
 }
 
 impl Messaging {
     /// Handlers over `scheduler` (and its dispatcher); `events` answers waits for a
-    /// final status.
-    pub fn new(scheduler: Arc<Scheduler>, events: Arc<EventLog>) -> Self {
+    /// final status; `numbers` says where verification codes go (LookupNumber).
+    pub fn new(scheduler: Arc<Scheduler>, events: Arc<EventLog>, numbers: NumberRule) -> Self {
         Self {
             dispatcher: scheduler.dispatcher().clone(),
             scheduler,
             events,
+            numbers,
         }
     }
 
@@ -194,6 +197,24 @@ impl MessagingService for Messaging {
             let text = estimate_text(request.into_inner(), &mut violations.scope(""));
             let text = violations.finish(text)?;
             Ok((estimate(estimate_sms(text.as_str())), false))
+        })
+        .await
+    }
+
+    async fn lookup_number(
+        &self,
+        request: Request<proto::LookupNumberRequest>,
+    ) -> Result<Response<proto::LookupNumberResponse>, Status> {
+        let caller = auth::caller_of(&request)?;
+        let method = auth::method_of(&request);
+        handler::observed(self.dispatcher.metrics(), method, &caller, async {
+            auth::admit_rpc(&caller, method, Permission::Query)?;
+            let mut violations = Violations::new();
+            let phone = violations
+                .scope("")
+                .check("phone", Phone::parse(&request.into_inner().phone));
+            let phone = violations.finish(phone)?;
+            Ok((looked_up(self.numbers.judge(phone)), false))
         })
         .await
     }

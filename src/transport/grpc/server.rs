@@ -95,8 +95,12 @@ pub fn routes(
                 .max_decoding_message_size(OPEN_REQUEST_BYTES),
         )
         .add_service(
-            MessagingServiceServer::new(Messaging::new(scheduler, events.clone()))
-                .max_decoding_message_size(MAX_REQUEST_BYTES),
+            MessagingServiceServer::new(Messaging::new(
+                scheduler,
+                events.clone(),
+                verifier.numbers().clone(),
+            ))
+            .max_decoding_message_size(MAX_REQUEST_BYTES),
         )
         .add_service(
             AccountServiceServer::new(Account::new(dispatcher.clone()))

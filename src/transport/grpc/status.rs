@@ -16,7 +16,10 @@ pub fn code(e: &Error) -> Code {
     match e {
         Error::InvalidArgument(_) | Error::TooManyParts { .. } => Code::InvalidArgument,
         Error::AccessDenied => Code::Unauthenticated,
-        Error::Rejected(_) | Error::RecipientOptedOut { .. } => Code::FailedPrecondition,
+        Error::Rejected(_)
+        | Error::RecipientOptedOut { .. }
+        | Error::NewerDecision { .. }
+        | Error::NumberTypeNotAllowed { .. } => Code::FailedPrecondition,
         Error::Unavailable { .. } => Code::Unavailable,
         Error::DeadlineExceeded { .. } => Code::DeadlineExceeded,
         Error::CursorOutOfRange { .. } => Code::OutOfRange,
@@ -88,6 +91,8 @@ pub fn reason(e: &Error) -> &'static str {
         Error::CountryRateLimited { .. } => "COUNTRY_RATE_LIMITED",
         Error::RecipientOptedOut { .. } => "RECIPIENT_OPTED_OUT",
         Error::PhoneNotSuppressed { .. } => "PHONE_NOT_SUPPRESSED",
+        Error::NewerDecision { .. } => "NEWER_DECISION",
+        Error::NumberTypeNotAllowed { .. } => "NUMBER_TYPE_NOT_ALLOWED",
     }
 }
 
@@ -191,6 +196,25 @@ fn details(e: Error) -> Details {
         Error::RecipientOptedOut { phone } | Error::PhoneNotSuppressed { phone } => {
             metadata(vec![("phone", phone.to_string())])
         }
+        Error::NewerDecision {
+            phone,
+            opted_out,
+            decided_at,
+        } => metadata(vec![
+            ("phone", phone.to_string()),
+            ("opted_out", opted_out.to_string()),
+            (
+                "decided_at",
+                decided_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            ),
+        ]),
+        Error::NumberTypeNotAllowed {
+            number_type,
+            voice_only,
+        } => metadata(vec![
+            ("number_type", number_type.as_str().to_owned()),
+            ("voice_only", voice_only.to_string()),
+        ]),
         Error::SuspectedFraud { range, until } => metadata(vec![
             ("range", range),
             (

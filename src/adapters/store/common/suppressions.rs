@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use chrono::SubsecRound;
+use chrono::{DateTime, SubsecRound, Utc};
 
 use super::conn::{Conn, Sql};
 use crate::adapters::store::rows::{
@@ -125,13 +125,16 @@ pub(in crate::adapters::store) struct Applied {
     pub(in crate::adapters::store) made: Vec<Made>,
     /// A caller's change: the entry (see [`crate::adapters::store::Appended::entry`]).
     pub(in crate::adapters::store) entry: Option<Suppression>,
+    /// A caller's change not made: the time of the newer, opposite decision that stands.
+    pub(in crate::adapters::store) superseded: Option<DateTime<Utc>>,
 }
 
 /// Applies the list changes of `appends`, in order, in the transaction `conn` runs:
 /// keyword replies not applied before (by their keys, in the log or earlier in the
-/// group) to the number their message went to, and callers' changes. Changes that
-/// change nothing (an opt-out of a suppressed number, an opt-in of one that is not)
-/// make no event. One answer per append.
+/// group) to the number their message went to, each at its own time, and callers'
+/// changes at theirs. A change older than the number's newest decision is not made.
+/// Changes that change nothing (an opt-out of a suppressed number, an opt-in of one
+/// that is not) make no event. One answer per append.
 pub(in crate::adapters::store) async fn apply(
     conn: &mut Conn<'_>,
     appends: &[LogAppend],
@@ -179,18 +182,21 @@ pub(in crate::adapters::store) async fn apply(
                         client_id: report.client_id,
                         caller: None,
                         // As stored: the event published now reads back the same.
-                        at: event.received_at.trunc_subsecs(3),
+                        at: keyword
+                            .decided_at(report, event.received_at)
+                            .trunc_subsecs(3),
                     };
-                    if make(conn, &change).await?.1 {
+                    if make(conn, &change).await?.changed {
                         seen.insert(key.clone());
                         applied.made.push(Made { key, change });
                     }
                 }
             }
             LogAppend::Change(change) => {
-                let (entry, changed) = make(conn, change).await?;
-                applied.entry = entry;
-                if changed {
+                let made = make(conn, change).await?;
+                applied.entry = made.entry;
+                applied.superseded = made.superseded;
+                if made.changed {
                     let key = format!(
                         "api|{}|{}|{:016x}",
                         change.phone.get(),
@@ -209,25 +215,77 @@ pub(in crate::adapters::store) async fn apply(
     Ok(answers)
 }
 
-/// Makes `change` on the list: the number's entry (after an opt-out: the entry in
-/// force; after an opt-in: the entry removed, `None` when there was none), and whether
-/// the list changed.
-async fn make(
+/// What [`make`] did.
+struct Outcome {
+    /// The number's entry: after an opt-out, the entry in force; after an opt-in, the
+    /// entry removed (`None` when there was none); unchanged when superseded.
+    entry: Option<Suppression>,
+    /// The list changed.
+    changed: bool,
+    /// Not made: a newer decision the other way stands, taken at this time.
+    superseded: Option<DateTime<Utc>>,
+}
+
+/// Records `change` as its number's newest decision, unless the stored one is newer (or
+/// as new and an opt-out, which wins a tie); whether it was recorded. The comparison is
+/// the write's own `WHERE`, so it holds whatever else reads the row, on any replica.
+async fn decide(conn: &mut Conn<'_>, change: &SuppressionChange) -> Result<bool, StoreError> {
+    let sql = Sql::new(
+        "INSERT INTO consent (phone, opted_out, decided_at_ms) VALUES ($1, $2, $3)
+         ON CONFLICT (phone) DO UPDATE
+            SET opted_out = excluded.opted_out, decided_at_ms = excluded.decided_at_ms
+          WHERE consent.decided_at_ms < excluded.decided_at_ms
+             OR (consent.decided_at_ms = excluded.decided_at_ms
+                 AND excluded.opted_out AND NOT consent.opted_out)",
+    )
+    .bind(phone_to_db(change.phone))
+    .bind(change.suppressed)
+    .bind(ms(change.at));
+    Ok(conn.execute(sql).await? == 1)
+}
+
+/// The newest decision of `phone`: opted out, and when.
+async fn decision(
     conn: &mut Conn<'_>,
-    change: &SuppressionChange,
-) -> Result<(Option<Suppression>, bool), StoreError> {
+    phone: Phone,
+) -> Result<Option<(bool, DateTime<Utc>)>, StoreError> {
+    let sql = Sql::new("SELECT opted_out, decided_at_ms FROM consent WHERE phone = $1")
+        .bind(phone_to_db(phone));
+    let row: Option<(bool, i64)> = conn.fetch_optional(sql).await?;
+    row.map(|(out, at)| Ok((out, from_ms(at)?))).transpose()
+}
+
+/// Makes `change` on the list if it is the number's newest decision.
+async fn make(conn: &mut Conn<'_>, change: &SuppressionChange) -> Result<Outcome, StoreError> {
     let existing = get(conn, change.phone).await?;
-    match (change.suppressed, existing) {
-        (true, Some(entry)) => Ok((Some(entry), false)),
+    if !decide(conn, change).await? {
+        // An older reply (or one as old that lifts an opt-out): the newer decision stands.
+        let superseded = decision(conn, change.phone)
+            .await?
+            .filter(|(out, _)| *out != change.suppressed)
+            .map(|(_, at)| at);
+        return Ok(Outcome {
+            entry: existing,
+            changed: false,
+            superseded,
+        });
+    }
+    let (entry, changed) = match (change.suppressed, existing) {
+        (true, Some(entry)) => (Some(entry), false),
         (true, None) => {
             let entry = change.entry();
             insert(conn, &entry).await?;
-            Ok((Some(entry), true))
+            (Some(entry), true)
         }
         (false, Some(entry)) => {
             delete(conn, change.phone).await?;
-            Ok((Some(entry), true))
+            (Some(entry), true)
         }
-        (false, None) => Ok((None, false)),
-    }
+        (false, None) => (None, false),
+    };
+    Ok(Outcome {
+        entry,
+        changed,
+        superseded: None,
+    })
 }

@@ -272,6 +272,7 @@ pub(super) async fn append(
             status,
             suppressions,
             entry: applied.entry,
+            superseded: applied.superseded,
         });
     }
     if next > statuses_end {

@@ -62,6 +62,7 @@ pub(super) async fn append(
                 status,
                 suppressions,
                 entry: applied.entry,
+                superseded: applied.superseded,
             })
         })
         .collect()

@@ -108,6 +108,15 @@ fn every_error() -> Vec<Error> {
         Error::PhoneNotSuppressed {
             phone: crate::core::domain::Phone::parse("380971234567").unwrap(),
         },
+        Error::NewerDecision {
+            phone: crate::core::domain::Phone::parse("380971234567").unwrap(),
+            opted_out: true,
+            decided_at: chrono::DateTime::UNIX_EPOCH,
+        },
+        Error::NumberTypeNotAllowed {
+            number_type: crate::core::domain::NumberType::PremiumRate,
+            voice_only: false,
+        },
         Error::Internal("bug".into()),
     ];
     for e in &all {
@@ -140,6 +149,8 @@ fn every_error() -> Vec<Error> {
             | Error::CountryRateLimited { .. }
             | Error::RecipientOptedOut { .. }
             | Error::PhoneNotSuppressed { .. }
+            | Error::NewerDecision { .. }
+            | Error::NumberTypeNotAllowed { .. }
             | Error::Internal(_) => {}
         }
     }
@@ -202,6 +213,15 @@ fn retry_advice_and_violations_reach_the_status() {
     }]));
     let violations = bad.get_details_bad_request().unwrap().field_violations;
     assert_eq!(violations[0].field, "phone");
+    let premium = Status::from(Error::NumberTypeNotAllowed {
+        number_type: crate::core::domain::NumberType::PremiumRate,
+        voice_only: false,
+    });
+    let info = premium.get_details_error_info().unwrap();
+    assert_eq!(
+        (info.reason.as_str(), info.metadata["number_type"].as_str()),
+        ("NUMBER_TYPE_NOT_ALLOWED", "premium_rate")
+    );
     let conflict = Status::from(Error::IdConflict {
         id: 1,
         msg_id: Some("m7".into()),

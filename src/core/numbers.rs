@@ -1,0 +1,184 @@
+//! Number intelligence from Google libphonenumber's metadata (the `phonenumber` crate):
+//! whether a number exists in its calling code's numbering plan, its calling code and
+//! region, and its type (mobile, fixed line, premium rate, ...). Nothing is asked of
+//! the gateway: the metadata is compiled into msgw and loaded once.
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+use phonenumber::metadata::DATABASE;
+
+pub use super::domain::NumberType;
+use super::domain::Phone;
+
+/// The type of libphonenumber's `kind`.
+fn type_of(kind: phonenumber::Type) -> NumberType {
+    use phonenumber::Type as T;
+    match kind {
+        T::Mobile => NumberType::Mobile,
+        T::FixedLine => NumberType::FixedLine,
+        T::FixedLineOrMobile => NumberType::FixedLineOrMobile,
+        T::TollFree => NumberType::TollFree,
+        T::PremiumRate => NumberType::PremiumRate,
+        T::SharedCost => NumberType::SharedCost,
+        T::Voip => NumberType::Voip,
+        T::PersonalNumber => NumberType::PersonalNumber,
+        T::Pager => NumberType::Pager,
+        T::Uan => NumberType::Uan,
+        T::Voicemail => NumberType::Voicemail,
+        // Short-number types: a full international number is never one of them.
+        T::Emergency
+        | T::ShortCode
+        | T::StandardRate
+        | T::Carrier
+        | T::NoInternational
+        | T::Unknown => NumberType::Unknown,
+    }
+}
+
+/// What the metadata says of one number.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NumberInfo {
+    /// The number.
+    pub phone: Phone,
+    /// Its calling code's plan has such a number (its type is known).
+    pub valid: bool,
+    /// Its calling code (1 to 3 digits), if an assigned code begins it.
+    pub calling_code: Option<u16>,
+    /// Its region: ISO 3166-1 alpha-2 (`UA`), or `001` for a non-geographic code
+    /// (satellite, international networks); `None` when the plan cannot tell.
+    pub region: Option<String>,
+    /// Its type.
+    pub number_type: NumberType,
+}
+
+impl NumberInfo {
+    /// The number in E.164 form: `+` and its digits.
+    pub fn e164(&self) -> String {
+        format!("+{}", self.phone.get())
+    }
+}
+
+/// Calling codes of the metadata, each with its digits as text (the labels metrics
+/// and budgets use, kept for the life of the process).
+static CODES: LazyLock<HashMap<u16, String>> = LazyLock::new(|| {
+    (1..=999u16)
+        .filter(|code| DATABASE.region(code).is_some())
+        .map(|code| (code, code.to_string()))
+        .collect()
+});
+
+/// Loads the metadata now (about ten milliseconds), so the first number looked up
+/// does not wait for it.
+pub fn load() -> usize {
+    CODES.len()
+}
+
+/// The calling code the digits `digits` (a number, or a prefix of one) begin with, if
+/// any, as text. Calling codes are prefix-free (ITU-T E.164): at most one of the first
+/// one, two and three digits is one.
+pub fn calling_code_of(digits: &str) -> Option<&'static str> {
+    (1..=3.min(digits.len()))
+        .filter_map(|n| digits.get(..n)?.parse::<u16>().ok())
+        .find_map(|code| CODES.get(&code).map(String::as_str))
+}
+
+/// Whether `code` (digits) is a calling code of the metadata.
+pub fn is_calling_code(code: &str) -> bool {
+    !code.starts_with('0') && code.parse::<u16>().is_ok_and(|c| CODES.contains_key(&c))
+}
+
+/// What the metadata says of `phone`.
+pub fn lookup(phone: Phone) -> NumberInfo {
+    let digits = phone.get().to_string();
+    let calling_code = calling_code_of(&digits).and_then(|c| c.parse().ok());
+    let parsed = calling_code
+        .is_some()
+        .then(|| phonenumber::parse(None, format!("+{digits}")).ok())
+        .flatten();
+    let Some(number) = parsed else {
+        return NumberInfo {
+            phone,
+            valid: false,
+            calling_code,
+            region: None,
+            number_type: NumberType::Unknown,
+        };
+    };
+    let metadata = number.metadata(&DATABASE);
+    let number_type = type_of(number.number_type(&DATABASE));
+    NumberInfo {
+        phone,
+        valid: number_type != NumberType::Unknown,
+        calling_code: Some(number.code().value()),
+        region: metadata.map(|m| m.id().to_owned()),
+        number_type,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(digits: &str) -> NumberInfo {
+        lookup(Phone::parse(digits).expect("a number"))
+    }
+
+    #[test]
+    fn tells_the_type_of_the_issues_numbers() {
+        let premium = info("+449012345678");
+        assert_eq!(premium.number_type, NumberType::PremiumRate);
+        assert!(premium.valid);
+        assert_eq!(premium.region.as_deref(), Some("GB"));
+        for invalid in ["+870123456789", "+882012345678", "+380000000001"] {
+            let i = info(invalid);
+            assert_eq!(
+                (i.valid, i.number_type),
+                (false, NumberType::Unknown),
+                "{invalid}"
+            );
+        }
+        let mobile = info("+380971234567");
+        assert_eq!(
+            (mobile.valid, mobile.number_type, mobile.calling_code),
+            (true, NumberType::Mobile, Some(380))
+        );
+        assert_eq!(mobile.region.as_deref(), Some("UA"));
+        assert_eq!(mobile.e164(), "+380971234567");
+        assert_eq!(info("+442079000001").number_type, NumberType::FixedLine);
+        assert_eq!(info("+14155550100").calling_code, Some(1));
+    }
+
+    #[test]
+    fn finds_codes_of_every_length_and_none_for_unassigned_ones() {
+        assert_eq!(calling_code_of("14155550100"), Some("1"));
+        assert_eq!(calling_code_of("79161234567"), Some("7"));
+        assert_eq!(calling_code_of("447700900123"), Some("44"));
+        assert_eq!(calling_code_of("380501234567"), Some("380"));
+        assert_eq!(calling_code_of("881234000001"), Some("881"));
+        assert_eq!(calling_code_of("2891234567"), None);
+        assert_eq!(calling_code_of(""), None);
+        assert!(is_calling_code("380") && is_calling_code("1"));
+        assert!(!is_calling_code("28") && !is_calling_code("0380") && !is_calling_code(""));
+        let unassigned = info("+2891234567");
+        assert_eq!((unassigned.calling_code, unassigned.region), (None, None));
+    }
+
+    #[test]
+    fn codes_are_prefix_free() {
+        for a in CODES.values() {
+            for b in CODES.values() {
+                assert!(a == b || !b.starts_with(a.as_str()), "{a} begins {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn type_names_read_back() {
+        for t in NumberType::ALL {
+            assert_eq!(NumberType::from_name(t.as_str()), Some(t));
+        }
+        assert_eq!(NumberType::from_name("invalid"), Some(NumberType::Unknown));
+        assert_eq!(NumberType::from_name("landline"), None);
+    }
+}

@@ -30,7 +30,7 @@ pub use ops::{
     ViberSend, ViberStage, Voice, VoiceSend,
 };
 pub use outputs::{
-    Balance, HlrReport, Media, Network, Output, Reply, SendReceipt, Sender, SmsTemplate,
+    AnswerSource, Balance, HlrReport, Media, Network, Output, Reply, SendReceipt, Sender, SmsTemplate,
     StatusReport, ViberTemplate, VoiceOtpCall, Waited,
 };
 pub use permission::Permission;

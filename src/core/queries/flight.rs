@@ -31,6 +31,16 @@ struct Inner<K, V> {
     swept: Instant,
 }
 
+/// Where a caller's answer comes from.
+enum Found<V> {
+    /// A fresh answer.
+    Fresh(V),
+    /// A lookup in flight: a new one or another caller's.
+    Flight(Flight<V>, AnswerSource),
+    /// No room to keep another key: the caller's own lookup.
+    Full(BoxFuture<'static, Result<V, Error>>),
+}
+
 struct Slot<V> {
     /// The lookup in flight and its number.
     running: Option<(u64, Flight<V>)>,
@@ -65,35 +75,40 @@ where
         deadline: Option<Instant>,
         lookup: impl FnOnce() -> BoxFuture<'static, Result<V, Error>>,
     ) -> Result<(V, AnswerSource), Error> {
-        let (flight, source) = {
-            let now = Instant::now();
-            let mut inner = self.lock();
-            if let Some(slot) = inner.slots.get(&key) {
-                if let Some((at, answer)) = &slot.answered
-                    && now.duration_since(*at) < self.fresh_for
-                {
-                    return Ok((answer.clone(), AnswerSource::Cache));
-                }
-                if let Some((_, flight)) = &slot.running {
-                    (flight.clone(), AnswerSource::SharedLookup)
-                } else {
-                    (self.start(&mut inner, key, lookup), AnswerSource::Lookup)
-                }
-            } else {
-                if inner.slots.len() >= self.capacity {
-                    self.sweep(&mut inner, now);
-                }
-                if inner.slots.len() >= self.capacity {
-                    // Full of fresh answers and flights: this lookup is the caller's own.
-                    drop(inner);
-                    return wait(lookup(), deadline)
-                        .await
-                        .map(|v| (v, AnswerSource::Lookup));
-                }
-                (self.start(&mut inner, key, lookup), AnswerSource::Lookup)
+        match self.find(key, lookup) {
+            Found::Fresh(answer) => Ok((answer, AnswerSource::Cache)),
+            Found::Flight(flight, source) => wait(flight, deadline).await.map(|v| (v, source)),
+            // Full of fresh answers and flights: this lookup is the caller's own.
+            Found::Full(lookup) => wait(lookup, deadline)
+                .await
+                .map(|v| (v, AnswerSource::Lookup)),
+        }
+    }
+
+    /// What [`Flights::get`] waits for (without holding the lock while it does).
+    fn find(
+        &self,
+        key: K,
+        lookup: impl FnOnce() -> BoxFuture<'static, Result<V, Error>>,
+    ) -> Found<V> {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        if let Some(slot) = inner.slots.get(&key) {
+            if let Some((at, answer)) = &slot.answered
+                && now.duration_since(*at) < self.fresh_for
+            {
+                return Found::Fresh(answer.clone());
             }
-        };
-        wait(flight, deadline).await.map(|v| (v, source))
+            if let Some((_, flight)) = &slot.running {
+                return Found::Flight(flight.clone(), AnswerSource::SharedLookup);
+            }
+        } else if inner.slots.len() >= self.capacity {
+            self.sweep(&mut inner, now);
+            if inner.slots.len() >= self.capacity {
+                return Found::Full(lookup());
+            }
+        }
+        Found::Flight(self.start(&mut inner, key, lookup), AnswerSource::Lookup)
     }
 
     /// Starts the lookup of `key` as a task that records its answer when it ends.

@@ -204,6 +204,21 @@ pub async fn observed<Resp>(
     .await
 }
 
+/// Counts a call `caller` made that one of its rates refused
+/// (`msgw_rate_refusals_total`); any other error is not counted here.
+pub fn count_refusal(metrics: &Metrics, caller: &Caller, error: &Error) {
+    let rate = match error {
+        Error::RateLimited { .. } => "sends",
+        Error::QueryRateLimited { .. } => "queries",
+        _ => return,
+    };
+    metrics
+        .queries
+        .rate_refusals
+        .with_label_values(&[caller.label(), rate])
+        .inc();
+}
+
 /// Counts each operation's outcome: a Batch's items one by one, so one rejected item
 /// of four shows as one rejection and three successes.
 pub fn count_operations(
@@ -262,6 +277,7 @@ fn finish(
             tracing::info!("rpc done");
         }
         Some(e) => {
+            count_refusal(metrics, caller, e);
             span.record("outcome", super::status::outcome(e));
             if super::status::is_refusal(e) {
                 tracing::info!(error = %e, "rpc refused");

@@ -27,6 +27,7 @@ mod listener;
 mod lookups;
 mod operations;
 mod optout;
+mod queries;
 #[path = "../common/postgres.rs"]
 mod postgres;
 mod remembering;

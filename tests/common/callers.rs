@@ -22,6 +22,7 @@ pub struct Entry {
     permissions: Option<Vec<&'static str>>,
     events: Option<&'static str>,
     rate: Option<(f64, u32)>,
+    queries: Option<(f64, u32)>,
 }
 
 impl Entry {
@@ -41,6 +42,7 @@ impl Entry {
             permissions: None,
             events: None,
             rate: None,
+            queries: None,
         }
     }
 
@@ -53,6 +55,12 @@ impl Entry {
     /// Streams every caller's events, not only its own.
     pub fn all_events(mut self) -> Self {
         self.events = Some("all");
+        self
+    }
+
+    /// Its query rate and burst (every call that sends nothing).
+    pub fn queries(mut self, per_second: f64, burst: u32) -> Self {
+        self.queries = Some((per_second, burst));
         self
     }
 
@@ -94,6 +102,9 @@ impl Callers {
             }
             if let Some((rate, burst)) = e.rate {
                 let _ = writeln!(out, "sends_per_second = {rate:?}\nburst = {burst}");
+            }
+            if let Some((rate, burst)) = e.queries {
+                let _ = writeln!(out, "queries_per_second = {rate:?}\nqueries_burst = {burst}");
             }
             out.push('\n');
         }

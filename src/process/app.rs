@@ -201,7 +201,17 @@ impl Application {
             );
         }
         let tls = grpc_tls(config.tls)?;
-        let memory_limit = crate::process::memory::limit();
+        // The limit of msgw's own cgroup (v2, else v1), else the machine's memory.
+        let memory = crate::process::memory::find();
+        match &memory {
+            Some(found) => tracing::info!(
+                memory_limit = found.bytes,
+                from = %found.from,
+                "memory limit found"
+            ),
+            None => tracing::warn!("no memory limit found (no cgroup limit, no /proc/meminfo)"),
+        }
+        let memory_limit = memory.map(|found| found.bytes);
         let grpc_memory_budget = config
             .grpc_limits
             .memory_budget

@@ -25,11 +25,12 @@ mod idempotency;
 mod lifecycle;
 mod listener;
 mod lookups;
+mod memory_limit;
 mod operations;
 mod optout;
-mod queries;
 #[path = "../common/postgres.rs"]
 mod postgres;
+mod queries;
 mod remembering;
 mod replicas;
 mod sandbox_crashes;

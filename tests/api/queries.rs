@@ -14,8 +14,7 @@ use serde_json::{Value, json};
 use tonic_types::StatusExt;
 
 use crate::helpers::{
-    Callers, Entry, Options, Reply, TestApp, as_caller, default_reply, error_info, spawn,
-    spawn_app,
+    Callers, Entry, Options, Reply, TestApp, as_caller, default_reply, error_info, spawn, spawn_app,
 };
 
 /// The gateway's requests so far that carry an operation of `kind` (`status`, `balance`).
@@ -91,10 +90,7 @@ async fn two_hundred_status_queries_of_one_id_at_once_make_one_gateway_lookup() 
         .await;
     assert_eq!(counted, 1.0);
     let shared = app
-        .metric_sum(
-            "msgw_status_answers_total",
-            &[r#"source="shared-lookup""#],
-        )
+        .metric_sum("msgw_status_answers_total", &[r#"source="shared-lookup""#])
         .await
         + app
             .metric_sum("msgw_status_answers_total", &[r#"source="cache""#])
@@ -154,13 +150,29 @@ async fn a_final_status_msgw_holds_is_answered_from_its_store_without_a_lookup()
         .get_message_status(status_of(5151))
         .await
         .unwrap();
-    assert_eq!((source(&first), source(&again)), ("lookup".into(), "cache".into()));
+    assert_eq!(
+        (source(&first), source(&again)),
+        ("lookup".into(), "cache".into())
+    );
     assert_eq!(lookups(&app, "status"), 1);
     assert_eq!(
         app.metric_sum("msgw_status_answers_total", &[r#"source="store""#])
             .await,
         1.0
     );
+    // "Not found" is kept as fresh as a status: an unknown id asked for twice in a
+    // row is one lookup.
+    app.gateway.respond_json(json!({"success": true, "data": [
+        {"success": false, "error": "Message not found"}]}));
+    for _ in 0..2 {
+        let missing = app
+            .messaging()
+            .get_message_status(status_of(5152))
+            .await
+            .expect_err("the gateway does not know it");
+        assert_eq!(missing.code(), tonic::Code::NotFound, "{missing:?}");
+    }
+    assert_eq!(lookups(&app, "status"), 2);
 }
 
 #[tokio::test]
@@ -197,7 +209,11 @@ async fn a_hundred_balance_calls_at_once_make_one_gateway_request() {
     assert_eq!(lookups(&app, "balance"), 1, "{sources:?}");
     assert_eq!(sources.iter().filter(|s| *s == "lookup").count(), 1);
     // Then kept for MSGW_ACCOUNT_CACHE: answered again without the gateway.
-    let again = app.account().get_balance(GetBalanceRequest {}).await.unwrap();
+    let again = app
+        .account()
+        .get_balance(GetBalanceRequest {})
+        .await
+        .unwrap();
     assert_eq!(source(&again), "cache");
     assert_eq!(lookups(&app, "balance"), 1);
     // The sender names are a lookup of their own.
@@ -234,7 +250,11 @@ async fn calls_beyond_a_callers_query_rate_are_refused_with_retry_info() {
         .get_balance(as_caller(TOKEN, GetBalanceRequest {}))
         .await
         .expect_err("beyond the burst");
-    assert_eq!(refused.code(), tonic::Code::ResourceExhausted, "{refused:?}");
+    assert_eq!(
+        refused.code(),
+        tonic::Code::ResourceExhausted,
+        "{refused:?}"
+    );
     let (reason, metadata) = error_info(&refused);
     assert_eq!(reason, "QUERY_RATE_LIMITED");
     assert_eq!(metadata["caller"], "reader");

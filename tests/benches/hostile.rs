@@ -20,6 +20,10 @@
 //! - `big-metadata`: `Health/Check` calls with 14 KB of metadata (just under the
 //!   16 KiB of headers a request may carry) every 10 ms, never reading.
 //!
+//! Then two figures of their own (`hostile_queries.rs`): gateway lookups for 600 status
+//! queries of one id (`status-queries`), and the admin port's probes beside 800 idle
+//! reconnecting sockets (`admin-flood`).
+//!
 //! It asserts nothing; it prints. Bounded in time; stops by itself.
 //!
 //! `cargo bench --bench hostile` (options: `-- --help`)
@@ -39,6 +43,8 @@ use std::{
 mod callers;
 #[path = "../common/h2frames.rs"]
 mod frames;
+#[path = "hostile_queries.rs"]
+mod queries;
 
 use clap::Parser;
 use tokio::{
@@ -148,6 +154,13 @@ fn main() -> anyhow::Result<()> {
             continue;
         }
         runtime.block_on(attack(&args, kind, conns))?;
+    }
+    let wanted = |name: &str| args.only.as_ref().is_none_or(|o| name.contains(o.as_str()));
+    if wanted("status-queries") {
+        runtime.block_on(queries::status_queries(&args))?;
+    }
+    if wanted("admin-flood") {
+        runtime.block_on(queries::admin_flood(&args))?;
     }
     Ok(())
 }

@@ -104,7 +104,10 @@ impl Callers {
                 let _ = writeln!(out, "sends_per_second = {rate:?}\nburst = {burst}");
             }
             if let Some((rate, burst)) = e.queries {
-                let _ = writeln!(out, "queries_per_second = {rate:?}\nqueries_burst = {burst}");
+                let _ = writeln!(
+                    out,
+                    "queries_per_second = {rate:?}\nqueries_burst = {burst}"
+                );
             }
             out.push('\n');
         }

@@ -148,7 +148,9 @@ where
         });
         let flight: Flight<V> = async move {
             task.await.unwrap_or_else(|e| {
-                Err(Error::Internal(format!("a shared gateway lookup failed: {e}")))
+                Err(Error::Internal(format!(
+                    "a shared gateway lookup failed: {e}"
+                )))
             })
         }
         .boxed()
@@ -234,7 +236,11 @@ mod tests {
                 let (flights, lookups) = (flights.clone(), lookups.clone());
                 tokio::spawn(async move {
                     flights
-                        .get(7, None, counted(&lookups, Ok(70), Duration::from_millis(50)))
+                        .get(
+                            7,
+                            None,
+                            counted(&lookups, Ok(70), Duration::from_millis(50)),
+                        )
                         .await
                 })
             })
@@ -283,9 +289,16 @@ mod tests {
         assert_eq!(flights.len(), 0);
         let soon = Instant::now() + Duration::from_millis(10);
         let late = flights
-            .get(1, Some(soon), counted(&lookups, Ok(5), Duration::from_secs(5)))
+            .get(
+                1,
+                Some(soon),
+                counted(&lookups, Ok(5), Duration::from_secs(5)),
+            )
             .await;
-        assert!(matches!(late, Err(Error::DeadlineExceeded { .. })), "{late:?}");
+        assert!(
+            matches!(late, Err(Error::DeadlineExceeded { .. })),
+            "{late:?}"
+        );
         // The lookup ran on for whoever asks next.
         tokio::time::advance(Duration::from_secs(5)).await;
         tokio::task::yield_now().await;

@@ -56,7 +56,9 @@ const STATUSES_KEPT: usize = 10_000;
 pub struct Queries {
     dispatcher: Dispatcher,
     store: Arc<dyn Store>,
-    statuses: Flights<ClientId, StatusReport>,
+    /// The gateway's answers: a status, or "not found" (kept as fresh as a status, so
+    /// an id the gateway does not know cannot be asked for over and over either).
+    statuses: Flights<ClientId, Result<StatusReport, Error>>,
     account: Flights<OpKind, Output>,
     metrics: Arc<Metrics>,
 }
@@ -132,9 +134,7 @@ impl Queries {
             .last_event_of(id)
             .await
             .map_err(|e| e.unavailable("msgw's store is unavailable"))?;
-        Ok(last
-            .filter(|e| e.event.is_final())
-            .map(Waited::from))
+        Ok(last.filter(|e| e.event.is_final()).map(Waited::from))
     }
 
     /// The gateway's status of message `id`: fresh from the last lookup, shared with
@@ -146,23 +146,27 @@ impl Queries {
         deadline: Option<Instant>,
     ) -> Result<(StatusReport, AnswerSource), Error> {
         let dispatcher = self.dispatcher.clone();
-        self.statuses
+        let (answer, source) = self
+            .statuses
             .get(id, deadline, move || {
                 async move {
                     match dispatcher
                         .execute(Operation::GetMessageStatus(id), None)
-                        .await?
-                        .output
+                        .await
+                        .map(|executed| executed.output)
                     {
-                        Output::Status(report) => Ok(report),
-                        other => Err(Error::Internal(format!(
+                        Ok(Output::Status(report)) => Ok(Ok(report)),
+                        Err(e @ Error::MessageNotFound { .. }) => Ok(Err(e)),
+                        Err(e) => Err(e),
+                        Ok(other) => Err(Error::Internal(format!(
                             "a status query answered {other:?}"
                         ))),
                     }
                 }
                 .boxed()
             })
-            .await
+            .await?;
+        answer.map(|report| (report, source))
     }
 
     /// The balance or the sender names (`op`), as [`Flights`] keeps them.

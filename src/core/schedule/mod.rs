@@ -29,8 +29,8 @@ use crate::core::dispatch::{
     Dispatcher, Executed, ScheduledKey, scheduled_fingerprint, scheduled_receipt,
 };
 use crate::core::domain::{
-    AnswerSource, CallerName, ClientId, DeliveryReport, Error, EventSource, NewEvent, Operation, Output,
-    ReportedStatus, StatusReport,
+    AnswerSource, CallerName, ClientId, DeliveryReport, Error, EventSource, NewEvent, Operation,
+    Output, ReportedStatus, StatusReport,
 };
 use crate::core::events::EventLog;
 use crate::process::metrics::Metrics;
@@ -126,17 +126,19 @@ impl Scheduler {
         for (i, (op, time)) in ops.into_iter().enumerate() {
             match (time, &op) {
                 (Some(time), _) => timed.push((i, op, time)),
-                (None, Operation::GetMessageStatus(id)) => match own_status(self.store.as_ref(), *id).await {
-                    Ok(Some(report)) => {
-                        results[i] = Some(Ok(Executed {
-                            output: Output::Status(report),
-                            replayed: false,
-                            source: Some(AnswerSource::Store),
-                        }));
+                (None, Operation::GetMessageStatus(id)) => {
+                    match own_status(self.store.as_ref(), *id).await {
+                        Ok(Some(report)) => {
+                            results[i] = Some(Ok(Executed {
+                                output: Output::Status(report),
+                                replayed: false,
+                                source: Some(AnswerSource::Store),
+                            }));
+                        }
+                        Ok(None) => plain.push((i, op)),
+                        Err(e) => results[i] = Some(Err(e)),
                     }
-                    Ok(None) => plain.push((i, op)),
-                    Err(e) => results[i] = Some(Err(e)),
-                },
+                }
                 (None, _) => plain.push((i, op)),
             }
         }

@@ -98,4 +98,3 @@ pub fn admit_rpc(caller: &Caller, rpc: &str, needed: Permission) -> Result<(), E
         )))
     }
 }
-

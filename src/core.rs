@@ -1,6 +1,7 @@
 //! What msgw does, whatever carries the calls and wherever state is kept: validated
 //! operations and their facts (with the RPC names the proto gives them), dispatch (claims, coalescing), one-time-code
-//! verification and its fraud guard, opt-outs, the event log, reconcile, waits for a final status.
+//! verification and its fraud guard, opt-outs, the event log, reconcile, waits for a final status, queries
+//! that reach the gateway once.
 
 pub(crate) mod balance;
 pub mod dispatch;
@@ -12,6 +13,7 @@ pub mod hooks;
 pub(crate) mod mac;
 pub mod numbers;
 pub mod optout;
+pub mod queries;
 pub mod reconcile;
 pub(crate) mod rpcs;
 pub mod schedule;

@@ -16,6 +16,7 @@ use crate::core::dispatch::{Dispatcher, Tracking};
 use crate::core::events::EventLog;
 use crate::core::hooks::{HookSigner, HookUrls};
 use crate::core::optout::Suppressions;
+use crate::core::queries::Queries;
 use crate::core::reconcile::{ReconcileConfig, Reconciler};
 use crate::core::schedule::Scheduler;
 use crate::core::verify::{self, Codes, Verifier};
@@ -51,6 +52,7 @@ pub struct Application {
     admin: Listeners,
     dispatcher: Dispatcher,
     scheduler: Arc<Scheduler>,
+    queries: Arc<Queries>,
     verifier: Verifier,
     store: Arc<dyn Store>,
     events: Arc<EventLog>,
@@ -160,6 +162,11 @@ impl Application {
             });
         let scheduler =
             Scheduler::new(dispatcher.clone(), store.clone(), events.clone(), decoder());
+        let queries = Arc::new(Queries::new(
+            dispatcher.clone(),
+            store.clone(),
+            config.queries,
+        ));
         let verify_secret = match config.verify_secret {
             Some(secret) => secret,
             // Not configured (SQLite only, see config): kept next to the database.
@@ -200,7 +207,17 @@ impl Application {
             );
         }
         let tls = grpc_tls(config.tls)?;
-        let memory_limit = crate::process::memory::limit();
+        // The limit of msgw's own cgroup (v2, else v1), else the machine's memory.
+        let memory = crate::process::memory::find();
+        match &memory {
+            Some(found) => tracing::info!(
+                memory_limit = found.bytes,
+                from = %found.from,
+                "memory limit found"
+            ),
+            None => tracing::warn!("no memory limit found (no cgroup limit, no /proc/meminfo)"),
+        }
+        let memory_limit = memory.map(|found| found.bytes);
         let grpc_memory_budget = config
             .grpc_limits
             .memory_budget
@@ -231,6 +248,7 @@ impl Application {
             admin,
             dispatcher,
             scheduler,
+            queries,
             verifier,
             webhooks: WebhookState {
                 signer,
@@ -278,6 +296,7 @@ impl Application {
     ) -> anyhow::Result<()> {
         let (routes, health) = crate::transport::grpc::server::routes(
             self.scheduler.clone(),
+            self.queries.clone(),
             self.events.clone(),
             self.verifier.clone(),
             Suppressions::new(self.store.clone(), self.events.clone()),

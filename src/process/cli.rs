@@ -266,6 +266,9 @@ pub struct ServeArgs {
     /// Which replies opt a number out, and back in.
     #[command(flatten)]
     pub opt_out: crate::core::optout::Settings,
+    /// How long status, balance and sender lookups are given again.
+    #[command(flatten)]
+    pub queries: crate::core::queries::QuerySettings,
     /// The store: `sqlite://PATH` (created on first start), `sqlite::memory:`, or
     /// `postgres://USER@HOST/DB?sslmode=...` (shared by several replicas).
     #[arg(long, env = "MSGW_STORE_URL", default_value = "sqlite://msgw.db", value_parser = store_url)]

@@ -22,9 +22,15 @@ const LATENCY_BUCKETS: &[f64] = &[
 /// Envelope size buckets, operations.
 const ENVELOPE_BUCKETS: &[f64] = &[1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0];
 
+mod queries;
+
+pub use queries::QueryMetrics;
+
 /// Every metric msgw exports.
 pub struct Metrics {
     registry: Registry,
+    /// Status answers by source; refusals by callers' rates.
+    pub queries: QueryMetrics,
     /// gRPC calls by method and status code.
     pub rpc_total: IntCounterVec,
     /// gRPC call latency by method and code.
@@ -412,6 +418,7 @@ impl Metrics {
                     "When the balance was last read.",
                 )?,
             )?,
+            queries: QueryMetrics::new(&registry)?,
             registry,
         });
         let build_info = GaugeVec::new(

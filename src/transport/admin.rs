@@ -23,14 +23,26 @@ use crate::transport::http_listener::ListenerLimits;
 /// that has sent none by then is not one of them.
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// At the cap, how long an admin connection must have waited for a request before it
+/// makes room. Probes and scrapes send their request as they connect (within a
+/// millisecond on a node), so a short wait keeps theirs; and it sets how fast the port
+/// gets through sockets that connect, say nothing and reconnect: [`ADMIN_CONNECTIONS`]
+/// per this time, 6,400 a second, so a probe queued behind 800 of them in the accept
+/// queue is reached in about an eighth of a second (the webhook listener's
+/// [`LEAST_IDLE`](crate::transport::http_listener::LEAST_IDLE) would take 1.25 s).
+///
+/// [`ADMIN_CONNECTIONS`]: crate::process::fd_limit::ADMIN_CONNECTIONS
+pub const LEAST_IDLE: Duration = Duration::from_millis(10);
+
 /// The admin listener's bounds: [`HEADER_TIMEOUT`], and
 /// [`ADMIN_CONNECTIONS`](crate::process::fd_limit::ADMIN_CONNECTIONS) at most (the only bodies
-/// it reads are the inbox buttons' few bytes).
+/// it reads are the inbox buttons' few bytes), making room as [`LEAST_IDLE`] says.
 pub fn limits() -> ListenerLimits {
     ListenerLimits {
         header_timeout: HEADER_TIMEOUT,
         body_timeout: HEADER_TIMEOUT,
         max_connections: crate::process::fd_limit::ADMIN_CONNECTIONS,
+        least_idle: LEAST_IDLE,
     }
 }
 

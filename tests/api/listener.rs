@@ -36,6 +36,7 @@ async fn unfinished_headers_and_trickled_bodies_are_cut_off() {
         header_timeout: Duration::from_millis(300),
         body_timeout: Duration::from_millis(300),
         max_connections: 1024,
+        ..ListenerLimits::default()
     })
     .await;
     let mut stalled = Vec::new();

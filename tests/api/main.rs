@@ -27,11 +27,13 @@ mod idempotency;
 mod lifecycle;
 mod listener;
 mod lookups;
+mod memory_limit;
 mod numbers;
 mod operations;
 mod optout;
 #[path = "../common/postgres.rs"]
 mod postgres;
+mod queries;
 mod remembering;
 mod replicas;
 mod sandbox_crashes;

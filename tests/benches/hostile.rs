@@ -36,6 +36,10 @@
 //! benchmark exits non-zero when msgw dies, its RSS passes the limit, or its RSS grows
 //! more than twice what it counts as held (plus 32 MiB for the allocator's slack).
 //!
+//! Then two figures of their own (`hostile_queries.rs`): gateway lookups for 600 status
+//! queries of one id (`status-queries`), and the admin port's probes beside 800 idle
+//! reconnecting sockets (`admin-flood`).
+//!
 //! Bounded in time; stops by itself.
 //!
 //! `cargo bench --bench hostile` (options: `-- --help`)
@@ -55,6 +59,8 @@ use std::{
 mod callers;
 #[path = "../common/h2frames.rs"]
 mod frames;
+#[path = "hostile_queries.rs"]
+mod queries;
 
 use clap::Parser;
 use tokio::{
@@ -216,6 +222,13 @@ fn main() -> anyhow::Result<()> {
         }
     }
     drop(group);
+    let wanted = |name: &str| args.only.as_ref().is_none_or(|o| name.contains(o.as_str()));
+    if wanted("status-queries") {
+        runtime.block_on(queries::status_queries(&args))?;
+    }
+    if wanted("admin-flood") {
+        runtime.block_on(queries::admin_flood(&args))?;
+    }
     if !broken.is_empty() {
         anyhow::bail!("msgw broke its memory bound:\n{}", broken.join("\n"));
     }

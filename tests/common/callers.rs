@@ -23,6 +23,7 @@ pub struct Entry {
     events: Option<&'static str>,
     rate: Option<(f64, u32)>,
     memory_share: Option<f64>,
+    queries: Option<(f64, u32)>,
 }
 
 impl Entry {
@@ -43,6 +44,7 @@ impl Entry {
             events: None,
             rate: None,
             memory_share: None,
+            queries: None,
         }
     }
 
@@ -55,6 +57,12 @@ impl Entry {
     /// Streams every caller's events, not only its own.
     pub fn all_events(mut self) -> Self {
         self.events = Some("all");
+        self
+    }
+
+    /// Its query rate and burst (every call that sends nothing).
+    pub fn queries(mut self, per_second: f64, burst: u32) -> Self {
+        self.queries = Some((per_second, burst));
         self
     }
 
@@ -105,6 +113,12 @@ impl Callers {
             }
             if let Some(share) = e.memory_share {
                 let _ = writeln!(out, "memory_share = {share:?}");
+            }
+            if let Some((rate, burst)) = e.queries {
+                let _ = writeln!(
+                    out,
+                    "queries_per_second = {rate:?}\nqueries_burst = {burst}"
+                );
             }
             out.push('\n');
         }

@@ -442,6 +442,7 @@ pub fn replay(op: &Operation, id: ClientId, outcome: AcceptedOutcome) -> Result<
     Ok(Executed {
         output,
         replayed: true,
+        source: None,
     })
 }
 

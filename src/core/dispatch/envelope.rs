@@ -20,7 +20,7 @@ use super::optout::recipients;
 use super::{Executed, Tracking, upstream_error};
 use crate::adapters::store::{AcceptedOutcome, SentMessage, Settlement};
 use crate::adapters::upstream::{Gateway, ItemOutcome};
-use crate::core::domain::{Error, Operation, Output, UnavailableCause};
+use crate::core::domain::{AnswerSource, Error, Operation, Output, UnavailableCause};
 use crate::process::metrics::Metrics;
 
 /// The answer to one operation of a call.
@@ -351,9 +351,11 @@ impl Engine {
                 };
                 settlements.push((owned, settlement));
             }
+            let source = (!entry.op.changes_state()).then_some(AnswerSource::Lookup);
             entry.slot = Slot::Done(result.map(|output| Executed {
                 output,
                 replayed: false,
+                source,
             }));
         }
         recording

@@ -22,7 +22,9 @@ use tokio::time::Instant;
 
 use crate::adapters::store::Store;
 use crate::adapters::upstream::{Gateway, UpstreamError};
-use crate::core::domain::{CallerName, ClientId, Error, Operation, Output, UnavailableCause};
+use crate::core::domain::{
+    AnswerSource, CallerName, ClientId, Error, Operation, Output, UnavailableCause,
+};
 use crate::core::hooks::HookUrls;
 use crate::process::metrics::Metrics;
 
@@ -54,6 +56,9 @@ pub struct Executed {
     pub output: Output,
     /// The stored answer of an earlier call with the same id: nothing was sent now.
     pub replayed: bool,
+    /// Where the answer of a query came from; `None` for operations that change
+    /// state (sends, template changes).
+    pub source: Option<AnswerSource>,
 }
 
 /// Runs operations against the gateway.

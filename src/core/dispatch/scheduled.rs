@@ -41,5 +41,6 @@ pub fn scheduled_receipt(id: ClientId, send_at: DateTime<Utc>, replayed: bool) -
             scheduled_for: Some(send_at),
         }),
         replayed,
+        source: None,
     }
 }

@@ -166,6 +166,16 @@ pub enum Error {
         /// When a retry is likely to fit.
         retry_after: Option<std::time::Duration>,
     },
+    /// The caller makes calls that send nothing (queries, streams, lists, changes)
+    /// faster than its entry in the callers file allows (`queries_per_second`); the
+    /// call did nothing.
+    #[error("{caller} makes queries faster than allowed; nothing was done, retry after the delay")]
+    QueryRateLimited {
+        /// The caller.
+        caller: String,
+        /// When a retry is likely to fit.
+        retry_after: std::time::Duration,
+    },
     /// The caller has no pending verification of the number (never started, or
     /// approved, expired, failed or canceled).
     #[error("no pending verification of this number from this caller")]

@@ -32,8 +32,8 @@ pub use ops::{
     ViberSend, ViberStage, Voice, VoiceSend,
 };
 pub use outputs::{
-    Balance, HlrReport, Media, Network, Output, Reply, SendReceipt, Sender, SmsTemplate,
-    StatusReport, ViberTemplate, VoiceOtpCall, Waited,
+    AnswerSource, Balance, HlrReport, Media, Network, Output, Reply, SendReceipt, Sender,
+    SmsTemplate, StatusReport, ViberTemplate, VoiceOtpCall, Waited,
 };
 pub use permission::Permission;
 pub use sms_parts::{SmsEncoding, SmsEstimate, estimate as estimate_sms};

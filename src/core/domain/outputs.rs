@@ -215,3 +215,35 @@ pub enum Output {
     /// Templates deleted.
     Deleted { count: u32, raw: Value },
 }
+
+/// Where the answer to a query came from: every query RPC's answer says it (the
+/// `msgw-answer-source` response metadata), and `msgw_status_answers_total` counts
+/// status answers by it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AnswerSource {
+    /// What msgw itself holds: a final status from a delivery webhook or a reconcile
+    /// poll, a scheduled or cancelled message; the gateway was not asked.
+    Store,
+    /// A gateway lookup this call started.
+    Lookup,
+    /// A gateway lookup another call had started for the same thing, shared.
+    SharedLookup,
+    /// The answer of a lookup that ended within the freshness time
+    /// (`MSGW_STATUS_FRESHNESS`, `MSGW_ACCOUNT_CACHE`).
+    Cache,
+}
+
+impl AnswerSource {
+    /// Every source.
+    pub const ALL: [Self; 4] = [Self::Store, Self::Lookup, Self::SharedLookup, Self::Cache];
+
+    /// As the metadata value and the metric label say it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Store => "store",
+            Self::Lookup => "lookup",
+            Self::SharedLookup => "shared-lookup",
+            Self::Cache => "cache",
+        }
+    }
+}

@@ -29,8 +29,8 @@ use crate::core::dispatch::{
     Dispatcher, Executed, ScheduledKey, scheduled_fingerprint, scheduled_receipt,
 };
 use crate::core::domain::{
-    CallerName, ClientId, DeliveryReport, Error, EventSource, NewEvent, Operation, Output,
-    ReportedStatus, StatusReport,
+    AnswerSource, CallerName, ClientId, DeliveryReport, Error, EventSource, NewEvent, Operation,
+    Output, ReportedStatus, StatusReport,
 };
 use crate::core::events::EventLog;
 use crate::process::metrics::Metrics;
@@ -126,16 +126,19 @@ impl Scheduler {
         for (i, (op, time)) in ops.into_iter().enumerate() {
             match (time, &op) {
                 (Some(time), _) => timed.push((i, op, time)),
-                (None, Operation::GetMessageStatus(id)) => match self.own_status(*id).await {
-                    Ok(Some(report)) => {
-                        results[i] = Some(Ok(Executed {
-                            output: Output::Status(report),
-                            replayed: false,
-                        }));
+                (None, Operation::GetMessageStatus(id)) => {
+                    match own_status(self.store.as_ref(), *id).await {
+                        Ok(Some(report)) => {
+                            results[i] = Some(Ok(Executed {
+                                output: Output::Status(report),
+                                replayed: false,
+                                source: Some(AnswerSource::Store),
+                            }));
+                        }
+                        Ok(None) => plain.push((i, op)),
+                        Err(e) => results[i] = Some(Err(e)),
                     }
-                    Ok(None) => plain.push((i, op)),
-                    Err(e) => results[i] = Some(Err(e)),
-                },
+                }
                 (None, _) => plain.push((i, op)),
             }
         }
@@ -292,37 +295,6 @@ impl Scheduler {
         }
     }
 
-    /// The status msgw itself holds of message `id`: scheduled or cancelled (the
-    /// gateway does not know it yet, or ever); `None` for any other.
-    async fn own_status(&self, id: ClientId) -> Result<Option<StatusReport>, Error> {
-        let Some(record) = self.store.claim_of(id).await.map_err(store_error)? else {
-            return Ok(None);
-        };
-        let (status, updated) = match record.state {
-            ClaimState::Scheduled { send_at } => ("SCHEDULED", send_at),
-            ClaimState::Canceled { at, .. } => ("CANCELED", at),
-            // Nothing reached the gateway: a scheduled message refused as it left has
-            // msgw's own final event saying why (the gateway would not know the id).
-            ClaimState::Released { .. } => {
-                let last = self.store.last_event_of(id).await.map_err(store_error)?;
-                return Ok(last
-                    .filter(|e| e.event.source == EventSource::Msgw)
-                    .map(|e| e.event.report.into()));
-            }
-            _ => return Ok(None),
-        };
-        Ok(Some(StatusReport {
-            id: id.get(),
-            msg_id: None,
-            channel_raw: None,
-            channel: None,
-            status: Some(ReportedStatus::new(status.to_owned())),
-            updated: Some(updated),
-            replies: Vec::new(),
-            raw: serde_json::json!({ "id": id.get().to_string(), "status": status }),
-        }))
-    }
-
     /// Appends msgw's own event of message `id` (`op`, when known, names its channel).
     async fn tell(
         &self,
@@ -355,6 +327,37 @@ impl Scheduler {
             tracing::error!(client_id = id.get(), status, error = %e, "cannot store a scheduled message's event");
         }
     }
+}
+
+/// The status msgw itself holds of message `id`: scheduled or cancelled (the gateway
+/// does not know it yet, or ever); `None` for any other.
+pub async fn own_status(store: &dyn Store, id: ClientId) -> Result<Option<StatusReport>, Error> {
+    let Some(record) = store.claim_of(id).await.map_err(store_error)? else {
+        return Ok(None);
+    };
+    let (status, updated) = match record.state {
+        ClaimState::Scheduled { send_at } => ("SCHEDULED", send_at),
+        ClaimState::Canceled { at, .. } => ("CANCELED", at),
+        // Nothing reached the gateway: a scheduled message refused as it left has
+        // msgw's own final event saying why (the gateway would not know the id).
+        ClaimState::Released { .. } => {
+            let last = store.last_event_of(id).await.map_err(store_error)?;
+            return Ok(last
+                .filter(|e| e.event.source == EventSource::Msgw)
+                .map(|e| e.event.report.into()));
+        }
+        _ => return Ok(None),
+    };
+    Ok(Some(StatusReport {
+        id: id.get(),
+        msg_id: None,
+        channel_raw: None,
+        channel: None,
+        status: Some(ReportedStatus::new(status.to_owned())),
+        updated: Some(updated),
+        replies: Vec::new(),
+        raw: serde_json::json!({ "id": id.get().to_string(), "status": status }),
+    }))
 }
 
 /// The answer when the store fails.

@@ -99,6 +99,8 @@ pub struct Config {
     pub verify: crate::core::verify::Settings,
     /// The replies that opt a number out, and back in.
     pub opt_out: crate::core::optout::Settings,
+    /// How long status, balance and sender lookups are given again.
+    pub queries: crate::core::queries::QuerySettings,
 }
 
 impl Config {
@@ -351,6 +353,7 @@ impl ServeArgs {
             verify_secret,
             verify: self.verify,
             opt_out: self.opt_out,
+            queries: self.queries,
         })
     }
 }

@@ -1,4 +1,5 @@
-//! The callers file: who may call msgw, what each may do, and how fast each may send.
+//! The callers file: who may call msgw, what each may do, and how fast each may send
+//! and ask.
 //!
 //! ```toml
 //! [[caller]]
@@ -7,8 +8,10 @@
 //!                                                # (a list during a rotation)
 //! permissions = ["send", "query", "templates", "events"]   # optional, default all
 //! events = "own"            # optional: "own" (default) or "all"
-//! sends_per_second = 50     # optional token bucket
-//! burst = 100               # optional
+//! sends_per_second = 50     # optional token bucket of sends
+//! burst = 100               # optional, of sends_per_second
+//! queries_per_second = 20   # optional token bucket of every call that sends nothing
+//! queries_burst = 40        # optional, of queries_per_second
 //! memory_share = 0.5        # optional: its share of the gRPC port's memory budget
 //! ```
 
@@ -46,7 +49,9 @@ pub struct Caller {
     permissions: u8,
     /// Whose events it streams.
     pub events: EventScope,
-    rate: Option<Arc<SendRate>>,
+    rate: Option<Arc<Rate>>,
+    /// The rate of calls that send nothing (queries, streams, lists, changes).
+    queries: Option<Arc<Rate>>,
     /// Its share of the gRPC port's memory budget (`None`: the port's default).
     pub memory_share: Option<f64>,
 }
@@ -59,6 +64,7 @@ impl Caller {
             permissions: Permission::ALL.iter().fold(0, |bits, p| bits | p.bit()),
             events: EventScope::All,
             rate: None,
+            queries: None,
             memory_share: None,
         }
     }
@@ -92,22 +98,34 @@ impl Caller {
         }
     }
 
+    /// Takes one call that sends nothing from its query rate; `Err(wait)` when it is
+    /// over it, with how long until one fits.
+    pub fn take_query(&self) -> Result<(), Duration> {
+        match &self.queries {
+            // A burst is at least 1: one call always fits in time.
+            Some(rate) => rate
+                .take(1.0)
+                .map_err(|wait| wait.unwrap_or(Duration::from_secs(1))),
+            None => Ok(()),
+        }
+    }
+
     /// Whether a stream of this caller sees an event of a message `sender` sent.
     pub fn sees_events_of(&self, sender: Option<&CallerName>) -> bool {
         self.events == EventScope::All || (self.name.is_some() && self.name.as_ref() == sender)
     }
 }
 
-/// A token bucket of sends.
+/// A token bucket: of sends, or of queries.
 #[derive(Debug)]
-struct SendRate {
+struct Rate {
     per_second: f64,
     burst: f64,
     /// Tokens left, when last counted.
     bucket: Mutex<(f64, Instant)>,
 }
 
-impl SendRate {
+impl Rate {
     fn new(per_second: f64, burst: f64) -> Self {
         Self {
             per_second,
@@ -148,6 +166,8 @@ struct Entry {
     events: EventScope,
     sends_per_second: Option<f64>,
     burst: Option<f64>,
+    queries_per_second: Option<f64>,
+    queries_burst: Option<f64>,
     memory_share: Option<f64>,
 }
 
@@ -175,7 +195,8 @@ struct File {
     caller: Vec<Entry>,
 }
 
-/// Most sends per second a caller can be given (beyond it, leave the rate out).
+/// Most sends (or queries) per second a caller can be given (beyond it, leave the rate
+/// out).
 const MAX_RATE: f64 = 1_000_000.0;
 
 /// The callers of a loaded callers file.
@@ -187,7 +208,7 @@ pub struct Callers {
 
 impl Callers {
     /// Reads and checks a callers file; `previous` (the file before a reload) keeps the
-    /// send buckets of callers whose rate did not change, so a reload grants no burst.
+    /// send and query buckets of callers whose rates did not change, so a reload grants no burst.
     pub fn load(path: &Path, previous: Option<&Callers>) -> Result<Self, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read the callers file {}: {e}", path.display()))?;
@@ -227,13 +248,13 @@ impl Callers {
                 }
                 Some(list) => list.clone(),
             };
-            let rate = rate(&entry, &at)?.map(|(per_second, burst)| {
-                previous
-                    .and_then(|p| p.by_name.get(&name))
-                    .and_then(|old| old.rate.clone())
-                    .filter(|old| old.per_second == per_second && old.burst == burst)
-                    .unwrap_or_else(|| Arc::new(SendRate::new(per_second, burst)))
-            });
+            let old = previous.and_then(|p| p.by_name.get(&name));
+            let sends = (entry.sends_per_second, entry.burst);
+            let sends = rate(sends, ("sends_per_second", "burst"), &at)?
+                .map(|wanted| kept(old.and_then(|o| o.rate.as_ref()), wanted));
+            let queries = (entry.queries_per_second, entry.queries_burst);
+            let queries = rate(queries, ("queries_per_second", "queries_burst"), &at)?
+                .map(|wanted| kept(old.and_then(|o| o.queries.as_ref()), wanted));
             if let Some(share) = entry.memory_share
                 && !(share > 0.0 && share <= 1.0)
             {
@@ -245,7 +266,8 @@ impl Callers {
                 name: Some(name.clone()),
                 permissions: permissions.iter().fold(0, |bits, p| bits | p.bit()),
                 events: entry.events,
-                rate,
+                rate: sends,
+                queries,
                 memory_share: entry.memory_share,
             });
             if callers
@@ -286,23 +308,36 @@ impl Callers {
     }
 }
 
-/// The checked send rate of an entry: per second and burst.
-fn rate(entry: &Entry, at: &str) -> Result<Option<(f64, f64)>, String> {
-    let Some(per_second) = entry.sends_per_second else {
-        if entry.burst.is_some() {
-            return Err(format!("{at}.burst needs sends_per_second"));
+/// The bucket of the file before a reload (`old`) when its rate is unchanged, so a
+/// reload grants no burst; else a new, full one.
+fn kept(old: Option<&Arc<Rate>>, (per_second, burst): (f64, f64)) -> Arc<Rate> {
+    old.filter(|old| old.per_second == per_second && old.burst == burst)
+        .cloned()
+        .unwrap_or_else(|| Arc::new(Rate::new(per_second, burst)))
+}
+
+/// A checked rate of an entry, per second and burst, from its two fields (`names`);
+/// the burst defaults to the rate rounded up.
+fn rate(
+    (per_second, burst): (Option<f64>, Option<f64>),
+    (rate_name, burst_name): (&str, &str),
+    at: &str,
+) -> Result<Option<(f64, f64)>, String> {
+    let Some(per_second) = per_second else {
+        if burst.is_some() {
+            return Err(format!("{at}.{burst_name} needs {rate_name}"));
         }
         return Ok(None);
     };
     if !(per_second > 0.0 && per_second <= MAX_RATE) {
         return Err(format!(
-            "{at}.sends_per_second must be above 0 and at most {MAX_RATE}, got {per_second}"
+            "{at}.{rate_name} must be above 0 and at most {MAX_RATE}, got {per_second}"
         ));
     }
-    let burst = entry.burst.unwrap_or(per_second.ceil());
+    let burst = burst.unwrap_or(per_second.ceil());
     if !(1.0..=MAX_RATE).contains(&burst) || burst.fract() != 0.0 {
         return Err(format!(
-            "{at}.burst must be a whole number from 1 to {MAX_RATE}, got {burst}"
+            "{at}.{burst_name} must be a whole number from 1 to {MAX_RATE}, got {burst}"
         ));
     }
     Ok(Some((per_second, burst)))

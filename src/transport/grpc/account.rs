@@ -1,21 +1,41 @@
-//! AccountService: balance, sender names, HLR lookups.
+//! AccountService: balance, sender names (shared and fresh, see core/queries), HLR
+//! lookups.
+
+use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
-use super::handler;
-use crate::core::dispatch::Dispatcher;
+use super::handler::{self, Rpc};
+use crate::core::queries::Queries;
 use crate::transport::proto::{self, account_service_server::AccountService};
 
 /// The AccountService handlers.
 #[derive(Debug, Clone)]
 pub struct Account {
-    dispatcher: Dispatcher,
+    queries: Arc<Queries>,
 }
 
 impl Account {
-    /// Handlers over `dispatcher`.
-    pub fn new(dispatcher: Dispatcher) -> Self {
-        Self { dispatcher }
+    /// Handlers over `queries`.
+    pub fn new(queries: Arc<Queries>) -> Self {
+        Self { queries }
+    }
+
+    async fn query<Req: Rpc<Resp>, Resp>(
+        &self,
+        request: Request<Req>,
+    ) -> Result<Response<Resp>, Status> {
+        let queries = &self.queries;
+        handler::unary_with(
+            queries.dispatcher(),
+            request,
+            |ops, deadline, caller| async move {
+                queries
+                    .execute_all(ops, deadline, caller.name.as_ref())
+                    .await
+            },
+        )
+        .await
     }
 }
 
@@ -25,20 +45,20 @@ impl AccountService for Account {
         &self,
         request: Request<proto::GetBalanceRequest>,
     ) -> Result<Response<proto::GetBalanceResponse>, Status> {
-        handler::unary(&self.dispatcher, request).await
+        self.query(request).await
     }
 
     async fn list_senders(
         &self,
         request: Request<proto::ListSendersRequest>,
     ) -> Result<Response<proto::ListSendersResponse>, Status> {
-        handler::unary(&self.dispatcher, request).await
+        self.query(request).await
     }
 
     async fn lookup_hlr(
         &self,
         request: Request<proto::LookupHlrRequest>,
     ) -> Result<Response<proto::LookupHlrResponse>, Status> {
-        handler::unary(&self.dispatcher, request).await
+        self.query(request).await
     }
 }

@@ -3,7 +3,7 @@
 use tonic::{Code, Status};
 
 use super::convert::{FromOutput, IntoOperation, counted_parts};
-use super::handler::Rpc;
+use super::handler::{Provenance, Rpc};
 use super::status::to_rpc_status;
 use crate::core::dispatch::Executed;
 use crate::core::domain::{Error, Operation, SmsEstimate, Violations};
@@ -34,14 +34,15 @@ impl Rpc<BatchResponse> for BatchRequest {
     fn respond(
         shape: Self::Shape,
         results: Vec<Result<Executed, Error>>,
-    ) -> Result<(BatchResponse, bool), Error> {
+    ) -> Result<(BatchResponse, Provenance), Error> {
         let results = shape
             .into_iter()
             .zip(results)
             .map(|((kind, counted), outcome)| result(kind, counted, outcome))
             .collect();
         // Replays are marked per item.
-        Ok((BatchResponse { results }, false))
+        // Each item says whether it was replayed; the call itself is neither.
+        Ok((BatchResponse { results }, Provenance::default()))
     }
 }
 

@@ -81,7 +81,10 @@ impl EventService for Events {
                     own_events_only = caller.events == EventScope::Own,
                     "event stream opened"
                 ),
-                Err(e) => tracing::info!(error = %e, "event stream refused"),
+                Err(e) => {
+                    super::handler::count_refusal(self.log.metrics(), &caller, e);
+                    tracing::info!(error = %e, "event stream refused");
+                }
             }
             opened
         }

@@ -46,7 +46,10 @@ impl FraudGuard {
             let mut violations = Violations::new();
             let parsed = parse(request.into_inner(), &mut violations.scope(""));
             let parsed = violations.finish(parsed)?;
-            Ok((work(verifier, caller.clone(), parsed).await?, false))
+            Ok((
+                work(verifier, caller.clone(), parsed).await?,
+                handler::Provenance::default(),
+            ))
         })
         .await
     }

@@ -10,12 +10,34 @@ use tracing::{Instrument, field};
 
 use super::convert::{FromOutput, IntoOperation, counted_parts};
 use crate::core::dispatch::{Dispatcher, Executed};
-use crate::core::domain::{Error, Operation, SmsEstimate, Violations};
+use crate::core::domain::{AnswerSource, Error, Operation, SmsEstimate, Violations};
 use crate::process::metrics::Metrics;
 use crate::transport::auth::{self, Caller};
 
 /// Response metadata of an answer replayed from an earlier call with the same id.
 pub const REPLAYED: &str = "msgw-replayed";
+
+/// Response metadata saying where a query's answer came from: `store`, `lookup`,
+/// `shared-lookup` or `cache` ([`AnswerSource`]; unary query RPCs only, not Batch).
+pub const ANSWER_SOURCE: &str = "msgw-answer-source";
+
+/// What an answer's response metadata says of it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Provenance {
+    /// Replayed from an earlier call with the same id (`msgw-replayed: true`).
+    pub replayed: bool,
+    /// Where a query's answer came from (`msgw-answer-source`).
+    pub source: Option<AnswerSource>,
+}
+
+impl From<&Executed> for Provenance {
+    fn from(executed: &Executed) -> Self {
+        Self {
+            replayed: executed.replayed,
+            source: executed.source,
+        }
+    }
+}
 
 /// A request msgw answers by running operations.
 pub trait Rpc<Resp>: Sized {
@@ -29,11 +51,11 @@ pub trait Rpc<Resp>: Sized {
     /// violation.
     fn plan(self, batch_max: usize) -> Result<(Vec<Operation>, Self::Shape), Error>;
 
-    /// The response from the operations' results, and whether it is a replay.
+    /// The response from the operations' results, and what its metadata says of it.
     fn respond(
         shape: Self::Shape,
         results: Vec<Result<Executed, Error>>,
-    ) -> Result<(Resp, bool), Error>;
+    ) -> Result<(Resp, Provenance), Error>;
 }
 
 /// A request of one operation: its result is the RPC's.
@@ -50,13 +72,14 @@ impl<Req: IntoOperation, Resp: FromOutput> Rpc<Resp> for Req {
     fn respond(
         counted: Self::Shape,
         results: Vec<Result<Executed, Error>>,
-    ) -> Result<(Resp, bool), Error> {
+    ) -> Result<(Resp, Provenance), Error> {
         let executed = results
             .into_iter()
             .next()
             .unwrap_or_else(|| Err(Error::Internal("no result for the operation".into())))?;
+        let provenance = Provenance::from(&executed);
         let response = Resp::from_output(executed.output)?.counted(counted);
-        Ok((response, executed.replayed))
+        Ok((response, provenance))
     }
 }
 
@@ -142,13 +165,13 @@ pub async fn own_messages_only(
     Ok(())
 }
 
-/// Runs the work of one RPC of `method` for `caller` (the response, and whether it is
-/// a replay): traced, timed and counted like every other RPC.
+/// Runs the work of one RPC of `method` for `caller` (the response, and what its
+/// metadata says of it): traced, timed and counted like every other RPC.
 pub async fn observed<Resp>(
     metrics: &Metrics,
     method: &'static str,
     caller: &Caller,
-    work: impl Future<Output = Result<(Resp, bool), Error>>,
+    work: impl Future<Output = Result<(Resp, Provenance), Error>>,
 ) -> Result<Response<Resp>, Status> {
     let span = tracing::info_span!(
         "rpc",
@@ -163,17 +186,37 @@ pub async fn observed<Resp>(
         let started = Instant::now();
         let result = work.await;
         finish(metrics, method, caller, started, result.as_ref().err());
-        let (response, replayed) = result.map_err(Status::from)?;
+        let (response, provenance) = result.map_err(Status::from)?;
         let mut response = Response::new(response);
-        if replayed {
+        if provenance.replayed {
             response
                 .metadata_mut()
                 .insert(REPLAYED, MetadataValue::from_static("true"));
+        }
+        if let Some(source) = provenance.source {
+            response
+                .metadata_mut()
+                .insert(ANSWER_SOURCE, MetadataValue::from_static(source.as_str()));
         }
         Ok(response)
     }
     .instrument(span)
     .await
+}
+
+/// Counts a call `caller` made that one of its rates refused
+/// (`msgw_rate_refusals_total`); any other error is not counted here.
+pub fn count_refusal(metrics: &Metrics, caller: &Caller, error: &Error) {
+    let rate = match error {
+        Error::RateLimited { .. } => "sends",
+        Error::QueryRateLimited { .. } => "queries",
+        _ => return,
+    };
+    metrics
+        .queries
+        .rate_refusals
+        .with_label_values(&[caller.label(), rate])
+        .inc();
 }
 
 /// Counts each operation's outcome: a Batch's items one by one, so one rejected item
@@ -234,6 +277,7 @@ fn finish(
             tracing::info!("rpc done");
         }
         Some(e) => {
+            count_refusal(metrics, caller, e);
             span.record("outcome", super::status::outcome(e));
             if super::status::is_refusal(e) {
                 tracing::info!(error = %e, "rpc refused");

@@ -7,13 +7,14 @@ use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 
 use super::convert::{estimate, estimate_text, looked_up, timestamp};
-use super::handler::{self, Rpc};
+use super::handler::{self, Provenance, Rpc};
 use super::schedule::{TimedRequest, batch_timings, timing};
 use crate::core::dispatch::{Dispatcher, Executed};
 use crate::core::domain::{
     ClientId, Error, Operation, Output, Permission, Phone, Violations, estimate_sms,
 };
 use crate::core::events::EventLog;
+use crate::core::queries::Queries;
 use crate::core::schedule::Scheduler;
 use crate::core::verify::numbers::NumberRule;
 use crate::core::wait::{self, MAX_WAIT};
@@ -25,17 +26,25 @@ use crate::transport::proto::{self, messaging_service_server::MessagingService};
 pub struct Messaging {
     dispatcher: Dispatcher,
     scheduler: Arc<Scheduler>,
+    queries: Arc<Queries>,
     events: Arc<EventLog>,
     numbers: NumberRule,
 }
 
 impl Messaging {
-    /// Handlers over `scheduler` (and its dispatcher); `events` answers waits for a
-    /// final status; `numbers` says where verification codes go (LookupNumber).
-    pub fn new(scheduler: Arc<Scheduler>, events: Arc<EventLog>, numbers: NumberRule) -> Self {
+    /// Handlers over `scheduler` (and its dispatcher); `queries` answers status
+    /// queries, with `events` when they wait for a final status; `numbers` says where
+    /// verification codes go (LookupNumber).
+    pub fn new(
+        scheduler: Arc<Scheduler>,
+        queries: Arc<Queries>,
+        events: Arc<EventLog>,
+        numbers: NumberRule,
+    ) -> Self {
         Self {
             dispatcher: scheduler.dispatcher().clone(),
             scheduler,
+            queries,
             events,
             numbers,
         }
@@ -119,14 +128,13 @@ impl MessagingService for Messaging {
         request: Request<proto::GetMessageStatusRequest>,
     ) -> Result<Response<proto::GetMessageStatusResponse>, Status> {
         if !request.get_ref().wait_for_final {
-            // A message msgw keeps (or cancelled) is answered from msgw's store.
-            let scheduler = &self.scheduler;
+            // From msgw's store, a lookup shared or fresh, or a new one (core/queries).
+            let queries = &self.queries;
             return handler::unary_with(
                 &self.dispatcher,
                 request,
                 |ops, deadline, caller| async move {
-                    let ops = ops.into_iter().map(|op| (op, None)).collect();
-                    scheduler
+                    queries
                         .execute_all(ops, deadline, caller.name.as_ref())
                         .await
                 },
@@ -144,17 +152,18 @@ impl MessagingService for Messaging {
             ..query
         };
         let request = Request::from_parts(metadata, extensions, query);
-        let (events, dispatcher) = (&self.events, &self.dispatcher);
-        handler::unary_with(dispatcher, request, move |ops, _, _| async move {
+        let (events, queries) = (&self.events, &self.queries);
+        handler::unary_with(&self.dispatcher, request, move |ops, _, _| async move {
             let [Operation::GetMessageStatus(id)] = ops[..] else {
                 return Err(Error::Internal(format!(
                     "a status request parsed as {ops:?}"
                 )));
             };
-            let waited = wait::final_status(events, dispatcher, id, until, account).await;
-            Ok(vec![waited.map(|w| Executed {
+            let waited = wait::final_status(events, queries, id, until, account).await;
+            Ok(vec![waited.map(|(w, source)| Executed {
                 output: Output::Waited(w),
                 replayed: false,
+                source: Some(source),
             })])
         })
         .await
@@ -180,7 +189,7 @@ impl MessagingService for Messaging {
                 send_at: Some(timestamp(canceled.send_at)),
                 cancel_time: Some(timestamp(canceled.at)),
             };
-            Ok((response, false))
+            Ok((response, Provenance::default()))
         })
         .await
     }
@@ -196,7 +205,7 @@ impl MessagingService for Messaging {
             let mut violations = Violations::new();
             let text = estimate_text(request.into_inner(), &mut violations.scope(""));
             let text = violations.finish(text)?;
-            Ok((estimate(estimate_sms(text.as_str())), false))
+            Ok((estimate(estimate_sms(text.as_str())), Provenance::default()))
         })
         .await
     }

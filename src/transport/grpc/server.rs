@@ -64,6 +64,7 @@ impl Health {
 /// Everything the gRPC port serves, and the health it reports (not serving yet).
 pub fn routes(
     scheduler: Arc<crate::core::schedule::Scheduler>,
+    queries: Arc<crate::core::queries::Queries>,
     events: Arc<EventLog>,
     verifier: Verifier,
     suppressions: Suppressions,
@@ -97,13 +98,14 @@ pub fn routes(
         .add_service(
             MessagingServiceServer::new(Messaging::new(
                 scheduler,
+                queries.clone(),
                 events.clone(),
                 verifier.numbers().clone(),
             ))
             .max_decoding_message_size(MAX_REQUEST_BYTES),
         )
         .add_service(
-            AccountServiceServer::new(Account::new(dispatcher.clone()))
+            AccountServiceServer::new(Account::new(queries))
                 .max_decoding_message_size(MAX_REQUEST_BYTES),
         )
         .add_service(

@@ -30,7 +30,7 @@ pub fn code(e: &Error) -> Code {
         Error::MessageNotFound { .. } | Error::NoSuchMessage { .. } => Code::NotFound,
         Error::MessageCanceled { .. } | Error::AlreadySent { .. } => Code::FailedPrecondition,
         Error::PermissionDenied(_) => Code::PermissionDenied,
-        Error::RateLimited { .. } => Code::ResourceExhausted,
+        Error::RateLimited { .. } | Error::QueryRateLimited { .. } => Code::ResourceExhausted,
         Error::VerificationNotFound
         | Error::RangeNotHeld { .. }
         | Error::PhoneNotSuppressed { .. } => Code::NotFound,
@@ -80,6 +80,7 @@ pub fn reason(e: &Error) -> &'static str {
         Error::MessageCanceled { .. } => "MESSAGE_CANCELED",
         Error::AlreadySent { .. } => "ALREADY_SENT",
         Error::RateLimited { .. } => "RATE_LIMITED",
+        Error::QueryRateLimited { .. } => "QUERY_RATE_LIMITED",
         Error::VerificationNotFound => "VERIFICATION_NOT_FOUND",
         Error::PhoneRateLimited { .. } => "PHONE_RATE_LIMITED",
         Error::DestinationNotAllowed => "DESTINATION_NOT_ALLOWED",
@@ -242,6 +243,14 @@ fn details(e: Error) -> Details {
         } => Details {
             metadata: vec![("caller", caller)],
             retry_after,
+            ..Details::default()
+        },
+        Error::QueryRateLimited {
+            caller,
+            retry_after,
+        } => Details {
+            metadata: vec![("caller", caller)],
+            retry_after: Some(retry_after),
             ..Details::default()
         },
         Error::MessageCanceled { id } | Error::AlreadySent { id } | Error::NoSuchMessage { id } => {

@@ -47,7 +47,10 @@ impl SuppressionList {
             let mut violations = Violations::new();
             let parsed = parse(request.into_inner(), &mut violations.scope(""));
             let parsed = violations.finish(parsed)?;
-            Ok((work(list, caller.clone(), parsed).await?, false))
+            Ok((
+                work(list, caller.clone(), parsed).await?,
+                handler::Provenance::default(),
+            ))
         })
         .await
     }

@@ -58,7 +58,7 @@ impl Verification {
             let parsed = violations.finish(parsed)?;
             auth::admit_verification(&caller, method, sends)?;
             let view = work(verifier, caller.clone(), parsed, deadline).await?;
-            Ok((to_proto(view), false))
+            Ok((to_proto(view), handler::Provenance::default()))
         })
         .await
     }

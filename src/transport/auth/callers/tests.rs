@@ -125,6 +125,18 @@ fn a_bad_callers_file_is_refused_with_the_entry_named() {
             "burst must be",
         ),
         (
+            "[[caller]]\nname = \"a\"\nqueries_burst = 5",
+            "caller[0].queries_burst needs queries_per_second",
+        ),
+        (
+            "[[caller]]\nname = \"a\"\nqueries_per_second = -1",
+            "caller[0].queries_per_second must be above 0",
+        ),
+        (
+            "[[caller]]\nname = \"a\"\nqueries_per_second = 5\nqueries_burst = 0",
+            "caller[0].queries_burst must be",
+        ),
+        (
             "[[caller]]\nname = \"a\"\n[[caller]]\nname = \"a\"",
             "listed twice",
         ),
@@ -180,6 +192,39 @@ fn a_send_rate_refills_and_says_how_long_to_wait() {
     )
     .unwrap();
     assert_eq!(faster.by_token("t").unwrap().take_sends(2), Ok(()));
+}
+
+#[test]
+fn a_query_rate_is_its_own_bucket_and_says_how_long_to_wait() {
+    let text = format!(
+        "[[caller]]\nname = \"a\"\ntoken_sha256 = \"{}\"\nsends_per_second = 1\nburst = 1\nqueries_per_second = 10\nqueries_burst = 2",
+        sha("t")
+    );
+    let callers = Callers::parse(&text, None).unwrap();
+    let caller = callers.by_token("t").unwrap();
+    assert_eq!(caller.take_query(), Ok(()));
+    assert_eq!(caller.take_query(), Ok(()));
+    let wait = caller.take_query().unwrap_err();
+    assert!(
+        wait > Duration::ZERO && wait <= Duration::from_millis(100),
+        "{wait:?}"
+    );
+    // The send bucket is untouched by queries, and the other way round.
+    assert_eq!(caller.take_sends(1), Ok(()));
+    assert!(caller.take_query().is_err());
+    // A reload with the same rates keeps both (empty) buckets.
+    let same = Callers::parse(&text, Some(&callers)).unwrap();
+    let reloaded = same.by_token("t").unwrap();
+    assert!(reloaded.take_query().is_err());
+    assert!(reloaded.take_sends(1).is_err());
+    // Without a query rate, queries are not limited.
+    let free = Callers::parse(
+        &format!("[[caller]]\nname = \"b\"\ntoken_sha256 = \"{}\"", sha("u")),
+        None,
+    )
+    .unwrap();
+    let free = free.by_token("u").unwrap();
+    assert!((0..1000).all(|_| free.take_query().is_ok()));
 }
 
 #[test]

@@ -78,6 +78,10 @@ fn every_error() -> Vec<Error> {
             sends: 1,
             retry_after: Some(second),
         },
+        Error::QueryRateLimited {
+            caller: "billing".into(),
+            retry_after: second,
+        },
         Error::VerificationNotFound,
         Error::PhoneRateLimited {
             retry_after: second,
@@ -138,6 +142,7 @@ fn every_error() -> Vec<Error> {
             | Error::CursorOutOfRange { .. }
             | Error::PermissionDenied(_)
             | Error::RateLimited { .. }
+            | Error::QueryRateLimited { .. }
             | Error::VerificationNotFound
             | Error::PhoneRateLimited { .. }
             | Error::DestinationNotAllowed

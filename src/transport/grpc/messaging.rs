@@ -223,7 +223,7 @@ impl MessagingService for Messaging {
                 .scope("")
                 .check("phone", Phone::parse(&request.into_inner().phone));
             let phone = violations.finish(phone)?;
-            Ok((looked_up(self.numbers.judge(phone)), false))
+            Ok((looked_up(self.numbers.judge(phone)), Provenance::default()))
         })
         .await
     }

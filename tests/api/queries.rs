@@ -183,7 +183,6 @@ async fn a_status_waited_for_says_where_it_came_from() {
     let mut request = tonic::Request::new(GetMessageStatusRequest {
         id: 6001,
         wait_for_final: true,
-        ..Default::default()
     });
     request.set_timeout(Duration::from_secs(5));
     let answer = app.messaging().get_message_status(request).await.unwrap();

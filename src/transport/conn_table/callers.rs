@@ -127,7 +127,7 @@ impl Table {
                 .map(|a| (a.label.clone(), a.held()))
                 .collect()
         };
-        held.sort_by(|a, b| b.1.cmp(&a.1));
+        held.sort_by_key(|entry| std::cmp::Reverse(entry.1));
         let mut shown = memory
             .shown_callers
             .lock()

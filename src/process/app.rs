@@ -25,7 +25,7 @@ use crate::process::kept_secret;
 use crate::process::metrics::Metrics;
 use crate::process::periodic::Leased;
 use crate::sandbox::{EmbeddedSandbox, SandboxConfig};
-use crate::transport::auth::tls::{TlsFiles, TlsReloader};
+use crate::transport::auth::tls::TlsReloader;
 use crate::transport::auth::{AuthLayer, Authenticator};
 use crate::transport::grpc::port::PortLimits;
 use crate::transport::grpc::schedule::decoder;
@@ -206,7 +206,7 @@ impl Application {
                 "gRPC callers must authenticate"
             );
         }
-        let tls = grpc_tls(config.tls)?;
+        let tls = crate::transport::auth::tls::for_grpc_port(config.tls).context("gRPC TLS")?;
         // The limit of msgw's own cgroup (v2, else v1), else the machine's memory.
         let memory = crate::process::memory::find();
         match &memory {
@@ -453,23 +453,6 @@ impl Application {
         tracing::info!("stopped");
         Ok(())
     }
-}
-
-/// The gRPC port's TLS from its files (a bad file refuses to start), logging which
-/// security the port has.
-fn grpc_tls(files: Option<TlsFiles>) -> anyhow::Result<Option<Arc<TlsReloader>>> {
-    let Some(files) = files else {
-        tracing::info!("gRPC port: plaintext (no TLS certificate configured)");
-        return Ok(None);
-    };
-    let mtls = files.client_ca.is_some();
-    let tls = TlsReloader::load(files).context("gRPC TLS")?;
-    if mtls {
-        tracing::info!("gRPC port: TLS, client certificates required (mTLS)");
-    } else {
-        tracing::info!("gRPC port: TLS, no client certificates");
-    }
-    Ok(Some(tls))
 }
 
 /// A name for this process among the replicas: the pod's host name (for operators

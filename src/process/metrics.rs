@@ -10,7 +10,10 @@ use prometheus::{
     IntGauge, IntGaugeVec, Opts, Registry, Result, TextEncoder,
 };
 
+mod codes;
 mod grpc_memory;
+
+pub use codes::code_name;
 
 pub use grpc_memory::{GrpcMemoryMetrics, TOP_CALLERS};
 
@@ -467,30 +470,6 @@ impl Metrics {
             tracing::error!(error = %e, "cannot encode metrics");
         }
         String::from_utf8(out).unwrap_or_default()
-    }
-}
-
-/// The canonical upper-case name of a gRPC code, as Prometheus labels show it.
-pub fn code_name(code: tonic::Code) -> &'static str {
-    use tonic::Code::*;
-    match code {
-        Ok => "OK",
-        Cancelled => "CANCELLED",
-        Unknown => "UNKNOWN",
-        InvalidArgument => "INVALID_ARGUMENT",
-        DeadlineExceeded => "DEADLINE_EXCEEDED",
-        NotFound => "NOT_FOUND",
-        AlreadyExists => "ALREADY_EXISTS",
-        PermissionDenied => "PERMISSION_DENIED",
-        ResourceExhausted => "RESOURCE_EXHAUSTED",
-        FailedPrecondition => "FAILED_PRECONDITION",
-        Aborted => "ABORTED",
-        OutOfRange => "OUT_OF_RANGE",
-        Unimplemented => "UNIMPLEMENTED",
-        Internal => "INTERNAL",
-        Unavailable => "UNAVAILABLE",
-        DataLoss => "DATA_LOSS",
-        Unauthenticated => "UNAUTHENTICATED",
     }
 }
 

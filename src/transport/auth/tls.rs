@@ -253,6 +253,23 @@ fn client_roots(path: &Path) -> Result<RootCertStore, TlsError> {
     Ok(roots)
 }
 
+/// The gRPC port's TLS from its files (a bad file refuses to start), logging which
+/// security the port has.
+pub fn for_grpc_port(files: Option<TlsFiles>) -> Result<Option<Arc<TlsReloader>>, TlsError> {
+    let Some(files) = files else {
+        tracing::info!("gRPC port: plaintext (no TLS certificate configured)");
+        return Ok(None);
+    };
+    let mtls = files.client_ca.is_some();
+    let tls = TlsReloader::load(files)?;
+    if mtls {
+        tracing::info!("gRPC port: TLS, client certificates required (mTLS)");
+    } else {
+        tracing::info!("gRPC port: TLS, no client certificates");
+    }
+    Ok(Some(tls))
+}
+
 #[cfg(test)]
 mod tests {
     use rcgen::{CertificateParams, DnType, KeyPair};

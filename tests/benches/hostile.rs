@@ -479,7 +479,7 @@ async fn attack(
 /// The well-behaved second caller: a SendSms every 50 ms on its own connection.
 struct Sender {
     stop: watch::Sender<bool>,
-    task: tokio::task::JoinHandle<(Vec<Duration>, u64)>,
+    task: tokio::task::JoinHandle<(Vec<Duration>, u64, Option<String>)>,
 }
 
 impl Sender {
@@ -496,6 +496,7 @@ impl Sender {
         let task = tokio::spawn(async move {
             let mut took = Vec::new();
             let mut failed = 0;
+            let mut first_error = None;
             let mut tick = tokio::time::interval(Duration::from_millis(50));
             for id in 5_000_000u64.. {
                 tokio::select! {
@@ -515,10 +516,15 @@ impl Sender {
                 let started = Instant::now();
                 match client.send_sms(request).await {
                     Ok(_) => took.push(started.elapsed()),
-                    Err(_) => failed += 1,
+                    Err(status) => {
+                        failed += 1;
+                        first_error.get_or_insert_with(|| {
+                            format!("{:?}: {}", status.code(), status.message())
+                        });
+                    }
                 }
             }
-            (took, failed)
+            (took, failed, first_error)
         });
         Ok(Self { stop, task })
     }
@@ -526,7 +532,10 @@ impl Sender {
     /// `p50/p99 ms, failed`.
     async fn stop(self) -> String {
         self.stop.send_replace(true);
-        let (mut took, failed) = self.task.await.unwrap_or_default();
+        let (mut took, failed, first_error) = self.task.await.unwrap_or_default();
+        if let Some(error) = first_error {
+            println!("  the second caller's first failure: {error}");
+        }
         took.sort();
         let at = |q: f64| {
             took.get(((took.len() as f64 * q) as usize).min(took.len().saturating_sub(1)))

@@ -8,9 +8,14 @@ use std::{future::Future, pin::Pin, sync::Arc};
 /// What held bytes are for (the `kind` label of `msgw_grpc_held_bytes_by_kind`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HeldKind {
+    /// A connection's fixed cost: its buffers, its HTTP/2 state and a header block
+    /// being received.
+    Connection,
     /// A stream's fixed cost and its request headers.
     Stream,
-    /// A request body received and not yet done with.
+    /// A request body received and not yet done with, and the flow-control window
+    /// granted to a request body not yet finished (what its client may still send
+    /// unasked).
     Request,
     /// An answer waiting for its client's flow-control window.
     Answer,
@@ -22,7 +27,8 @@ pub enum HeldKind {
 
 impl HeldKind {
     /// Every kind, in label order.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
+        Self::Connection,
         Self::Stream,
         Self::Request,
         Self::Answer,
@@ -33,6 +39,7 @@ impl HeldKind {
     /// The metric label.
     pub fn label(self) -> &'static str {
         match self {
+            Self::Connection => "connection",
             Self::Stream => "stream",
             Self::Request => "request",
             Self::Answer => "answer",

@@ -223,8 +223,17 @@ impl Application {
             .memory_budget
             .or(memory_limit.map(|limit| limit / crate::process::memory::GRPC_SHARE))
             .map_or(usize::MAX, |b| usize::try_from(b).unwrap_or(usize::MAX));
+        // Unless set, the connections whose fixed costs fit in half the budget.
+        let grpc_max_connections = match config.grpc_limits.max_connections {
+            Some(_) => shares.grpc,
+            None => shares
+                .grpc
+                .min(crate::transport::conn_table::connections_within(
+                    grpc_memory_budget,
+                )),
+        };
         tracing::info!(
-            max_connections = shares.grpc,
+            max_connections = grpc_max_connections,
             memory_budget = grpc_memory_budget,
             memory_limit,
             send_timeout = ?config.grpc_limits.send_timeout,
@@ -242,7 +251,7 @@ impl Application {
             tls,
             auth,
             grpc_limits: config.grpc_limits,
-            grpc_max_connections: shares.grpc,
+            grpc_max_connections,
             grpc_memory_budget,
             http,
             admin,

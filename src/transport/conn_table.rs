@@ -17,7 +17,11 @@
 //! accepted (its request may be in the socket unread), and tells the accept loop when
 //! room is freed instead of refusing.
 //!
-//! Memory (the gRPC port): each open stream counts a fixed cost, its request's headers and body,
+//! Memory (the gRPC port): each connection counts a fixed cost ([`CONN_COST`]: its
+//! buffers, HTTP/2 state, a header block being received), and at the budget a new
+//! connection makes room by closing the one idle longest, as at the cap. Each open
+//! stream counts a fixed cost, its request's headers and body (and the window its
+//! unfinished body was granted),
 //! the answer msgw holds for it, and what msgw loads for it (an event stream's replay,
 //! a status waiter); the whole port's count is held under the memory budget, and each
 //! caller's under its share of it. A stream that would pass either is refused; at the
@@ -43,6 +47,21 @@ mod streams;
 pub use callers::CallerHeld;
 pub use metrics::ConnMetrics;
 pub use streams::{OPEN_PATH_STREAMS, Refused, Room, STREAM_COST, StreamGuard};
+
+use crate::core::held::HeldKind;
+
+/// What one gRPC connection costs msgw before any stream (its socket's buffers, HTTP/2
+/// state and HPACK table, its task, a request's header block while it arrives),
+/// measured with raw HTTP/2 clients under a 256 MiB memory group: 35 KiB of RSS per
+/// connection that sent only its preface, 70 KiB per connection holding a 16 KiB
+/// header block unfinished.
+pub const CONN_COST: usize = 72 * 1024;
+
+/// The connections a gRPC port's memory budget has room for when nobody sets a cap:
+/// their fixed costs take at most half of it, the rest is for their streams.
+pub fn connections_within(budget: usize) -> usize {
+    (budget / 2 / CONN_COST).max(1)
+}
 
 /// Why msgw closed a connection (a metric label); `Client` when the client did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,8 +117,11 @@ pub struct Table {
     idle_timeout: Duration,
     /// A connection idle for less than this is not closed to make room.
     least_idle: Duration,
-    /// What the port's streams may hold in all, bytes.
+    /// What the port's connections and streams may hold in all, bytes.
     budget: usize,
+    /// What one connection counts before its streams ([`CONN_COST`] on the gRPC
+    /// port; the HTTP listeners count no memory).
+    conn_cost: usize,
     /// What the port's streams hold now, bytes.
     held: AtomicUsize,
     /// Each caller's share of the budget, unless its entry gives its own.
@@ -187,7 +209,7 @@ impl Table {
             max,
             idle_timeout,
             Duration::ZERO,
-            budget,
+            (budget, CONN_COST),
             caller_share,
             metrics,
         )
@@ -203,14 +225,14 @@ impl Table {
         least_idle: Duration,
         metrics: ConnMetrics,
     ) -> Arc<Self> {
-        Self::build(max, idle_timeout, least_idle, usize::MAX, 1.0, metrics)
+        Self::build(max, idle_timeout, least_idle, (usize::MAX, 0), 1.0, metrics)
     }
 
     fn build(
         max: usize,
         idle_timeout: Duration,
         least_idle: Duration,
-        budget: usize,
+        (budget, conn_cost): (usize, usize),
         caller_share: f64,
         metrics: ConnMetrics,
     ) -> Arc<Self> {
@@ -225,6 +247,7 @@ impl Table {
             idle_timeout,
             least_idle,
             budget,
+            conn_cost,
             held: AtomicUsize::new(0),
             caller_share,
             accounts: Mutex::default(),
@@ -263,7 +286,10 @@ impl Table {
 
     /// Admits a new connection. At the cap, the connection idle longest (else the one
     /// with only open-path streams for longest) is told to close to make room;
-    /// `None` when every open connection has a stream on msgw's services.
+    /// `None` when every open connection has a stream on msgw's services. At the
+    /// memory budget one is told to close the same way, if one can be; if none can,
+    /// the new connection is admitted all the same (a prober's new connection must
+    /// get its answer), its cost counted: the cap bounds the connections.
     pub fn admit(self: &Arc<Self>) -> Option<Arc<Conn>> {
         self.try_admit().ok()
     }
@@ -275,9 +301,15 @@ impl Table {
     pub fn try_admit(self: &Arc<Self>) -> Result<Arc<Conn>, Option<Instant>> {
         let now = Instant::now();
         let mut inner = self.lock();
-        if inner.conns.len() - inner.closing.len() >= self.max {
-            let victim = inner.idle.first().or_else(|| inner.unguarded.first());
-            let Some(&(since, victim)) = victim else {
+        let at_cap = inner.conns.len() - inner.closing.len() >= self.max;
+        let at_budget = self.conn_cost > 0 && self.held() + self.conn_cost > self.budget;
+        let victim = inner
+            .idle
+            .first()
+            .or_else(|| inner.unguarded.first())
+            .copied();
+        if at_cap || (at_budget && victim.is_some()) {
+            let Some((since, victim)) = victim else {
                 inner.wanted = true;
                 drop(inner);
                 if let Some(refused) = &self.metrics.refused {
@@ -290,7 +322,11 @@ impl Table {
                 return Err(Some(since + self.least_idle));
             }
             if let Some(conn) = inner.mark_closing(victim, now) {
-                conn.signal(Close::Evicted);
+                conn.signal(if at_cap {
+                    Close::Evicted
+                } else {
+                    Close::MemoryBudget
+                });
             }
         }
         let id = inner.next_id;
@@ -322,6 +358,10 @@ impl Table {
         self.metrics
             .open
             .set(i64::try_from(inner.conns.len()).unwrap_or(i64::MAX));
+        drop(inner);
+        if self.conn_cost > 0 {
+            self.add_held(&conn, HeldKind::Connection, self.conn_cost);
+        }
         Ok(conn)
     }
 
@@ -352,8 +392,9 @@ impl Table {
 
     fn remove(&self, id: u64, reason: Close) {
         let mut inner = self.lock();
-        if let Some(entry) = inner.conns.remove(&id) {
-            inner.forget(id, &entry);
+        let removed = inner.conns.remove(&id);
+        if let Some(entry) = &removed {
+            inner.forget(id, entry);
         }
         let open = inner.conns.len();
         let wanted = std::mem::take(&mut inner.wanted);
@@ -362,6 +403,14 @@ impl Table {
             .open
             .set(i64::try_from(open).unwrap_or(i64::MAX));
         self.metrics.closed(reason);
+        if let Some(entry) = removed
+            && self.conn_cost > 0
+        {
+            self.sub_held(&entry.conn, HeldKind::Connection, self.conn_cost);
+            if let Some(caller) = entry.conn.caller.get() {
+                caller.sub(self.conn_cost);
+            }
+        }
         self.removed.notify_waiters();
         if wanted {
             self.freed.notify_one();

@@ -141,7 +141,7 @@ pub async fn serve(
         };
         let Some(conn) = conn else { break };
         // Busy until its task has looked at what it sent (see `connection`).
-        let unread = conn.stream_opened(true, false, 0).ok();
+        let unread = conn.stream_opened(true, false, 0, 0).ok();
         let _ = tcp.set_nodelay(true);
         tokio::spawn(connection(
             tcp,
@@ -254,7 +254,7 @@ fn connection(
         let (unread, started) = (unread.clone(), started.clone());
         move |request: http::Request<Incoming>| {
             // Serving a request: not evictable until its handler has answered.
-            let busy = conn.stream_opened(true, false, 0);
+            let busy = conn.stream_opened(true, false, 0, 0);
             unread.lock().unwrap_or_else(|e| e.into_inner()).take();
             started.notify_one();
             let mut router = router.clone();

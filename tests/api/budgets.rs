@@ -156,48 +156,15 @@ async fn replaying_event_streams_that_never_read_are_held_to_their_callers_share
 async fn unfinished_uploads_stop_getting_window_at_their_callers_share() {
     let budget = 8 * MIB;
     let (app, _dir) = app(budget).await;
-    let sent = Arc::new(AtomicU64::new(0));
-    let until = tokio::time::Instant::now() + Duration::from_secs(30);
     // Two connections of 10 Batch requests each, every one declaring a 1,040,000-byte
     // message and uploading it as the windows allow, never finished.
-    let auth = format!("Bearer {UPLOADER}");
-    let uploads: Vec<_> = (0..2)
-        .map(|_| {
-            let (sent, auth, addr) = (sent.clone(), auth.clone(), app.addr);
-            tokio::spawn(async move {
-                frames::upload_unfinished(
-                    addr,
-                    BATCH,
-                    &[("authorization", &auth)],
-                    10,
-                    1_040_000,
-                    until,
-                    &sent,
-                )
-                .await;
-            })
-        })
-        .collect();
-    // The uploads stall: msgw gives no more window.
-    let mut last = 0;
-    let mut still = 0;
-    while still < 4 {
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        let now = sent.load(Ordering::Relaxed);
-        still = if now == last && now > 0 { still + 1 } else { 0 };
-        last = now;
-        assert!(
-            tokio::time::Instant::now() < until,
-            "the uploads never stalled: {now} bytes sent"
-        );
-    }
-    // What msgw let in: the uploader's share, plus what each connection's window
-    // (1 MiB) let through before msgw stopped giving it back.
+    let (last, uploads) = upload_until_stalled(&app, 2, 10).await;
+    // What msgw let in: the uploader's share at most, the windows it granted counted
+    // in it.
     let share = budget / 4;
-    let allowed = (share + 2 * MIB + 64 * 1024) as u64;
     assert!(
-        last <= allowed,
-        "{last} bytes uploaded, more than the share and the windows ({allowed})"
+        last <= share as u64,
+        "{last} bytes uploaded, more than the share ({share})"
     );
     assert!(last >= share as u64 / 2, "only {last} bytes uploaded");
     let request = metric(&app, r#"msgw_grpc_held_bytes_by_kind{kind="request"}"#).await;
@@ -210,4 +177,120 @@ async fn unfinished_uploads_stop_getting_window_at_their_callers_share() {
     for upload in uploads {
         upload.abort();
     }
+}
+
+#[tokio::test]
+async fn unfinished_uploads_over_many_connections_stay_within_their_callers_share() {
+    let budget = 8 * MIB;
+    let (app, _dir) = app(budget).await;
+    // 40 connections of one upload each: every stream opens (under the share) before
+    // any sends a byte, and each may send its stream's window unasked.
+    let (last, uploads) = upload_until_stalled(&app, 40, 1).await;
+    let share = budget / 4;
+    // A stream refused at the share may still send its window: msgw drops that.
+    assert!(
+        last <= (share + 40 * 64 * 1024) as u64,
+        "{last} bytes uploaded over 40 connections, more than the share ({share}) and the refused streams' windows"
+    );
+    let uploader = metric(&app, r#"msgw_grpc_caller_held_bytes{caller="uploader"}"#).await;
+    assert!(
+        uploader > 0.0 && uploader <= share as f64,
+        "the uploader holds {uploader}, its share is {share}"
+    );
+    let request = metric(&app, r#"msgw_grpc_held_bytes_by_kind{kind="request"}"#).await;
+    assert!(
+        request <= share as f64,
+        "request bodies and their windows {request}, over the share {share}"
+    );
+    assert!(
+        metric(&app, "msgw_grpc_held_bytes").await <= budget as f64,
+        "within the budget"
+    );
+    sender_is_served(&app, 920_001, 20).await;
+    for upload in uploads {
+        upload.abort();
+    }
+}
+
+/// `conns` connections of `streams` Batch requests each as the uploader, every one
+/// declaring a 1,040,000-byte message and uploading it as the windows allow, never
+/// finished; returns the bytes uploaded once msgw gives no more window.
+async fn upload_until_stalled(
+    app: &TestApp,
+    conns: usize,
+    streams: u32,
+) -> (u64, Vec<tokio::task::JoinHandle<()>>) {
+    let sent = Arc::new(AtomicU64::new(0));
+    let until = tokio::time::Instant::now() + Duration::from_secs(30);
+    let auth = format!("Bearer {UPLOADER}");
+    let uploads: Vec<_> = (0..conns)
+        .map(|_| {
+            let (sent, auth, addr) = (sent.clone(), auth.clone(), app.addr);
+            tokio::spawn(async move {
+                frames::upload_unfinished(
+                    addr,
+                    BATCH,
+                    &[("authorization", &auth)],
+                    streams,
+                    1_040_000,
+                    until,
+                    &sent,
+                )
+                .await;
+            })
+        })
+        .collect();
+    let mut last = 0;
+    let mut still = 0;
+    while still < 4 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let now = sent.load(Ordering::Relaxed);
+        still = if now == last && now > 0 { still + 1 } else { 0 };
+        last = now;
+        assert!(
+            tokio::time::Instant::now() < until,
+            "the uploads never stalled: {now} bytes sent"
+        );
+    }
+    (last, uploads)
+}
+
+#[tokio::test]
+async fn connections_count_against_the_budget_and_are_capped_by_it() {
+    let budget = 8 * MIB;
+    let (app, _dir) = app(budget).await;
+    // 150 connections that send the HTTP/2 preface and nothing more, and 50 that
+    // leave a request's header block unfinished: under 8 MiB the cap is 56.
+    let mut flood = Vec::new();
+    for i in 0..200 {
+        let Ok(mut tcp) = tokio::net::TcpStream::connect(app.addr).await else {
+            continue;
+        };
+        let mut out = PREFACE.to_vec();
+        out.extend(frames::settings(None));
+        if i % 4 == 0 {
+            // HEADERS without END_HEADERS: msgw keeps the block until it is whole.
+            let mut headers = frames::grpc_headers(1, BATCH, &[("x-pad", &"p".repeat(8_000))]);
+            headers[4] &= !0x4;
+            out.extend(headers);
+        }
+        let _ = tcp.write_all(&out).await;
+        flood.push(tcp);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let open = metric(&app, "msgw_grpc_connections_open").await;
+    assert!(
+        (1.0..=64.0).contains(&open),
+        "{open} connections open: the cap from the budget is 56 (64 with those closing)"
+    );
+    let held = metric(&app, r#"msgw_grpc_held_bytes_by_kind{kind="connection"}"#).await;
+    assert_eq!(
+        held,
+        open * 72.0 * 1024.0,
+        "each open connection counts 72 KiB"
+    );
+    assert!(held <= (budget / 2 + 8 * 72 * 1024) as f64);
+    // A caller's new connection takes the place of an idle one.
+    sender_is_served(&app, 930_001, 20).await;
+    drop(flood);
 }

@@ -27,7 +27,12 @@
 //!   each declaring a 1,040,000-byte message and uploading it as the windows allow,
 //!   never finished;
 //! - `waiters`: with a token, 800 `GetMessageStatus{wait_for_final}` streams per
-//!   connection, of messages that never become final.
+//!   connection, of messages that never become final;
+//! - `spread-uploads`: the uploads again, one stream per connection over 250
+//!   connections (each stream opens under the share before any sends a byte);
+//! - `half-headers`: without a token, 3,000 connections that each send the preface and
+//!   a request's header block of 15 KB without its end, hold it, and connect again
+//!   100 ms after msgw closes them.
 //!
 //! Beside every attack a second, well-behaved caller (a token of its own) sends an
 //! SMS every 50 ms on its own connection; its SendSms p50, p99 and failures are printed.
@@ -113,6 +118,8 @@ enum Kind {
     ReplayNoToken,
     Uploads,
     Waiters,
+    SpreadUploads,
+    HalfHeaders,
 }
 
 impl Kind {
@@ -126,6 +133,8 @@ impl Kind {
             Kind::ReplayNoToken => "replay-no-token",
             Kind::Uploads => "uploads",
             Kind::Waiters => "waiters",
+            Kind::SpreadUploads => "spread-uploads",
+            Kind::HalfHeaders => "half-headers",
         }
     }
 
@@ -166,6 +175,8 @@ fn main() -> anyhow::Result<()> {
         (Kind::ReplayNoToken, 20),
         (Kind::Uploads, 10),
         (Kind::Waiters, 10),
+        (Kind::SpreadUploads, 250),
+        (Kind::HalfHeaders, 3_000),
     ];
     let limit = size(&args.memory_limit)
         .ok_or_else(|| anyhow::anyhow!("--memory-limit: a size like 256MiB or 1GiB, or 0"))?;
@@ -707,7 +718,11 @@ impl Prober {
 
 /// One hostile connection, connecting again whenever msgw closes it, until `stop`.
 async fn attacker(addr: SocketAddr, kind: Kind, mut stop: watch::Receiver<bool>) {
-    if kind == Kind::Uploads {
+    if kind == Kind::HalfHeaders {
+        return half_headers(addr, stop).await;
+    }
+    if matches!(kind, Kind::Uploads | Kind::SpreadUploads) {
+        let streams = if kind == Kind::Uploads { 200 } else { 1 };
         let auth = format!("Bearer {QUERIER}");
         let metadata = [("authorization", auth.as_str())];
         let sent = AtomicU64::new(0);
@@ -719,7 +734,7 @@ async fn attacker(addr: SocketAddr, kind: Kind, mut stop: watch::Receiver<bool>)
                     addr,
                     "/msgw.v1.MessagingService/Batch",
                     &metadata,
-                    200,
+                    streams,
                     1_040_000,
                     until,
                     &sent,
@@ -782,6 +797,40 @@ async fn attacker(addr: SocketAddr, kind: Kind, mut stop: watch::Receiver<bool>)
     }
 }
 
+/// A connection without a token that sends a request's header block without its end
+/// and holds it, connecting again 100 ms after msgw closes it, until `stop`.
+async fn half_headers(addr: SocketAddr, mut stop: watch::Receiver<bool>) {
+    let mut opening = frames::PREFACE.to_vec();
+    opening.extend(frames::settings(None));
+    let mut headers = frames::grpc_headers(
+        1,
+        "/msgw.v1.MessagingService/Batch",
+        &[("x-pad", &"p".repeat(15_000))],
+    );
+    // END_HEADERS unset: msgw keeps the block, waiting for its CONTINUATION.
+    headers[4] &= !0x4;
+    opening.extend(headers);
+    let mut buf = vec![0u8; 4096];
+    while !*stop.borrow() {
+        if let Ok(mut tcp) = TcpStream::connect(addr).await
+            && tcp.write_all(&opening).await.is_ok()
+        {
+            loop {
+                tokio::select! {
+                    _ = stop.changed() => return,
+                    read = tcp.read(&mut buf) => if !matches!(read, Ok(n) if n > 0) {
+                        break;
+                    },
+                }
+            }
+        }
+        tokio::select! {
+            _ = stop.changed() => return,
+            () = tokio::time::sleep(Duration::from_millis(100)) => {}
+        }
+    }
+}
+
 /// The frames of one hostile request on `stream`.
 fn request(kind: Kind, stream: u32) -> Vec<u8> {
     let auth = format!("Bearer {TOKEN}");
@@ -837,7 +886,7 @@ fn request(kind: Kind, stream: u32) -> Vec<u8> {
                 true,
             )
         }
-        Kind::Uploads => Vec::new(),
+        Kind::Uploads | Kind::SpreadUploads | Kind::HalfHeaders => Vec::new(),
         // HealthCheckRequest {} under 7 × 2,000 bytes of metadata.
         Kind::BigMetadata => {
             let metadata: Vec<(&str, &str)> =

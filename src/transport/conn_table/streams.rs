@@ -90,7 +90,7 @@ impl Table {
         self.held.load(Ordering::Relaxed)
     }
 
-    fn add_held(&self, conn: &Conn, kind: HeldKind, bytes: usize) {
+    pub(super) fn add_held(&self, conn: &Conn, kind: HeldKind, bytes: usize) {
         conn.held.fetch_add(bytes, Ordering::Relaxed);
         self.held.fetch_add(bytes, Ordering::Relaxed);
         if let Some(memory) = &self.metrics.memory {
@@ -100,7 +100,7 @@ impl Table {
         }
     }
 
-    fn sub_held(&self, conn: &Conn, kind: HeldKind, bytes: usize) {
+    pub(super) fn sub_held(&self, conn: &Conn, kind: HeldKind, bytes: usize) {
         conn.held.fetch_sub(bytes, Ordering::Relaxed);
         self.held.fetch_sub(bytes, Ordering::Relaxed);
         if let Some(memory) = &self.metrics.memory {
@@ -114,9 +114,9 @@ impl Table {
         }
     }
 
-    /// Whether the port has room for more (under its budget).
-    fn has_room(&self) -> bool {
-        self.held() < self.budget
+    /// Whether the port has room for `bytes` more under its budget.
+    fn has_room(&self, bytes: usize) -> bool {
+        self.held() + bytes <= self.budget
     }
 }
 
@@ -143,19 +143,22 @@ impl Inner {
 }
 
 impl Conn {
-    /// Counts a new stream whose request headers take `header_bytes`; the connection
-    /// is not idle while the guard lives, and not evictable while a `guarded` one (on
-    /// msgw's own services) lives. Refused when the connection has its share of
-    /// open-path streams, or when the port is at its memory budget (the connection
-    /// holding the most is then closed at once), unless it is a health `probe`.
+    /// Counts a new stream whose request headers take `header_bytes` and whose
+    /// request body may still send `window` bytes unasked (counted as `Request`); the
+    /// connection is not idle while the guard lives, and not evictable while a
+    /// `guarded` one (on msgw's own services) lives. Refused when the connection has
+    /// its share of open-path streams, or when the port is at its memory budget (the
+    /// connection holding the most is then closed at once), unless it is a health
+    /// `probe`.
     pub fn stream_opened(
         self: &Arc<Self>,
         guarded: bool,
         probe: bool,
         header_bytes: usize,
+        window: usize,
     ) -> Result<StreamGuard, Refused> {
         let table = &self.table;
-        let cost = STREAM_COST + header_bytes;
+        let cost = STREAM_COST + header_bytes + window;
         let now = Instant::now();
         let mut inner = table.lock();
         // A health check is answered at once: only streams that stay open (health
@@ -208,7 +211,11 @@ impl Conn {
             inner.refile(self.id, now);
         }
         drop(inner);
-        table.add_held(self, HeldKind::Stream, cost);
+        let fixed = cost - window;
+        table.add_held(self, HeldKind::Stream, fixed);
+        if window > 0 {
+            table.add_held(self, HeldKind::Request, window);
+        }
         let stream = Stream {
             conn: self.clone(),
             guarded,
@@ -216,7 +223,8 @@ impl Conn {
             held: Default::default(),
             caller: OnceLock::new(),
         };
-        stream.held[HeldKind::Stream as usize].store(cost, Ordering::Relaxed);
+        stream.held[HeldKind::Stream as usize].store(fixed, Ordering::Relaxed);
+        stream.held[HeldKind::Request as usize].store(window, Ordering::Relaxed);
         Ok(StreamGuard(Arc::new(stream)))
     }
 }
@@ -255,7 +263,14 @@ impl StreamGuard {
         if stream.caller.get().is_some() {
             return Ok(());
         }
-        if !stream.probe && caller.would_pass(stream.total()) {
+        // A connection belongs to the caller of its first charged stream, and its
+        // fixed cost is that caller's too: one caller cannot hold every connection.
+        let conn_cost = if stream.conn.caller.get().is_none() {
+            table.conn_cost
+        } else {
+            0
+        };
+        if !stream.probe && caller.would_pass(stream.total() + conn_cost) {
             if let Some(memory) = &table.metrics.memory {
                 memory
                     .refused_by_caller
@@ -266,20 +281,22 @@ impl StreamGuard {
         }
         if stream.caller.set(caller.clone()).is_ok() {
             caller.add(stream.total());
-            let _ = stream.conn.caller.set(caller);
+            if stream.conn.caller.set(caller.clone()).is_ok() {
+                caller.add(table.conn_cost);
+            }
         }
         Ok(())
     }
 
-    /// Whether a request body of this stream may be given more flow-control window:
-    /// its caller is under its share and the port under its budget.
-    pub fn has_room(&self) -> bool {
+    /// Whether a request body of this stream may be given `bytes` more flow-control
+    /// window: its caller's share and the port's budget have room for them.
+    pub fn has_room(&self, bytes: usize) -> bool {
         let stream = &self.0;
-        stream.conn.table.has_room()
+        stream.conn.table.has_room(bytes)
             && stream
                 .caller
                 .get()
-                .is_none_or(|caller| caller.held() < caller.share())
+                .is_none_or(|caller| caller.held() + bytes <= caller.share())
     }
 
     /// Resolves once streams have let go of bytes (the port or a caller may have room

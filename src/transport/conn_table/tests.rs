@@ -4,9 +4,67 @@ use super::*;
 use crate::core::held::HeldKind;
 use crate::process::metrics::Metrics;
 
+/// A gRPC port's table whose connections cost nothing: these tests count streams.
+fn table(
+    max: usize,
+    idle_timeout: Duration,
+    budget: usize,
+    caller_share: f64,
+    metrics: ConnMetrics,
+) -> Arc<Table> {
+    Table::build(
+        max,
+        idle_timeout,
+        Duration::ZERO,
+        (budget, 0),
+        caller_share,
+        metrics,
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn connections_count_their_cost_and_at_the_budget_the_idle_one_makes_room() {
+    let metrics = Metrics::new().unwrap();
+    let table = Table::new(
+        100,
+        Duration::from_secs(60),
+        4 * CONN_COST + 2 * STREAM_COST,
+        0.35,
+        ConnMetrics::grpc(&metrics),
+    );
+    let idle = table.admit().unwrap();
+    tokio::time::advance(Duration::from_secs(1)).await;
+    let busy = table.admit().unwrap();
+    let caller = table.caller("busy", None);
+    let stream = busy.stream_opened(true, false, 0, 0).unwrap();
+    stream.charge(caller.clone()).unwrap();
+    assert_eq!(table.held(), 2 * CONN_COST + STREAM_COST);
+    assert_eq!(
+        caller.held(),
+        CONN_COST + STREAM_COST,
+        "a connection's cost is its first caller's"
+    );
+    // A second connection's cost does not fit the caller's share: refused.
+    let second = table.admit().unwrap();
+    let other = second.stream_opened(true, false, 0, 0).unwrap();
+    assert_eq!(other.charge(caller.clone()), Err(Refused::CallerShare));
+    drop(other);
+    let _third = table.admit().unwrap();
+    assert_eq!(table.held(), 4 * CONN_COST + STREAM_COST);
+    // At the budget, under the cap: the connection idle longest makes room.
+    let _fourth = table.admit().expect("admitted at the budget");
+    assert_eq!(idle.closing().await, Close::MemoryBudget);
+    assert_eq!(table.held(), 5 * CONN_COST + STREAM_COST);
+    idle.finished();
+    assert_eq!(table.held(), 4 * CONN_COST + STREAM_COST);
+    drop(stream);
+    busy.finished();
+    assert_eq!(caller.held(), 0, "the connection's cost goes with it");
+}
+
 #[tokio::test(start_paused = true)]
 async fn at_the_cap_the_longest_idle_connection_makes_room() {
-    let table = Table::new(
+    let table = table(
         2,
         Duration::from_secs(60),
         usize::MAX,
@@ -16,12 +74,12 @@ async fn at_the_cap_the_longest_idle_connection_makes_room() {
     let first = table.admit().unwrap();
     tokio::time::advance(Duration::from_secs(1)).await;
     let second = table.admit().unwrap();
-    let _busy = first.stream_opened(true, false, 0).unwrap();
+    let _busy = first.stream_opened(true, false, 0, 0).unwrap();
     // `first` has a stream open: `second` is the one to go.
     let third = table.admit().unwrap();
     assert_eq!(second.closing().await, Close::Evicted);
     // Every connection not closing has a stream open: refused.
-    let _busy_third = third.stream_opened(true, false, 0).unwrap();
+    let _busy_third = third.stream_opened(true, false, 0, 0).unwrap();
     assert!(table.admit().is_none());
     second.finished();
     assert!(
@@ -32,7 +90,7 @@ async fn at_the_cap_the_longest_idle_connection_makes_room() {
 
 #[tokio::test(start_paused = true)]
 async fn streams_needing_no_token_do_not_keep_a_connection_at_the_cap() {
-    let table = Table::new(
+    let table = table(
         2,
         Duration::from_secs(60),
         usize::MAX,
@@ -40,9 +98,9 @@ async fn streams_needing_no_token_do_not_keep_a_connection_at_the_cap() {
         ConnMetrics::grpc(&Metrics::new().unwrap()),
     );
     let watcher = table.admit().unwrap();
-    let _watch = watcher.stream_opened(false, false, 0).unwrap();
+    let _watch = watcher.stream_opened(false, false, 0, 0).unwrap();
     let caller = table.admit().unwrap();
-    let _call = caller.stream_opened(true, false, 0).unwrap();
+    let _call = caller.stream_opened(true, false, 0, 0).unwrap();
     let newcomer = table.admit().expect("the health watcher makes room");
     assert_eq!(watcher.closing().await, Close::Evicted);
     drop(newcomer);
@@ -50,7 +108,7 @@ async fn streams_needing_no_token_do_not_keep_a_connection_at_the_cap() {
 
 #[tokio::test(start_paused = true)]
 async fn a_connection_is_idle_from_its_last_stream_on() {
-    let table = Table::new(
+    let table = table(
         8,
         Duration::from_secs(60),
         usize::MAX,
@@ -60,7 +118,7 @@ async fn a_connection_is_idle_from_its_last_stream_on() {
     let conn = table.admit().unwrap();
     let start = Instant::now();
     assert_eq!(conn.idle_deadline(), Some(start + Duration::from_secs(60)));
-    let stream = conn.stream_opened(true, false, 0).unwrap();
+    let stream = conn.stream_opened(true, false, 0, 0).unwrap();
     assert_eq!(conn.idle_deadline(), None);
     tokio::time::advance(Duration::from_secs(10)).await;
     drop(stream);
@@ -72,7 +130,7 @@ async fn a_connection_is_idle_from_its_last_stream_on() {
 #[tokio::test(start_paused = true)]
 async fn at_the_ceiling_the_oldest_closing_connection_is_dropped_at_once() {
     // Cap 8: the ceiling is 10 connections, closing ones included.
-    let table = Table::new(
+    let table = table(
         8,
         Duration::from_secs(60),
         usize::MAX,
@@ -95,7 +153,7 @@ async fn at_the_ceiling_the_oldest_closing_connection_is_dropped_at_once() {
 
 #[tokio::test(start_paused = true)]
 async fn a_connection_whose_streams_are_all_stalled_makes_room_at_the_cap() {
-    let table = Table::new(
+    let table = table(
         2,
         Duration::from_secs(60),
         usize::MAX,
@@ -103,10 +161,10 @@ async fn a_connection_whose_streams_are_all_stalled_makes_room_at_the_cap() {
         ConnMetrics::grpc(&Metrics::new().unwrap()),
     );
     let reading = table.admit().unwrap();
-    let _call = reading.stream_opened(true, false, 0).unwrap();
+    let _call = reading.stream_opened(true, false, 0, 0).unwrap();
     let stalled = table.admit().unwrap();
-    let stream = stalled.stream_opened(true, false, 0).unwrap();
-    let busy = stalled.stream_opened(true, false, 0).unwrap();
+    let stream = stalled.stream_opened(true, false, 0, 0).unwrap();
+    let busy = stalled.stream_opened(true, false, 0, 0).unwrap();
     let mark = stream.stalled();
     assert!(table.admit().is_none(), "one stream still reads");
     let _mark = busy.stalled();
@@ -117,7 +175,7 @@ async fn a_connection_whose_streams_are_all_stalled_makes_room_at_the_cap() {
 
 #[tokio::test(start_paused = true)]
 async fn a_connection_has_few_open_path_streams_but_any_number_of_checks_and_its_own() {
-    let table = Table::new(
+    let table = table(
         8,
         Duration::from_secs(60),
         usize::MAX,
@@ -126,20 +184,20 @@ async fn a_connection_has_few_open_path_streams_but_any_number_of_checks_and_its
     );
     let conn = table.admit().unwrap();
     let open: Vec<_> = (0..OPEN_PATH_STREAMS)
-        .map(|_| conn.stream_opened(false, false, 0).unwrap())
+        .map(|_| conn.stream_opened(false, false, 0, 0).unwrap())
         .collect();
     assert_eq!(
-        conn.stream_opened(false, false, 0).err(),
+        conn.stream_opened(false, false, 0, 0).err(),
         Some(Refused::OpenPathStreams)
     );
     let own: Vec<_> = (0..100)
-        .map(|_| conn.stream_opened(true, false, 0).unwrap())
+        .map(|_| conn.stream_opened(true, false, 0, 0).unwrap())
         .collect();
     let checks: Vec<_> = (0..OPEN_PATH_STREAMS * 2)
-        .map(|_| conn.stream_opened(false, true, 0).unwrap())
+        .map(|_| conn.stream_opened(false, true, 0, 0).unwrap())
         .collect();
     drop(open);
-    assert!(conn.stream_opened(false, false, 0).is_ok());
+    assert!(conn.stream_opened(false, false, 0, 0).is_ok());
     drop(checks);
     drop(own);
 }
@@ -148,7 +206,7 @@ async fn a_connection_has_few_open_path_streams_but_any_number_of_checks_and_its
 async fn at_the_memory_budget_streams_are_refused_and_the_heaviest_connection_goes() {
     let metrics = Metrics::new().unwrap();
     let budget = 10 * STREAM_COST;
-    let table = Table::new(
+    let table = table(
         8,
         Duration::from_secs(60),
         budget,
@@ -157,21 +215,21 @@ async fn at_the_memory_budget_streams_are_refused_and_the_heaviest_connection_go
     );
     let light = table.admit().unwrap();
     let heavy = table.admit().unwrap();
-    let _light_stream = light.stream_opened(true, false, 100).unwrap();
-    let heavy_stream = heavy.stream_opened(true, false, 100).unwrap();
+    let _light_stream = light.stream_opened(true, false, 100, 0).unwrap();
+    let heavy_stream = heavy.stream_opened(true, false, 100, 0).unwrap();
     heavy_stream.hold(HeldKind::Answer, 6 * STREAM_COST);
     assert_eq!(table.held(), 8 * STREAM_COST + 200);
     assert_eq!(heavy.held(), 7 * STREAM_COST + 100);
-    let _second = light.stream_opened(true, false, 0).unwrap();
+    let _second = light.stream_opened(true, false, 0, 0).unwrap();
     assert_eq!(
-        light.stream_opened(true, false, 0).err(),
+        light.stream_opened(true, false, 0, 0).err(),
         Some(Refused::MemoryBudget)
     );
     let _probe = light
-        .stream_opened(false, true, 0)
+        .stream_opened(false, true, 0, 0)
         .expect("a health check is served at the budget");
     assert_eq!(
-        light.stream_opened(true, false, 0).err(),
+        light.stream_opened(true, false, 0, 0).err(),
         Some(Refused::MemoryBudget),
         "refused while the heavy connection lets go"
     );
@@ -187,7 +245,7 @@ async fn at_the_memory_budget_streams_are_refused_and_the_heaviest_connection_go
     drop(heavy_stream);
     heavy.finished();
     assert_eq!(table.held(), 3 * STREAM_COST + 100);
-    assert!(light.stream_opened(true, false, 0).is_ok());
+    assert!(light.stream_opened(true, false, 0, 0).is_ok());
     assert_eq!(
         metrics
             .grpc_connections_closed
@@ -224,7 +282,7 @@ async fn a_connection_that_stops_serving_frees_room_for_the_one_waiting() {
         ConnMetrics::http(&Metrics::new().unwrap(), "webhook"),
     );
     let serving = table.admit().unwrap();
-    let request = serving.stream_opened(true, false, 0).unwrap();
+    let request = serving.stream_opened(true, false, 0, 0).unwrap();
     assert_eq!(
         table.try_admit().err(),
         Some(None),
@@ -248,7 +306,7 @@ async fn a_connection_that_stops_serving_frees_room_for_the_one_waiting() {
 #[tokio::test(start_paused = true)]
 async fn a_caller_at_its_share_is_refused_while_another_is_served() {
     let metrics = Metrics::new().unwrap();
-    let table = Table::new(
+    let table = table(
         8,
         Duration::from_secs(60),
         100 * STREAM_COST,
@@ -261,25 +319,25 @@ async fn a_caller_at_its_share_is_refused_while_another_is_served() {
     let conn = table.admit().unwrap();
     let mut kept = Vec::new();
     for _ in 0..25 {
-        let stream = conn.stream_opened(true, false, 0).unwrap();
+        let stream = conn.stream_opened(true, false, 0, 0).unwrap();
         stream.charge(greedy.clone()).unwrap();
         kept.push(stream);
     }
     assert_eq!(greedy.held(), 25 * STREAM_COST);
-    let over = conn.stream_opened(true, false, 0).unwrap();
+    let over = conn.stream_opened(true, false, 0, 0).unwrap();
     assert_eq!(over.charge(greedy.clone()), Err(Refused::CallerShare));
     assert!(
-        !kept[0].has_room(),
+        !kept[0].has_room(1),
         "no window for the greedy caller's bodies"
     );
     // Another caller on the same port is served, and has room.
     let other = table
         .admit()
         .unwrap()
-        .stream_opened(true, false, 0)
+        .stream_opened(true, false, 0, 0)
         .unwrap();
     other.charge(modest.clone()).unwrap();
-    assert!(other.has_room());
+    assert!(other.has_room(1));
     assert_eq!(
         metrics
             .grpc_memory
@@ -290,7 +348,7 @@ async fn a_caller_at_its_share_is_refused_while_another_is_served() {
     );
     // A caller's own share, from its entry.
     assert_eq!(table.caller("greedy", Some(0.5)).share(), 50 * STREAM_COST);
-    let retry = conn.stream_opened(true, false, 0).unwrap();
+    let retry = conn.stream_opened(true, false, 0, 0).unwrap();
     assert_eq!(retry.charge(greedy.clone()), Ok(()));
     // A body waiting for room learns when streams let go of bytes.
     let room = kept[0].room();
@@ -305,7 +363,7 @@ async fn a_caller_at_its_share_is_refused_while_another_is_served() {
 
 #[tokio::test(start_paused = true)]
 async fn at_the_budget_the_caller_holding_the_most_gives_way_first() {
-    let table = Table::new(
+    let table = table(
         8,
         Duration::from_secs(60),
         12 * STREAM_COST,
@@ -318,7 +376,7 @@ async fn at_the_budget_the_caller_holding_the_most_gives_way_first() {
     let single = table.admit().unwrap();
     let mut kept = Vec::new();
     for (conn, caller, held) in [(&first, &many, 2), (&second, &many, 3), (&single, &one, 4)] {
-        let stream = conn.stream_opened(true, false, 0).unwrap();
+        let stream = conn.stream_opened(true, false, 0, 0).unwrap();
         stream.charge(caller.clone()).unwrap();
         stream.hold(HeldKind::Replay, held * STREAM_COST);
         kept.push(stream);
@@ -327,7 +385,7 @@ async fn at_the_budget_the_caller_holding_the_most_gives_way_first() {
     assert_eq!(many.held(), 7 * STREAM_COST);
     assert_eq!(one.held(), 5 * STREAM_COST);
     assert_eq!(
-        single.stream_opened(true, false, 0).err(),
+        single.stream_opened(true, false, 0, 0).err(),
         Some(Refused::MemoryBudget)
     );
     second.aborted().await;

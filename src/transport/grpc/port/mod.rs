@@ -35,7 +35,9 @@ use crate::transport::auth::tls::TlsReloader;
 use crate::transport::conn_table::{ConnMetrics, Table};
 use crate::transport::listen::Listeners;
 
-pub use crate::transport::conn_table::{CLOSING_SHARE, Close, OPEN_PATH_STREAMS, STREAM_COST};
+pub use crate::transport::conn_table::{
+    CLOSING_SHARE, CONN_COST, Close, OPEN_PATH_STREAMS, STREAM_COST, connections_within,
+};
 
 /// Streams one connection may have open at once.
 pub const MAX_STREAMS_PER_CONNECTION: u32 = 1024;
@@ -214,13 +216,15 @@ pub async fn serve<S>(
     table.emptied().await;
 }
 
-/// The HTTP/2 settings of every connection: 1 MiB windows (as hyper's server), at
-/// most [`MAX_STREAMS_PER_CONNECTION`] streams, 16 KiB of headers per request.
+/// The HTTP/2 settings of every connection: a 64 KiB window per stream (HTTP/2's
+/// own default; each counted against the budget while its request body is
+/// unfinished) and 1 MiB per connection, at most [`MAX_STREAMS_PER_CONNECTION`]
+/// streams, 16 KiB of headers per request.
 fn http2_settings() -> h2::server::Builder {
     let mut builder = h2::server::Builder::new();
     builder
-        .initial_window_size(WINDOW)
-        .initial_connection_window_size(WINDOW)
+        .initial_window_size(STREAM_WINDOW as u32)
+        .initial_connection_window_size(CONNECTION_WINDOW)
         .max_frame_size(MAX_FRAME)
         .max_header_list_size(MAX_HEADER_LIST)
         // Enough for one filtered event stream per message in flight; each costs
@@ -232,8 +236,11 @@ fn http2_settings() -> h2::server::Builder {
     builder
 }
 
-/// The flow-control windows msgw grants each stream and each connection.
-const WINDOW: u32 = 1024 * 1024;
+/// The flow-control window msgw grants each stream: what a client may send on it
+/// before msgw gives window back, counted as held while its request body is open.
+pub(crate) const STREAM_WINDOW: usize = 64 * 1024;
+/// The flow-control window msgw grants each connection, shared by its streams.
+const CONNECTION_WINDOW: u32 = 1024 * 1024;
 /// The largest HTTP/2 frame msgw accepts.
 const MAX_FRAME: u32 = 16 * 1024;
 /// Request headers (gRPC metadata) per request at most, as HTTP/2 counts them.

@@ -20,7 +20,7 @@ use hyper::body::{Body as HttpBody, Bytes, Frame, SizeHint};
 use tokio::time::{Instant, timeout, timeout_at};
 use tonic::body::Body;
 
-use super::GrpcRoutes;
+use super::{GrpcRoutes, STREAM_WINDOW};
 use crate::core::held::HeldKind;
 use crate::process::metrics::Metrics;
 use crate::transport::auth::incoming::PeerInfo;
@@ -56,9 +56,16 @@ pub async fn serve<S: GrpcRoutes>(
     // is still served (the heaviest connection goes all the same), so probes do not
     // fail while msgw makes room.
     let probe = path == HEALTH_CHECK;
+    // What the client may send on an unfinished body before msgw gives window back
+    // counts from the start: thousands of streams cannot each push a window unasked.
+    let window = if request.body().is_end_stream() {
+        0
+    } else {
+        STREAM_WINDOW
+    };
     let stream = match shared
         .conn
-        .stream_opened(guarded, probe, header_bytes(&request))
+        .stream_opened(guarded, probe, header_bytes(&request), window)
     {
         Ok(stream) => stream,
         Err(refused) => {
@@ -72,6 +79,7 @@ pub async fn serve<S: GrpcRoutes>(
         data_done: false,
         stream: stream.clone(),
         owed: 0,
+        window,
         room: None,
     });
     let mut request = http::Request::from_parts(parts, body);
@@ -270,16 +278,20 @@ async fn next_capacity(tx: &mut SendStream<Bytes>) -> Result<usize, Cut> {
 }
 
 /// A request body read from HTTP/2: what it read counts towards its stream's memory
-/// until the stream ends, and each chunk's window is given back as msgw takes it only
-/// while the stream's caller is under its share and the port under its budget.
-/// Otherwise the window stays shut (the client cannot send more) until streams let
-/// go of bytes.
+/// until the stream ends, and so does the window the client has been granted and not
+/// used yet (what it may still send unasked). Each chunk's window is given back as
+/// msgw takes it only while the stream's caller is under its share and the port
+/// under its budget. Otherwise the window stays shut (the client cannot send more)
+/// until streams let go of bytes.
 struct Received {
     recv: RecvStream,
     data_done: bool,
     stream: StreamGuard,
     /// Bytes read whose window has not been given back.
     owed: usize,
+    /// Window granted and not used yet, counted as held (`Request`) until the body
+    /// ends.
+    window: usize,
     /// While `owed`: resolves when streams let go of bytes.
     room: Option<Pin<Box<Room>>>,
 }
@@ -289,12 +301,20 @@ impl Received {
     /// the task is woken when there may be.
     fn give_back(&mut self, cx: &mut Context<'_>) {
         while self.owed > 0 {
+            // The body is over: its window costs nothing, and the connection's
+            // window must come back for its other streams.
+            if self.data_done || self.recv.is_end_stream() {
+                let owed = std::mem::take(&mut self.owed);
+                self.grant(owed);
+                self.room = None;
+                return;
+            }
             let room = self
                 .room
                 .get_or_insert_with(|| Box::pin(self.stream.room()));
-            if self.stream.has_room() {
-                let _ = self.recv.flow_control().release_capacity(self.owed);
-                self.owed = 0;
+            if self.stream.has_room(self.owed) {
+                let owed = std::mem::take(&mut self.owed);
+                self.grant(owed);
                 self.room = None;
                 return;
             }
@@ -304,6 +324,32 @@ impl Received {
                 Poll::Ready(()) => self.room = None,
             }
         }
+    }
+}
+
+impl Received {
+    /// Gives `bytes` of window back to the client, counted until they arrive.
+    /// Once the body is over, the connection's window still comes back, uncounted.
+    fn grant(&mut self, bytes: usize) {
+        let granted = self.recv.flow_control().release_capacity(bytes).is_ok();
+        if granted && !self.data_done && !self.recv.is_end_stream() {
+            self.stream.hold(HeldKind::Request, bytes);
+            self.window += bytes;
+        }
+    }
+
+    /// The body is over: no window is left to count.
+    fn no_more_window(&mut self) {
+        let window = std::mem::take(&mut self.window);
+        if window > 0 {
+            self.stream.release(HeldKind::Request, window);
+        }
+    }
+}
+
+impl Drop for Received {
+    fn drop(&mut self) {
+        self.no_more_window();
     }
 }
 
@@ -322,10 +368,13 @@ impl HttpBody for Received {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Some(Ok(data))) => {
                     // Held until the stream ends: tonic keeps what it read until the
-                    // message is whole, and the message while it is handled.
-                    this.stream.hold(HeldKind::Request, data.len());
-                    if this.owed == 0 && this.stream.has_room() {
-                        let _ = this.recv.flow_control().release_capacity(data.len());
+                    // message is whole, and the message while it is handled. It came
+                    // out of the window granted, which counted it already.
+                    let used = data.len().min(this.window);
+                    this.window -= used;
+                    this.stream.hold(HeldKind::Request, data.len() - used);
+                    if this.owed == 0 && this.stream.has_room(data.len()) {
+                        this.grant(data.len());
                     } else {
                         this.owed += data.len();
                         this.give_back(cx);
@@ -333,13 +382,17 @@ impl HttpBody for Received {
                     return Poll::Ready(Some(Ok(Frame::data(data))));
                 }
                 Poll::Ready(Some(Err(error))) => {
+                    this.no_more_window();
                     // The client ended its side or cancelled: not an error of the body.
                     return match error.reason() {
                         Some(Reason::NO_ERROR | Reason::CANCEL) => Poll::Ready(None),
                         _ => Poll::Ready(Some(Err(error))),
                     };
                 }
-                Poll::Ready(None) => this.data_done = true,
+                Poll::Ready(None) => {
+                    this.data_done = true;
+                    this.no_more_window();
+                }
             }
         }
         match this.recv.poll_trailers(cx) {

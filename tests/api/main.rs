@@ -21,6 +21,7 @@ mod fraud_guard;
 mod gateway;
 mod guard_bursts;
 mod guard_codes;
+mod guard_regions;
 mod helpers;
 mod hostile;
 mod idempotency;

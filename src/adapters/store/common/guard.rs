@@ -9,7 +9,8 @@ use chrono::{DateTime, Utc};
 use super::conn::{Conn, Lock, Sql};
 use crate::adapters::store::StoreError;
 use crate::adapters::store::guard::{
-    Figures, GuardCheck, GuardFinding, HoldRow, KeyCheck, RangeHold, Scope, Window, key_lock,
+    Figures, GuardCheck, GuardFinding, HoldRow, KeyCheck, RangeHold, Scope, ScopeKind, Window,
+    key_lock,
 };
 use crate::adapters::store::rows::{from_ms, id_to_db, ms};
 use crate::core::domain::ClientId;
@@ -17,7 +18,7 @@ use crate::core::domain::ClientId;
 /// The hold of a range, whatever its state (`$1` range).
 const HOLD_SQL: &str = "SELECT * FROM guard_holds WHERE range_prefix = $1";
 
-/// The figures of a prefix by `$column` (`range_prefix` or `calling_code`): its
+/// The figures of a prefix by `$column` (`range_prefix`, `region` or `calling_code`): its
 /// approved verifications (whose first code is in the window), its unconverted codes, and its codes to unapproved
 /// verifications whatever their age (`$1` prefix, `$2` counted after, `$3` an unapproved
 /// code sent at or before this is unconverted). Codes to safe prefixes are not judged.
@@ -39,6 +40,9 @@ const RANGE_STATS_SQL: &str = stats_sql!("range_prefix");
 
 /// A calling code's figures (see [`stats_sql`]).
 const CODE_STATS_SQL: &str = stats_sql!("calling_code");
+
+/// A region's figures (`$1` `code/REGION`, see [`stats_sql`]).
+const REGION_STATS_SQL: &str = stats_sql!("region");
 
 /// Ends a hold whose figures recovered (`$1` range, `$2` now).
 const LIFT_SQL: &str = "UPDATE guard_holds SET until_ms = $2 WHERE range_prefix = $1";
@@ -67,10 +71,10 @@ const TRUSTED_SQL: &str = "SELECT COUNT(*) FROM guard_trusted_keys
 const FIRST_KEYS_SQL: &str = "SELECT key_name, key_mac FROM guard_code_keys WHERE send_id = $1";
 
 /// Counts a code sent (`$1` send, `$2` verification, `$3` range, `$4` calling code,
-/// `$5` now, `$6` exempt from the conversion rule).
+/// `$5` now, `$6` exempt from the conversion rule, `$7` region of a shared code or NULL).
 const RECORD_CODE_SQL: &str = "INSERT INTO guard_codes
-     (send_id, verification_id, range_prefix, calling_code, sent_at_ms, approved, exempt)
-     VALUES ($1, $2, $3, $4, $5, FALSE, $6) ON CONFLICT DO NOTHING";
+     (send_id, verification_id, range_prefix, calling_code, sent_at_ms, approved, exempt, region)
+     VALUES ($1, $2, $3, $4, $5, FALSE, $6, $7) ON CONFLICT DO NOTHING";
 
 /// Counts a key of a code (`$1` send, `$2` verification, `$3` name, `$4` mac, `$5` now).
 const RECORD_KEY_SQL: &str = "INSERT INTO guard_code_keys
@@ -162,10 +166,10 @@ pub(in crate::adapters::store) async fn judge(
     let since = released_at.map_or(guard.since, |r| {
         (r - chrono::Duration::milliseconds(1)).max(guard.since)
     });
-    let stats = if scope.calling_code {
-        CODE_STATS_SQL
-    } else {
-        RANGE_STATS_SQL
+    let stats = match scope.kind {
+        ScopeKind::Range => RANGE_STATS_SQL,
+        ScopeKind::Region => REGION_STATS_SQL,
+        ScopeKind::CallingCode => CODE_STATS_SQL,
     };
     let sql = Sql::new(stats)
         .bind(scope.prefix)
@@ -229,7 +233,7 @@ async fn put_hold(
 /// A prefix found open by a check, with its figures before the code.
 pub(in crate::adapters::store) struct Open {
     prefix: String,
-    calling_code: bool,
+    kind: ScopeKind,
     min_starts: u32,
     figures: Figures,
 }
@@ -284,7 +288,7 @@ pub(in crate::adapters::store) async fn check(
         if let Some(figures) = judged.figures {
             checked.open.push(Open {
                 prefix: scope.prefix.to_owned(),
-                calling_code: scope.calling_code,
+                kind: scope.kind,
                 min_starts: scope.min_starts,
                 figures,
             });
@@ -361,7 +365,7 @@ pub(in crate::adapters::store) async fn capped(
         };
         let scope = Scope {
             prefix: &open.prefix,
-            calling_code: open.calling_code,
+            kind: open.kind,
             min_starts: open.min_starts,
         };
         let hold = put_hold(conn, guard, scope, now, unconverted, after.approved).await?;
@@ -412,7 +416,8 @@ pub(in crate::adapters::store) async fn record(
         .bind(&guard.range)
         .bind(&guard.calling_code)
         .bind(ms(now))
-        .bind(!guard.judged);
+        .bind(!guard.judged)
+        .bind(guard.region.as_deref());
     if conn.execute(sql).await? == 0 {
         return Ok(false);
     }

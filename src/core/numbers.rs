@@ -3,7 +3,7 @@
 //! region, and its type (mobile, fixed line, premium rate, ...). Nothing is asked of
 //! the gateway: the metadata is compiled into msgw and loaded once.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::LazyLock;
 
 use phonenumber::metadata::DATABASE;
@@ -67,6 +67,29 @@ static CODES: LazyLock<HashMap<u16, String>> = LazyLock::new(|| {
         .map(|code| (code, code.to_string()))
         .collect()
 });
+
+/// Calling codes shared by several regions (`1`: US, CA, JM, ...; `44`: GB, JE, ...).
+static SHARED: LazyLock<HashSet<u16>> = LazyLock::new(|| {
+    CODES
+        .keys()
+        .copied()
+        .filter(|code| DATABASE.region(code).is_some_and(|r| r.len() > 1))
+        .collect()
+});
+
+/// The region of `phone` as the fraud guard judges it, when its calling code is shared
+/// by several regions and the metadata tells which one it is in: the calling code, `/`
+/// and the region's code (`1/JM`, `1/US`, `44/JE`). `None` for a calling code of one
+/// region (the calling code is the region) and for a number no region's plan claims.
+pub fn shared_region(phone: Phone) -> Option<String> {
+    let digits = phone.get().to_string();
+    let code: u16 = calling_code_of(&digits)?.parse().ok()?;
+    if !SHARED.contains(&code) {
+        return None;
+    }
+    let region = lookup(phone).region?;
+    Some(format!("{code}/{region}"))
+}
 
 /// Loads the metadata now (about ten milliseconds), so the first number looked up
 /// does not wait for it.
@@ -162,6 +185,15 @@ mod tests {
         assert!(!is_calling_code("28") && !is_calling_code("0380") && !is_calling_code(""));
         let unassigned = info("+2891234567");
         assert_eq!((unassigned.calling_code, unassigned.region), (None, None));
+    }
+
+    #[test]
+    fn names_the_region_of_a_shared_calling_code_only() {
+        let region = |digits: &str| shared_region(Phone::parse(digits).expect("a number"));
+        assert_eq!(region("+18762101234").as_deref(), Some("1/JM"));
+        assert_eq!(region("+12012345678").as_deref(), Some("1/US"));
+        assert_eq!(region("+380971234567"), None);
+        assert_eq!(region("+37122123456"), None);
     }
 
     #[test]

@@ -71,6 +71,8 @@ pub struct Metrics {
     /// Changes of the suppression list, by source (`reply`, `api`) and direction
     /// (`opt_out`, `opt_in`).
     pub suppression_changes_total: IntCounterVec,
+    /// Keyword replies whose time was given and could not be read, by direction.
+    pub reply_times_unreadable_total: IntCounterVec,
     /// Open StreamStatusEvents streams.
     pub open_streams: IntGauge,
     /// The account balance, by currency.
@@ -332,6 +334,12 @@ impl Metrics {
                 "msgw_suppression_changes_total",
                 "Changes of the suppression list, by source (reply: a keyword reply; api: SuppressionService) and direction (opt_out, opt_in).",
                 &["source", "direction"],
+            )?,
+            reply_times_unreadable_total: counter(
+                &registry,
+                "msgw_reply_times_unreadable_total",
+                "Keyword replies in reports whose time (the reply's datetime, or the report's updated) could not be read, by direction (opt_out: applied as of arrival; opt_in: not applied), each time a report brings one.",
+                &["direction"],
             )?,
             grpc_connections_open: gauge(
                 &registry,

@@ -77,6 +77,56 @@ async fn premium_rate_and_invalid_numbers_get_no_code_and_a_mobile_number_does()
     assert_eq!(app.gateway.only_item()["phone"].to_string(), "380971117790");
 }
 
+/// Fix 45, finding 6: a fixed line's code goes only by the voice channel of the list,
+/// never by SMS or Viber first.
+#[tokio::test]
+async fn a_fixed_line_gets_its_code_only_by_voice_whatever_the_list() {
+    let app = spawn_app().await;
+    let lists = [
+        ("+441234567890", vec![Channel::Sms, Channel::Voice]),
+        (
+            "+442079000001",
+            vec![Channel::Viber, Channel::Sms, Channel::Voice],
+        ),
+    ];
+    for (id, (phone, list)) in (1..).zip(lists) {
+        let request = StartVerificationRequest {
+            channels: list.iter().map(|c| *c as i32).collect(),
+            voice: Some(VoiceProfile {
+                gender: VoiceGender::Female as i32,
+                language: "en-GB".into(),
+                name: "en-GB-Standard-A".into(),
+            }),
+            ..start(id, phone)
+        };
+        let started = app
+            .verification()
+            .start_verification(request)
+            .await
+            .expect("a fixed line with a voice channel")
+            .into_inner()
+            .verification
+            .unwrap();
+        assert_eq!(started.channels, [Channel::Voice as i32], "{phone}");
+    }
+    let items: Vec<String> = app
+        .gateway
+        .envelopes()
+        .concat()
+        .iter()
+        .map(|i| i["type"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(items, ["call/otp", "call/otp"], "no text to a fixed line");
+    // Without a voice channel: refused, nothing sent.
+    let request = StartVerificationRequest {
+        channels: vec![Channel::Viber as i32, Channel::Sms as i32],
+        ..start(3, "+441234567890")
+    };
+    let refused = app.verification().start_verification(request).await;
+    assert_eq!(refused.unwrap_err().code(), Code::FailedPrecondition);
+    assert_eq!(app.gateway.envelopes().concat().len(), 2);
+}
+
 #[tokio::test]
 async fn the_sandboxs_magic_numbers_get_codes_and_other_made_up_numbers_do_not() {
     let app = spawn_sandboxed_app(Duration::from_millis(20)).await;

@@ -273,6 +273,7 @@ fn guard(range: &str, calling_code: &str, min_starts: u32, keys: Vec<KeyCheck>) 
         keys,
         judged: true,
         code_min_starts: None,
+        region: None,
         key_limits: Vec::new(),
         trusted_since: None,
     }

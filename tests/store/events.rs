@@ -114,11 +114,13 @@ pub async fn every_field_of_an_event_reads_back_exactly(fixture: Fixture) {
     e.report.replies = vec![
         Reply {
             datetime: Some(Utc.with_ymd_and_hms(2022, 5, 1, 9, 1, 2).unwrap()),
+            time_unreadable: false,
             message: Some("Please wait".into()),
             media: None,
         },
         Reply {
             datetime: None,
+            time_unreadable: false,
             message: None,
             media: Some(Media {
                 url: "https://url.com/home/vibermedia/".into(),

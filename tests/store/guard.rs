@@ -35,6 +35,7 @@ pub fn check(keys: Vec<KeyCheck>, country: Option<Window>) -> GuardCheck {
         keys,
         judged: true,
         code_min_starts: None,
+        region: None,
         key_limits: Vec::new(),
         trusted_since: None,
     }

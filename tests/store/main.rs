@@ -10,6 +10,7 @@ mod events;
 mod guard;
 mod guard_codes;
 mod lookups;
+mod reply_times;
 mod scheduled;
 mod shared;
 mod sqlite_locking;
@@ -123,4 +124,6 @@ on_both_stores!(
     suppressions::keyword_replies_change_their_messages_number_once_in_order,
     suppressions::the_newest_reply_decides_whatever_order_replies_arrive_in,
     suppressions::replicas_applying_replies_out_of_order_end_in_the_newest_state,
+    reply_times::a_repeated_webhook_does_not_reapply_a_reply_that_changed_nothing,
+    reply_times::a_reply_whose_time_cannot_be_read_never_lifts_an_opt_out,
 );

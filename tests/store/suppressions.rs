@@ -15,7 +15,7 @@ use msgw::core::domain::{
 use crate::Fixture;
 use crate::events::event;
 
-fn phone(n: u64) -> Phone {
+pub fn phone(n: u64) -> Phone {
     Phone::parse(&n.to_string()).unwrap()
 }
 
@@ -37,7 +37,7 @@ fn change(n: u64, suppressed: bool, reason: &str) -> LogAppend {
 }
 
 /// Message `id` sent to `to`, as the send path records it.
-async fn sent(store: &dyn Store, id: u64, to: u64) {
+pub async fn sent(store: &dyn Store, id: u64, to: u64) {
     let client_id = ClientId::new(id).unwrap();
     store
         .apply_claims(&[ClaimChange::Claim {
@@ -87,12 +87,13 @@ fn report(id: u64, replies: &[&str]) -> LogAppend {
 
 /// The delivery report of message `id` with these replies, each at its own time (or
 /// none).
-fn dated_report(id: u64, replies: &[(&str, Option<DateTime<Utc>>)]) -> LogAppend {
+pub fn dated_report(id: u64, replies: &[(&str, Option<DateTime<Utc>>)]) -> LogAppend {
     let mut e = event(id, "DELIVERED");
     e.report.replies = replies
         .iter()
         .map(|(text, datetime)| Reply {
             datetime: *datetime,
+            time_unreadable: false,
             message: Some((*text).to_owned()),
             media: None,
         })
@@ -305,11 +306,11 @@ pub async fn keyword_replies_change_their_messages_number_once_in_order(fixture:
 }
 
 /// The time now less `minutes`, as the store keeps it.
-fn ago(minutes: i64) -> DateTime<Utc> {
+pub fn ago(minutes: i64) -> DateTime<Utc> {
     at((Utc::now() - chrono::Duration::minutes(minutes)).timestamp_millis())
 }
 
-async fn listed(store: &dyn Store, n: u64) -> bool {
+pub async fn listed(store: &dyn Store, n: u64) -> bool {
     store.suppression(phone(n)).await.unwrap().is_some()
 }
 

@@ -63,6 +63,7 @@ pub fn start(verification: NewVerification, limit: PhoneLimit, guard: Option<Gua
         new: verification,
         limit,
         guard,
+        request_mac: vec![1; 32],
     }
 }
 
@@ -148,8 +149,9 @@ pub async fn a_caller_has_one_pending_verification_per_number_within_its_limit(f
         other => panic!("expected the pending one, got {other:?}"),
     }
     assert_eq!(store.verification_of_send(id(2)).await.unwrap(), None);
-    // The same id again is a send of the first: its replay, whoever asks.
-    match begin(&*store, new(1, caller("orders"), phone(3), at)).await {
+    // The same id again is a send of the first: its replay for the same request, and
+    // another request's id (another caller or number) otherwise.
+    match begin(&*store, new(1, caller("billing"), phone(2), at)).await {
         StartOutcome::Replay { record, sent } => {
             assert_eq!(
                 (record.id, record.caller, sent),
@@ -157,6 +159,10 @@ pub async fn a_caller_has_one_pending_verification_per_number_within_its_limit(f
             )
         }
         other => panic!("expected the replay, got {other:?}"),
+    }
+    for (who, to) in [("orders", 2), ("billing", 3)] {
+        let other = begin(&*store, new(1, caller(who), phone(to), at)).await;
+        assert_eq!(other, StartOutcome::IdTaken, "{who} to {to}");
     }
     // Other callers count against the number's limit too.
     started(&*store, new(3, caller("orders"), phone(2), at)).await;
@@ -231,6 +237,7 @@ pub async fn a_resend_holds_once_per_interval_and_for_its_sends(fixture: Fixture
         not_after: at - chrono::Duration::seconds(interval),
         limit: limit(100),
         guard: None,
+        request_mac: vec![1; 32],
     };
     // Too soon: nothing changes, and the send id stays free.
     let soon = one
@@ -291,6 +298,7 @@ pub async fn a_resend_holds_once_per_interval_and_for_its_sends(fixture: Fixture
         not_after: Utc::now(),
         limit: limit(100),
         guard: None,
+        request_mac: vec![1; 32],
     };
     let forgot = match one.start_verification(&voice).await.unwrap().outcome {
         StartOutcome::Resent(record) => record,

@@ -36,6 +36,7 @@ pub const TABLES: &[&str] = &[
     "scheduled",
     "suppressions",
     "consent",
+    "seen_replies",
 ];
 
 /// Tables of a database's own bookkeeping, whose rows are not copied, and why.

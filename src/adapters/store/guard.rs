@@ -45,6 +45,10 @@ pub struct GuardCheck {
     /// The calling code is judged as a range too, held from this many unconverted codes
     /// (`None`: not judged, or no assigned calling code).
     pub code_min_starts: Option<u32>,
+    /// The number's region when its calling code is shared by several (`1/JM`: the
+    /// calling code, `/`, libphonenumber's region code), judged like the calling code
+    /// (from `code_min_starts`) when that is judged; `None` otherwise.
+    pub region: Option<String>,
     /// The range's codes and approvals are counted after this.
     pub since: DateTime<Utc>,
     /// An unapproved code sent at or before this is unconverted.
@@ -68,36 +72,56 @@ pub struct GuardCheck {
 
 impl GuardCheck {
     /// The prefixes judged by conversion, in the order they are locked: the range, then
-    /// the calling code (when it is judged, and not the range itself).
+    /// the region of a shared calling code, then the calling code (when it is judged,
+    /// and not the range itself).
     pub fn scopes(&self) -> Vec<Scope<'_>> {
         if !self.judged {
             return Vec::new();
         }
         let mut scopes = vec![Scope {
             prefix: &self.range,
-            calling_code: false,
+            kind: ScopeKind::Range,
             min_starts: self.min_starts,
         }];
-        if let Some(min_starts) = self.code_min_starts
-            && self.calling_code != self.range
-        {
-            scopes.push(Scope {
-                prefix: &self.calling_code,
-                calling_code: true,
-                min_starts,
-            });
+        if let Some(min_starts) = self.code_min_starts {
+            if let Some(region) = &self.region {
+                scopes.push(Scope {
+                    prefix: region,
+                    kind: ScopeKind::Region,
+                    min_starts,
+                });
+            }
+            if self.calling_code != self.range {
+                scopes.push(Scope {
+                    prefix: &self.calling_code,
+                    kind: ScopeKind::CallingCode,
+                    min_starts,
+                });
+            }
         }
         scopes
     }
 }
 
-/// A prefix the conversion rule judges: a number's range, or its whole calling code.
+/// What a [`Scope`] is, and so which column of the counted codes names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScopeKind {
+    /// A range: the number's first digits.
+    Range,
+    /// A region of a shared calling code (`1/JM`).
+    Region,
+    /// A whole calling code.
+    CallingCode,
+}
+
+/// A prefix the conversion rule judges: a number's range, its region of a shared
+/// calling code, or its whole calling code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Scope<'a> {
-    /// Its digits (the hold's key).
+    /// Its digits, or `code/REGION` (the hold's key).
     pub prefix: &'a str,
-    /// A calling code (its codes are counted by calling code, not by range).
-    pub calling_code: bool,
+    /// What it is (its codes are counted by range, region or calling code).
+    pub kind: ScopeKind,
     /// Held from this many unconverted codes.
     pub min_starts: u32,
 }

@@ -39,7 +39,9 @@ pub use claims::{
     AcceptedOutcome, ClaimChange, ClaimRecord, ClaimReply, ClaimState, Fingerprint, Lookups,
     Settlement,
 };
-pub use guard::{BURST, Figures, GuardCheck, GuardFinding, KeyCheck, RangeHold, Scope, Window};
+pub use guard::{
+    BURST, Figures, GuardCheck, GuardFinding, KeyCheck, RangeHold, Scope, ScopeKind, Window,
+};
 pub use scheduled::{DueScheduled, NewScheduled, ScheduleReply, ScheduledSummary};
 pub use sql_store::SqlStore;
 pub use suppressions::{Appended, LogAppend};

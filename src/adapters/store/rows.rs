@@ -121,6 +121,7 @@ fn replies_from_json(text: &str) -> Result<Vec<Reply>, StoreError> {
         .into_iter()
         .map(|r| Reply {
             datetime: r.datetime,
+            time_unreadable: false,
             message: r.message,
             media: r.media.map(|m| Media {
                 url: m.url,

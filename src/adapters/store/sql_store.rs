@@ -12,7 +12,8 @@ use tokio::sync::watch;
 
 use super::common::conn::{Pooled, Tx};
 use super::common::{
-    claims, events, guard, sandbox, scheduled, suppressions, upkeep, verifications,
+    claims, events, guard, holds, sandbox, scheduled, suppressions, upkeep, verification_changes,
+    verifications,
 };
 use super::postgres::{self, PgDb};
 use super::sqlite::{self, SqliteDb};
@@ -327,7 +328,7 @@ impl Store for SqlStore {
         after: &str,
         limit: u32,
     ) -> Result<Vec<RangeHold>, StoreError> {
-        guard::held(&mut self.read().await?.conn(), now, after, limit).await
+        holds::held(&mut self.read().await?.conn(), now, after, limit).await
     }
 
     async fn release_range(
@@ -336,7 +337,7 @@ impl Store for SqlStore {
         now: DateTime<Utc>,
     ) -> Result<Option<RangeHold>, StoreError> {
         let mut tx = self.begin_write().await?;
-        let released = guard::release(&mut tx.conn(), range, now).await?;
+        let released = holds::release(&mut tx.conn(), range, now).await?;
         tx.commit().await?;
         Ok(released)
     }
@@ -345,7 +346,8 @@ impl Store for SqlStore {
         &self,
         send: ClientId,
     ) -> Result<Option<(VerificationRecord, bool)>, StoreError> {
-        verifications::of_send(&mut self.read().await?.conn(), send).await
+        let found = verifications::of_send(&mut self.read().await?.conn(), send).await?;
+        Ok(found.map(|s| (s.record, s.sent)))
     }
 
     async fn change_verification(
@@ -353,7 +355,7 @@ impl Store for SqlStore {
         change: &VerificationChange,
     ) -> Result<Option<VerificationRecord>, StoreError> {
         let mut tx = self.begin_write().await?;
-        let changed = verifications::change(&mut tx.conn(), change).await?;
+        let changed = verification_changes::change(&mut tx.conn(), change).await?;
         if changed.is_some() || writes_without_row(change) {
             tx.commit().await?;
         }

@@ -104,8 +104,11 @@ pub struct Start {
     /// New verifications per number.
     pub limit: PhoneLimit,
     /// The fraud guard's check of a start (`None`: the guard leaves the number alone);
-    /// a resend judges its range only.
+    /// a resend, and a retry of a send that never went out, are checked alike.
     pub guard: Option<GuardCheck>,
+    /// The keyed fingerprint of the call's request, which its id stays tied to: a call
+    /// with a send id claimed by another request is [`StartOutcome::IdTaken`].
+    pub request_mac: Vec<u8>,
 }
 
 /// What a [`Start`] did.
@@ -115,8 +118,10 @@ pub enum StartOutcome {
     Started(VerificationRecord),
     /// The caller's pending verification, its latest send now the call's.
     Resent(VerificationRecord),
-    /// The call's id is a send of this verification already (a retry: nothing written);
-    /// `sent`: the gateway accepted that send.
+    /// The call's id is a send of this verification already, of the same request (a
+    /// retry); `sent`: the gateway accepted that send. A retry of a send that never went
+    /// out is checked and counted by the guard as a code (its findings come with the
+    /// answer); nothing else is written.
     Replay {
         /// The verification the send belongs to (maybe another caller's).
         record: VerificationRecord,
@@ -139,7 +144,9 @@ pub enum StartOutcome {
     },
     /// The fraud guard refused it (what it found comes with the answer).
     Refused,
-    /// The call's id was claimed meanwhile by a start of another number (nothing written).
+    /// The call's id is another request's: a send of another number, caller or request
+    /// (`ALREADY_EXISTS`, even when that send never went out), or claimed meanwhile by a
+    /// start of another number (nothing written).
     IdTaken,
 }
 
@@ -197,6 +204,13 @@ pub enum VerificationChange {
         /// Now.
         at: DateTime<Utc>,
     },
+    /// Uncounts send `send`, refused with nothing sent (a resend's: its verification
+    /// stays, and its id stays tied to its request): the guard counts only codes sent,
+    /// and counts it again if a retry sends it.
+    Unsent {
+        /// The send.
+        send: ClientId,
+    },
     /// Removes a verification whose first send was refused (nothing was sent), with
     /// its sends, so a retry of that send starts it afresh.
     Forget {
@@ -210,7 +224,9 @@ pub enum VerificationChange {
 pub(super) fn writes_without_row(change: &VerificationChange) -> bool {
     matches!(
         change,
-        VerificationChange::Sent { .. } | VerificationChange::Forget { .. }
+        VerificationChange::Sent { .. }
+            | VerificationChange::Unsent { .. }
+            | VerificationChange::Forget { .. }
     )
 }
 

@@ -2,6 +2,7 @@
 //! and parses the answer. The serde DTOs are private to this module.
 
 mod flex;
+mod iso8601;
 mod request;
 mod response;
 mod webhook;

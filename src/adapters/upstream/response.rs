@@ -80,6 +80,8 @@ pub(super) fn parse_payload(op: &Operation, data: Value) -> Result<Output, Paylo
         }
         Operation::GetMessageStatus(id) => {
             let p: StatusPayload = decode(&data).map_err(fail)?;
+            let mut replies: Vec<Reply> = p.replies.into_iter().map(Reply::from).collect();
+            mark_unreadable_times(&mut replies, p.updated.as_deref());
             Output::Status(StatusReport {
                 id: p.id.unwrap_or(id.get()),
                 msg_id: p.msg_id,
@@ -87,7 +89,7 @@ pub(super) fn parse_payload(op: &Operation, data: Value) -> Result<Output, Paylo
                 channel_raw: p.kind,
                 status: p.status.map(ReportedStatus::new),
                 updated: p.updated.as_deref().and_then(timestamp),
-                replies: p.replies.into_iter().map(Reply::from).collect(),
+                replies,
                 raw: data,
             })
         }
@@ -198,14 +200,33 @@ fn kind_of(v: &Value) -> &'static str {
     }
 }
 
-/// Parses an ISO 8601 / RFC 3339 date-time with offset; an unparseable value stays in `raw`.
-/// So does one outside years 1 to 9999 in UTC: what `google.protobuf.Timestamp` (and
-/// RFC 3339 itself) can represent, so every client can read what msgw passes on.
+/// Parses a date-time: RFC 3339, or the other ISO 8601 forms the gateway may send
+/// ([`super::iso8601`]: `+hhmm`, `+hh`, basic format, a space for the `T`, no offset
+/// meaning UTC); an unparseable value stays in `raw`. So does one outside years 1 to
+/// 9999 in UTC: what `google.protobuf.Timestamp` (and RFC 3339 itself) can represent, so
+/// every client can read what msgw passes on.
 pub(crate) fn timestamp(s: &str) -> Option<DateTime<Utc>> {
     DateTime::parse_from_rfc3339(s)
         .ok()
         .map(|t| t.with_timezone(&Utc))
+        .or_else(|| super::iso8601::parse(s))
         .filter(crate::core::domain::representable)
+}
+
+/// Whether a date-time was given (not absent or blank) but cannot be read.
+fn unreadable(s: Option<&str>) -> bool {
+    s.is_some_and(|s| !s.trim().is_empty() && timestamp(s).is_none())
+}
+
+/// Marks the replies whose time cannot be read: their own `datetime` was given and is
+/// unreadable, or they have none and the report's `updated` (their time then) is.
+pub(crate) fn mark_unreadable_times(replies: &mut [Reply], updated: Option<&str>) {
+    let updated_unreadable = unreadable(updated);
+    for reply in replies {
+        if reply.datetime.is_none() && !reply.time_unreadable {
+            reply.time_unreadable = updated_unreadable;
+        }
+    }
 }
 
 fn sms_template(data: Value) -> Result<SmsTemplate, String> {
@@ -293,6 +314,7 @@ impl From<ReplyPayload> for Reply {
     fn from(r: ReplyPayload) -> Self {
         Self {
             datetime: r.datetime.as_deref().and_then(timestamp),
+            time_unreadable: unreadable(r.datetime.as_deref()),
             message: r.message,
             media: r.media.map(|m| Media {
                 url: m.url.unwrap_or_default(),

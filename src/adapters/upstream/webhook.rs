@@ -49,6 +49,8 @@ pub fn parse_webhook(body: &[u8]) -> Result<DeliveryReport, WebhookError> {
             "duration must be a number of seconds from 0 to {MAX_DURATION_SECS}"
         )));
     }
+    let mut replies: Vec<Reply> = s.replies.into_iter().map(Reply::from).collect();
+    super::response::mark_unreadable_times(&mut replies, s.updated.as_deref());
     Ok(DeliveryReport {
         // An id msgw could never have sent (0, too large) names no message.
         client_id: s.id.and_then(|id| ClientId::new(id).ok()),
@@ -61,7 +63,7 @@ pub fn parse_webhook(body: &[u8]) -> Result<DeliveryReport, WebhookError> {
         reply: b.reply,
         duration_secs: b.duration,
         request_id: b.request_id,
-        replies: s.replies.into_iter().map(Reply::from).collect(),
+        replies,
     })
 }
 
@@ -104,6 +106,59 @@ mod tests {
         );
         assert_eq!(r.replies.len(), 1);
         assert!(r.updated.is_some());
+    }
+
+    /// Fix 45, finding 4: the ISO 8601 forms the gateway may send are read; a time given
+    /// and not read marks its reply, whose time is then unknown.
+    #[test]
+    fn reads_iso_8601_reply_times_and_marks_unreadable_ones() {
+        let body = |reply: &str, updated: &str| {
+            format!(
+                r#"{{"success":true,"id":"7","status":"REPLIED","updated":{updated},"replies":[{reply}]}}"#
+            )
+        };
+        let t = chrono::DateTime::parse_from_rfc3339("2026-11-28T10:07:22Z")
+            .unwrap()
+            .with_timezone(&chrono::Utc);
+        for form in [
+            "2026-11-28T10:07:22+0000",
+            "2026-11-28T10:07:22+00",
+            "20261128T100722Z",
+            "2026-11-28 10:07:22",
+        ] {
+            let r = parse_webhook(
+                body(
+                    &format!(r#"{{"datetime":"{form}","message":"START"}}"#),
+                    "null",
+                )
+                .as_bytes(),
+            )
+            .unwrap();
+            assert_eq!(r.replies[0].datetime, Some(t), "{form}");
+            assert!(!r.replies[0].time_unreadable);
+        }
+        let r = parse_webhook(
+            body(
+                r#"{"datetime":"garbage","message":"START"}"#,
+                r#""2026-11-28T10:07:22Z""#,
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+        assert!(r.replies[0].time_unreadable && r.replies[0].datetime.is_none());
+        let r = parse_webhook(
+            body(r#"{"message":"START"}"#, r#""2026-11-28T10:07:22+0000""#).as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(r.updated, Some(t));
+        assert!(!r.replies[0].time_unreadable);
+        let r = parse_webhook(body(r#"{"message":"START"}"#, r#""garbage""#).as_bytes()).unwrap();
+        assert!(
+            r.replies[0].time_unreadable,
+            "its time is the report's, unreadable"
+        );
+        let r = parse_webhook(body(r#"{"message":"START"}"#, "null").as_bytes()).unwrap();
+        assert!(!r.replies[0].time_unreadable, "no time given: its arrival");
     }
 
     #[test]

@@ -37,6 +37,11 @@ pub struct VoiceOtpCall {
 pub struct Reply {
     /// When it was written.
     pub datetime: Option<DateTime<Utc>>,
+    /// A time was given for it (its own `datetime`, or without one the report's
+    /// `updated`) that msgw could not read: its time is unknown, and an opt-in keyword
+    /// in it never lifts an opt-out (not kept in the store: it matters only as the
+    /// report arrives).
+    pub time_unreadable: bool,
     /// Text, if any.
     pub message: Option<String>,
     /// Attached file, if any.

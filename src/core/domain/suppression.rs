@@ -158,15 +158,31 @@ impl KeywordReply {
     /// The time of this reply's decision: its own `datetime`, else the report's
     /// `updated`, else when msgw received the report (`received_at`); never later than
     /// that, so a clock ahead or a date in the future cannot outlast replies written
-    /// after it.
-    pub fn decided_at(&self, report: &DeliveryReport, received_at: DateTime<Utc>) -> DateTime<Utc> {
+    /// after it. `None` when a time was given for it that msgw could not read.
+    pub fn decided_at(
+        &self,
+        report: &DeliveryReport,
+        received_at: DateTime<Utc>,
+    ) -> Option<DateTime<Utc>> {
+        let reply = report.replies.get(self.index);
+        if reply.is_some_and(|r| r.time_unreadable) {
+            return None;
+        }
+        Some(
+            reply
+                .and_then(|r| r.datetime)
+                .or(report.updated)
+                .unwrap_or(received_at)
+                .min(received_at),
+        )
+    }
+
+    /// Whether a time was given for this reply that msgw could not read.
+    pub fn time_unreadable(&self, report: &DeliveryReport) -> bool {
         report
             .replies
             .get(self.index)
-            .and_then(|r| r.datetime)
-            .or(report.updated)
-            .unwrap_or(received_at)
-            .min(received_at)
+            .is_some_and(|r| r.time_unreadable)
     }
 
     /// What makes the change of this reply the same one when a report repeats it (a
@@ -348,6 +364,7 @@ mod tests {
         use crate::core::domain::{Media, Reply};
         let reply = |m: Option<&str>| Reply {
             datetime: None,
+            time_unreadable: false,
             message: m.map(str::to_owned),
             media: None,
         };

@@ -376,7 +376,16 @@ async fn append_group(
     let appended = store.append_log(&appends).await?;
     let mut published = Vec::new();
     for (done, append) in appended.iter().zip(&appends) {
-        if let LogAppend::Report { event, .. } = append {
+        if let LogAppend::Report { event, keywords } = append {
+            for keyword in keywords {
+                if keyword.time_unreadable(&event.report) {
+                    let direction = if keyword.opt_out { "opt_out" } else { "opt_in" };
+                    metrics
+                        .reply_times_unreadable_total
+                        .with_label_values(&[direction])
+                        .inc();
+                }
+            }
             let result = if done.status.is_some() {
                 "stored"
             } else {

@@ -87,6 +87,14 @@ impl Codes {
         hmac(&self.guard_key, &[name.as_bytes(), &[0], value.as_bytes()]).to_vec()
     }
 
+    /// The keyed fingerprint of a StartVerification's request (its
+    /// [`super::StartVerification::canonical`] form), which its send id stays tied to:
+    /// equal requests have equal fingerprints, and the store learns nothing of the
+    /// request from it.
+    pub fn request_mac(&self, request: &super::StartVerification) -> Vec<u8> {
+        hmac(&self.claims_key, &[b"request\0", &request.canonical()]).to_vec()
+    }
+
     /// The HMAC of `code` for verification `id` (bound to it: the same code in two
     /// verifications has two HMACs).
     fn mac(&self, id: ClientId, code: &[u8]) -> [u8; 32] {

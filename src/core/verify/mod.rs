@@ -101,12 +101,15 @@ impl Send {
         new_code: true,
     };
 
-    /// A retry of an earlier call: a new code only if its first send never went out.
-    fn retried(first: bool) -> Self {
+    /// A retry of an earlier call (the same request): a code sent again unless the
+    /// gateway accepted it before (a send that never went out, or whose outcome is
+    /// unknown, goes to the dispatcher, which sends it or finds it sent). A retry of a
+    /// first send that never went out is the start of its verification.
+    fn retried(first: bool, sent: bool) -> Self {
         Self {
-            fresh: false,
+            fresh: first,
             first,
-            new_code: first,
+            new_code: !sent,
         }
     }
 }
@@ -251,7 +254,19 @@ impl Verifier {
         deadline: Option<Instant>,
     ) -> Result<View, Error> {
         self.allowed(request.phone)?;
-        self.numbers.check(request.phone, &request.channels)?;
+        // A fixed line takes codes only by voice: its sends (resends too) use only the
+        // voice channel of the request's list.
+        let channels = self.numbers.check(request.phone, &request.channels)?;
+        let voiced;
+        let request = if channels == request.channels {
+            request
+        } else {
+            voiced = StartVerification {
+                channels,
+                ..request.clone()
+            };
+            &voiced
+        };
         self.not_opted_out(request.phone).await?;
         let name = caller.name.as_ref();
         let now = Utc::now();
@@ -277,6 +292,7 @@ impl Verifier {
             guard: self
                 .guard
                 .check(request.phone, &request.rate_limit_keys, now),
+            request_mac: self.codes.request_mac(request),
         };
         let decided = self
             .store
@@ -299,7 +315,9 @@ impl Verifier {
                     .await
             }
             StartOutcome::Replay { record, sent } => {
-                if record.caller.as_ref() != name {
+                // The store ties an id to its request: a retry is of the same number, by
+                // the same caller, and never sends a code elsewhere.
+                if record.caller.as_ref() != name || record.phone != request.phone {
                     return Err(Error::IdConflict {
                         id: request.id.get(),
                         msg_id: None,
@@ -313,8 +331,14 @@ impl Verifier {
                     return Ok(self.view(record));
                 }
                 let first = record.id == request.id && !sent;
-                self.send(caller, request, record, Send::retried(first), deadline)
-                    .await
+                self.send(
+                    caller,
+                    request,
+                    record,
+                    Send::retried(first, sent),
+                    deadline,
+                )
+                .await
             }
             // Its voice call has not told the code yet.
             StartOutcome::CodeAwaited(pending) => Err(Error::SendInProgress {
@@ -375,6 +399,10 @@ impl Verifier {
                     // verification never existed for the user, and a retry of the id
                     // starts it afresh.
                     Some(VerificationChange::Forget { id: record.id })
+                } else if nothing_sent(&e) {
+                    // A resend refused (or a retry of one): the guard counts no code it
+                    // did not send; a retry that sends it counts it then.
+                    Some(VerificationChange::Unsent { send: request.id })
                 } else if matches!(e, Error::ResultLost(_)) {
                     // A voice call was placed but its code is lost: it can never be checked.
                     Some(VerificationChange::Cancel {
@@ -418,7 +446,7 @@ impl Verifier {
             .change_verification(&VerificationChange::Sent { send: request.id })
             .await
             .map_err(store_error)?;
-        if kind.new_code {
+        if kind.new_code && !executed.replayed {
             self.guard.count_code(record.phone, CodeOutcome::Sent);
         }
         if kind.first {

@@ -157,18 +157,20 @@ impl NumberRule {
         }
     }
 
-    /// Refuses a verification of `phone` over `channels` that its type does not allow:
-    /// FAILED_PRECONDITION, NUMBER_TYPE_NOT_ALLOWED.
-    pub fn check(&self, phone: Phone, channels: &[Channel]) -> Result<(), Error> {
+    /// The channels of `channels` a code to `phone` may go on: all of them, or for a
+    /// number its type takes codes only by voice (a fixed line), only the voice ones.
+    /// Refuses a verification its type does not allow, or a voice-only number's without
+    /// a voice channel: FAILED_PRECONDITION, NUMBER_TYPE_NOT_ALLOWED.
+    pub fn check(&self, phone: Phone, channels: &[Channel]) -> Result<Vec<Channel>, Error> {
         let judged = self.judge(phone);
-        let voice = channels.contains(&Channel::Voice);
+        let refused = |codes| Error::NumberTypeNotAllowed {
+            number_type: judged.info.number_type,
+            voice_only: codes == Codes::VoiceOnly,
+        };
         match judged.codes {
-            Codes::Allowed => Ok(()),
-            Codes::VoiceOnly if voice => Ok(()),
-            codes => Err(Error::NumberTypeNotAllowed {
-                number_type: judged.info.number_type,
-                voice_only: codes == Codes::VoiceOnly,
-            }),
+            Codes::Allowed => Ok(channels.to_vec()),
+            Codes::VoiceOnly if channels.contains(&Channel::Voice) => Ok(vec![Channel::Voice]),
+            codes => Err(refused(codes)),
         }
     }
 }
@@ -194,11 +196,29 @@ mod tests {
         assert_eq!(refused("+882012345678"), Some(NumberType::Unknown));
         assert_eq!(refused("+380971234567"), None);
         assert_eq!(refused("+14155550100"), None);
-        // A fixed line takes a voice call's code, not a text.
+        // A fixed line takes a voice call's code, not a text: only the voice channel of
+        // a list is used.
         assert_eq!(refused("+442079000001"), Some(NumberType::FixedLine));
+        for list in [
+            vec![Channel::Sms, Channel::Voice],
+            vec![Channel::Viber, Channel::Sms, Channel::Voice],
+            vec![Channel::Voice],
+        ] {
+            assert_eq!(
+                rule.check(phone("+441234567890"), &list).unwrap(),
+                [Channel::Voice],
+                "{list:?}"
+            );
+        }
         assert!(
-            rule.check(phone("+442079000001"), &[Channel::Sms, Channel::Voice])
-                .is_ok()
+            rule.check(phone("+441234567890"), &[Channel::Viber, Channel::Sms])
+                .is_err()
+        );
+        // A mobile keeps its list.
+        assert_eq!(
+            rule.check(phone("+380971234567"), &[Channel::Viber, Channel::Sms])
+                .unwrap(),
+            [Channel::Viber, Channel::Sms]
         );
     }
 

@@ -83,6 +83,35 @@ pub struct StartVerification {
 }
 
 impl StartVerification {
+    /// The request as its send id stays tied to (see [`super::Codes::request_mac`]):
+    /// every field but the id and the rate-limit keys (they describe the end user, not
+    /// the message), each field's parts `\0`-separated, fields `\x1f`-separated.
+    pub fn canonical(&self) -> Vec<u8> {
+        let channels: Vec<&str> = self.channels.iter().map(|c| c.as_str()).collect();
+        let voice = self.voice.as_ref().map_or_else(String::new, |v| {
+            format!(
+                "{:?}\0{}\0{}",
+                v.gender,
+                v.language.as_str(),
+                v.name.as_str()
+            )
+        });
+        [
+            self.phone.get().to_string(),
+            channels.join(","),
+            self.signature
+                .as_ref()
+                .map_or("", |s| s.as_str())
+                .to_owned(),
+            self.message.0.clone(),
+            self.digits.to_string(),
+            self.ttl.as_millis().to_string(),
+            voice,
+        ]
+        .join("\x1f")
+        .into_bytes()
+    }
+
     /// Whether the send is a `call/otp` call, whose code the gateway picks.
     pub fn gateway_picks_code(&self) -> bool {
         self.channels == [Channel::Voice]

@@ -32,7 +32,8 @@ pub enum GuardAction {
     List,
     /// End a range's hold now; its verifications count afresh from then on.
     Release {
-        /// The range's digits, as `msgw guard list` shows them.
+        /// The range's digits, or a region of a shared calling code (`1/JM`), as
+        /// `msgw guard list` shows them.
         range: String,
     },
 }

@@ -245,15 +245,16 @@ impl Conn<'_> {
 }
 
 /// What a transaction locks before it reads what it will decide on. Taken in this
-/// order when a transaction takes several (a start, then its range, its calling code's
-/// figures (a `Range` lock on its digits), keys by
+/// order when a transaction takes several (a start, then its range, its region of a
+/// shared calling code (`1/JM`), its calling code's figures (each a `Range` lock on
+/// its name), keys by
 /// [`crate::adapters::store::guard::key_lock`], the calling code's budget), so two never
 /// wait on each other.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(in crate::adapters::store) enum Lock {
     /// Starts of a number: two replicas cannot both see room under its limit.
     Start,
-    /// The fraud guard's judgement of a range (or of a whole calling code).
+    /// The fraud guard's judgement of a range (or of a region, or a whole calling code).
     Range,
     /// The count of a caller-supplied key (by its lock number).
     Key,

@@ -9,7 +9,8 @@ use chrono::{DateTime, Utc};
 use super::conn::{Conn, Lock, Sql};
 use crate::adapters::store::StoreError;
 use crate::adapters::store::guard::{
-    Figures, GuardCheck, GuardFinding, HoldRow, KeyCheck, RangeHold, Scope, Window, key_lock,
+    Figures, GuardCheck, GuardFinding, HoldRow, KeyCheck, RangeHold, Scope, ScopeKind, Window,
+    key_lock,
 };
 use crate::adapters::store::rows::{from_ms, id_to_db, ms};
 use crate::core::domain::ClientId;
@@ -17,7 +18,7 @@ use crate::core::domain::ClientId;
 /// The hold of a range, whatever its state (`$1` range).
 const HOLD_SQL: &str = "SELECT * FROM guard_holds WHERE range_prefix = $1";
 
-/// The figures of a prefix by `$column` (`range_prefix` or `calling_code`): its
+/// The figures of a prefix by `$column` (`range_prefix`, `region` or `calling_code`): its
 /// approved verifications (whose first code is in the window), its unconverted codes, and its codes to unapproved
 /// verifications whatever their age (`$1` prefix, `$2` counted after, `$3` an unapproved
 /// code sent at or before this is unconverted). Codes to safe prefixes are not judged.
@@ -40,6 +41,9 @@ const RANGE_STATS_SQL: &str = stats_sql!("range_prefix");
 /// A calling code's figures (see [`stats_sql`]).
 const CODE_STATS_SQL: &str = stats_sql!("calling_code");
 
+/// A region's figures (`$1` `code/REGION`, see [`stats_sql`]).
+const REGION_STATS_SQL: &str = stats_sql!("region");
+
 /// Ends a hold whose figures recovered (`$1` range, `$2` now).
 const LIFT_SQL: &str = "UPDATE guard_holds SET until_ms = $2 WHERE range_prefix = $1";
 
@@ -59,18 +63,18 @@ const COUNTRY_COUNT_SQL: &str = "SELECT COUNT(*), MIN(sent_at_ms) FROM guard_cod
 const KEY_COUNT_SQL: &str = "SELECT COUNT(*), MIN(sent_at_ms) FROM guard_code_keys
      WHERE key_mac = $1 AND sent_at_ms > $2";
 
-/// Whether a key approved a code after `$2` (`$1` mac).
+/// Whether a key approved a code after `$2` in calling code `$3` (`$1` mac).
 const TRUSTED_SQL: &str = "SELECT COUNT(*) FROM guard_trusted_keys
-     WHERE key_mac = $1 AND approved_at_ms > $2";
+     WHERE key_mac = $1 AND approved_at_ms > $2 AND calling_code = $3";
 
 /// The keys a verification started with (`$1` its id, the first send's).
 const FIRST_KEYS_SQL: &str = "SELECT key_name, key_mac FROM guard_code_keys WHERE send_id = $1";
 
 /// Counts a code sent (`$1` send, `$2` verification, `$3` range, `$4` calling code,
-/// `$5` now, `$6` exempt from the conversion rule).
+/// `$5` now, `$6` exempt from the conversion rule, `$7` region of a shared code or NULL).
 const RECORD_CODE_SQL: &str = "INSERT INTO guard_codes
-     (send_id, verification_id, range_prefix, calling_code, sent_at_ms, approved, exempt)
-     VALUES ($1, $2, $3, $4, $5, FALSE, $6) ON CONFLICT DO NOTHING";
+     (send_id, verification_id, range_prefix, calling_code, sent_at_ms, approved, exempt, region)
+     VALUES ($1, $2, $3, $4, $5, FALSE, $6, $7) ON CONFLICT DO NOTHING";
 
 /// Counts a key of a code (`$1` send, `$2` verification, `$3` name, `$4` mac, `$5` now).
 const RECORD_KEY_SQL: &str = "INSERT INTO guard_code_keys
@@ -80,10 +84,13 @@ const RECORD_KEY_SQL: &str = "INSERT INTO guard_code_keys
 /// Counts a verification's codes approved (`$1` id).
 const APPROVED_SQL: &str = "UPDATE guard_codes SET approved = TRUE WHERE verification_id = $1";
 
-/// Trusts the keys of an approved verification's codes from now (`$1` id, `$2` now).
-const TRUST_SQL: &str = "INSERT INTO guard_trusted_keys (key_mac, approved_at_ms)
-     SELECT DISTINCT key_mac, $2 FROM guard_code_keys WHERE verification_id = $1
-     ON CONFLICT (key_mac) DO UPDATE SET approved_at_ms = excluded.approved_at_ms";
+/// Trusts the keys an approved verification started with (its first send's: not keys
+/// its resends added) from now, in the calling code of its number (`$1` id, `$2` now).
+const TRUST_SQL: &str = "INSERT INTO guard_trusted_keys (key_mac, calling_code, approved_at_ms)
+     SELECT DISTINCT k.key_mac, c.calling_code, $2
+       FROM guard_code_keys k JOIN guard_codes c ON c.send_id = k.send_id
+      WHERE k.send_id = $1 AND k.verification_id = $1
+     ON CONFLICT (key_mac, calling_code) DO UPDATE SET approved_at_ms = excluded.approved_at_ms";
 
 /// Forgets what was counted of a verification whose first send was refused (`$1`).
 const FORGET_SQL: [&str; 2] = [
@@ -91,13 +98,11 @@ const FORGET_SQL: [&str; 2] = [
     "DELETE FROM guard_codes WHERE verification_id = $1",
 ];
 
-/// Ranges held at `$1`, in range order after `$2`, at most `$3`.
-const HELD_SQL: &str = "SELECT * FROM guard_holds
-     WHERE until_ms > $1 AND range_prefix > $2 ORDER BY range_prefix LIMIT $3";
-
-/// Ends a range's hold now (`$1` range, `$2` now): it is judged afresh from then on.
-const RELEASE_SQL: &str = "UPDATE guard_holds SET until_ms = $2, released_at_ms = $2
-     WHERE range_prefix = $1 AND until_ms > $2 RETURNING *";
+/// Uncounts a send that sent nothing (`$1`).
+const UNSENT_SQL: [&str; 2] = [
+    "DELETE FROM guard_code_keys WHERE send_id = $1",
+    "DELETE FROM guard_codes WHERE send_id = $1",
+];
 
 /// Counts since `since` against `window`: the oldest start when it is full.
 async fn full(
@@ -161,10 +166,10 @@ pub(in crate::adapters::store) async fn judge(
     let since = released_at.map_or(guard.since, |r| {
         (r - chrono::Duration::milliseconds(1)).max(guard.since)
     });
-    let stats = if scope.calling_code {
-        CODE_STATS_SQL
-    } else {
-        RANGE_STATS_SQL
+    let stats = match scope.kind {
+        ScopeKind::Range => RANGE_STATS_SQL,
+        ScopeKind::Region => REGION_STATS_SQL,
+        ScopeKind::CallingCode => CODE_STATS_SQL,
     };
     let sql = Sql::new(stats)
         .bind(scope.prefix)
@@ -228,7 +233,7 @@ async fn put_hold(
 /// A prefix found open by a check, with its figures before the code.
 pub(in crate::adapters::store) struct Open {
     prefix: String,
-    calling_code: bool,
+    kind: ScopeKind,
     min_starts: u32,
     figures: Figures,
 }
@@ -243,19 +248,21 @@ pub(in crate::adapters::store) struct Checked {
     pub open: Vec<Open>,
 }
 
-/// Whether one of `keys` approved a code after `since`.
+/// Whether one of the call's keys started a verification approved after `since` in
+/// the calling code of the call's number (a returning user comes back to its country).
 async fn trusted(
     conn: &mut Conn<'_>,
-    keys: &[KeyCheck],
+    guard: &GuardCheck,
     since: Option<DateTime<Utc>>,
 ) -> Result<bool, StoreError> {
     let Some(since) = since else {
         return Ok(false);
     };
-    for key in keys {
+    for key in &guard.keys {
         let sql = Sql::new(TRUSTED_SQL)
             .bind(key.mac.as_slice())
-            .bind(ms(since));
+            .bind(ms(since))
+            .bind(&guard.calling_code);
         let (n,): (i64,) = conn.fetch_one(sql).await?;
         if n > 0 {
             return Ok(true);
@@ -281,7 +288,7 @@ pub(in crate::adapters::store) async fn check(
         if let Some(figures) = judged.figures {
             checked.open.push(Open {
                 prefix: scope.prefix.to_owned(),
-                calling_code: scope.calling_code,
+                kind: scope.kind,
                 min_starts: scope.min_starts,
                 figures,
             });
@@ -291,7 +298,7 @@ pub(in crate::adapters::store) async fn check(
         };
         let passes = match trust {
             Some(passes) => passes,
-            None => *trust.insert(trusted(conn, &guard.keys, guard.trusted_since).await?),
+            None => *trust.insert(trusted(conn, guard, guard.trusted_since).await?),
         };
         checked.findings.push(match (passes, new) {
             (true, true) => GuardFinding::Placed { hold },
@@ -358,7 +365,7 @@ pub(in crate::adapters::store) async fn capped(
         };
         let scope = Scope {
             prefix: &open.prefix,
-            calling_code: open.calling_code,
+            kind: open.kind,
             min_starts: open.min_starts,
         };
         let hold = put_hold(conn, guard, scope, now, unconverted, after.approved).await?;
@@ -393,14 +400,15 @@ pub(in crate::adapters::store) async fn with_first_keys(
     Ok(guard)
 }
 
-/// Counts a code sent with `send` to verification `verification`, and its keys.
+/// Counts a code sent with `send` to verification `verification`, and its keys, once:
+/// false when that send was counted already (a retry of it).
 pub(in crate::adapters::store) async fn record(
     conn: &mut Conn<'_>,
     send: ClientId,
     verification: ClientId,
     guard: &GuardCheck,
     now: DateTime<Utc>,
-) -> Result<(), StoreError> {
+) -> Result<bool, StoreError> {
     let (send, verification) = (id_to_db(send.get()), id_to_db(verification.get()));
     let sql = Sql::new(RECORD_CODE_SQL)
         .bind(send)
@@ -408,8 +416,11 @@ pub(in crate::adapters::store) async fn record(
         .bind(&guard.range)
         .bind(&guard.calling_code)
         .bind(ms(now))
-        .bind(!guard.judged);
-    conn.execute(sql).await?;
+        .bind(!guard.judged)
+        .bind(guard.region.as_deref());
+    if conn.execute(sql).await? == 0 {
+        return Ok(false);
+    }
     for key in &guard.keys {
         let sql = Sql::new(RECORD_KEY_SQL)
             .bind(send)
@@ -419,11 +430,23 @@ pub(in crate::adapters::store) async fn record(
             .bind(ms(now));
         conn.execute(sql).await?;
     }
+    Ok(true)
+}
+
+/// Uncounts send `send`, which sent nothing (the gateway refused it).
+pub(in crate::adapters::store) async fn unsent(
+    conn: &mut Conn<'_>,
+    send: ClientId,
+) -> Result<(), StoreError> {
+    for sql in UNSENT_SQL {
+        conn.execute(Sql::new(sql).bind(id_to_db(send.get())))
+            .await?;
+    }
     Ok(())
 }
 
-/// Counts a verification approved: its codes are converted, and the keys they were
-/// sent with are trusted from `now`.
+/// Counts a verification approved: its codes are converted, and the keys it started
+/// with are trusted from `now` in its number's calling code.
 pub(in crate::adapters::store) async fn approved(
     conn: &mut Conn<'_>,
     id: ClientId,
@@ -458,30 +481,4 @@ pub(in crate::adapters::store) async fn hold_of(
         .map(RangeHold::try_from)
         .transpose()?
         .filter(|h| h.until > now))
-}
-
-/// Ranges held at `now`, in range order after `after`, at most `limit`.
-pub(in crate::adapters::store) async fn held(
-    conn: &mut Conn<'_>,
-    now: DateTime<Utc>,
-    after: &str,
-    limit: u32,
-) -> Result<Vec<RangeHold>, StoreError> {
-    let sql = Sql::new(HELD_SQL)
-        .bind(ms(now))
-        .bind(after)
-        .bind(i64::from(limit));
-    let rows: Vec<HoldRow> = conn.fetch_all(sql).await?;
-    rows.into_iter().map(RangeHold::try_from).collect()
-}
-
-/// Ends a range's hold at `now`; `None` when it was not held.
-pub(in crate::adapters::store) async fn release(
-    conn: &mut Conn<'_>,
-    range: &str,
-    now: DateTime<Utc>,
-) -> Result<Option<RangeHold>, StoreError> {
-    let sql = Sql::new(RELEASE_SQL).bind(range).bind(ms(now));
-    let row: Option<HoldRow> = conn.fetch_optional(sql).await?;
-    row.map(RangeHold::try_from).transpose()
 }

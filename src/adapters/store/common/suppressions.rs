@@ -102,11 +102,28 @@ async fn phone_of(conn: &mut Conn<'_>, id: ClientId) -> Result<Option<Phone>, St
         .transpose()
 }
 
-/// Whether an event with `key` is stored.
+/// Whether the reply with `key` was seen: remembered, or (applied before replies were
+/// remembered) an event of the log.
 async fn stored(conn: &mut Conn<'_>, key: &str) -> Result<bool, StoreError> {
+    let sql = Sql::new("SELECT seen_at_ms FROM seen_replies WHERE dedup_key = $1").bind(key);
+    let row: Option<(i64,)> = conn.fetch_optional(sql).await?;
+    if row.is_some() {
+        return Ok(true);
+    }
     let sql = Sql::new("SELECT cursor FROM events WHERE dedup_key = $1").bind(key);
     let row: Option<(i64,)> = conn.fetch_optional(sql).await?;
     Ok(row.is_some())
+}
+
+/// Remembers the reply with `key`, seen `at`, whatever it changed.
+async fn remember(conn: &mut Conn<'_>, key: &str, at: DateTime<Utc>) -> Result<(), StoreError> {
+    let sql = Sql::new(
+        "INSERT INTO seen_replies (dedup_key, seen_at_ms) VALUES ($1, $2)
+         ON CONFLICT (dedup_key) DO NOTHING",
+    )
+    .bind(key)
+    .bind(ms(at));
+    conn.execute(sql).await.map(drop)
 }
 
 /// A list change made, to store as an event under `key`.
@@ -130,8 +147,8 @@ pub(in crate::adapters::store) struct Applied {
 }
 
 /// Applies the list changes of `appends`, in order, in the transaction `conn` runs:
-/// keyword replies not applied before (by their keys, in the log or earlier in the
-/// group) to the number their message went to, each at its own time, and callers'
+/// keyword replies not seen before (by their keys, remembered whatever they changed, or
+/// earlier in the group) to the number their message went to, each at its own time, and callers'
 /// changes at theirs. A change older than the number's newest decision is not made.
 /// Changes that change nothing (an opt-out of a suppressed number, an opt-in of one
 /// that is not) make no event. One answer per append.
@@ -153,6 +170,10 @@ pub(in crate::adapters::store) async fn apply(
                     if seen.contains(&key) || stored(conn, &key).await? {
                         continue;
                     }
+                    // Applied once, whatever it changes: a repeat of it later must not
+                    // apply it again at its new arrival time.
+                    remember(conn, &key, event.received_at).await?;
+                    seen.insert(key.clone());
                     fresh.push((key, keyword));
                 }
                 if fresh.is_empty() {
@@ -174,6 +195,21 @@ pub(in crate::adapters::store) async fn apply(
                     continue;
                 };
                 for (key, keyword) in fresh {
+                    // A time given and not read: the reply's time is unknown. A STOP still
+                    // opts out (as of its arrival, which no known decision is after); a
+                    // START never lifts a decision whose time is known.
+                    let at = match keyword.decided_at(report, event.received_at) {
+                        Some(at) => at,
+                        None if keyword.opt_out => event.received_at,
+                        None => {
+                            tracing::warn!(
+                                client_id = report.client_id.map(ClientId::get),
+                                msg_id = report.msg_id.as_deref(),
+                                "an opt-in reply whose time cannot be read: the list is unchanged"
+                            );
+                            continue;
+                        }
+                    };
                     let change = SuppressionChange {
                         phone,
                         suppressed: keyword.opt_out,
@@ -182,12 +218,9 @@ pub(in crate::adapters::store) async fn apply(
                         client_id: report.client_id,
                         caller: None,
                         // As stored: the event published now reads back the same.
-                        at: keyword
-                            .decided_at(report, event.received_at)
-                            .trunc_subsecs(3),
+                        at: at.trunc_subsecs(3),
                     };
                     if make(conn, &change).await?.changed {
-                        seen.insert(key.clone());
                         applied.made.push(Made { key, change });
                     }
                 }

@@ -19,7 +19,7 @@ const LEASE_SQL: &str = "INSERT INTO leases (name, holder, until_ms) VALUES ($1,
 
 /// What a prune runs, in order: each statement with its bound values. The first two
 /// statements drop events (their row counts are the result).
-fn prune_statements(retention: Retention, now: DateTime<Utc>) -> [(&'static str, Vec<i64>); 10] {
+fn prune_statements(retention: Retention, now: DateTime<Utc>) -> [(&'static str, Vec<i64>); 11] {
     let horizon = ms(now).saturating_sub(millis(retention.max_age));
     let keep = i64::try_from(retention.max_events).unwrap_or(i64::MAX);
     let claims_horizon = ms(now).saturating_sub(millis(retention.claims_max_age));
@@ -82,6 +82,11 @@ fn prune_statements(retention: Retention, now: DateTime<Utc>) -> [(&'static str,
         (
             "DELETE FROM guard_holds WHERE until_ms < $1",
             vec![guard_horizon],
+        ),
+        // A reply is remembered as long as the events of its message.
+        (
+            "DELETE FROM seen_replies WHERE seen_at_ms < $1",
+            vec![horizon],
         ),
     ]
 }

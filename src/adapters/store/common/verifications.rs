@@ -12,9 +12,8 @@ use super::guard;
 use crate::adapters::store::StoreError;
 use crate::adapters::store::guard::{GuardCheck, GuardFinding};
 use crate::adapters::store::verifications::{
-    CodeCheck, Decided, NewVerification, Start, StartOutcome, VerificationChange,
-    VerificationRecord, VerificationRow, at, caller_to_db, channels_to_db, client_id_to_db,
-    phone_to_db,
+    CodeCheck, Decided, NewVerification, Start, StartOutcome, VerificationRecord, VerificationRow,
+    at, caller_to_db, channels_to_db, client_id_to_db, phone_to_db,
 };
 use crate::core::domain::{CallerName, ClientId, Phone};
 
@@ -23,9 +22,11 @@ use crate::core::domain::{CallerName, ClientId, Phone};
 const COUNT_SQL: &str = "SELECT COUNT(*), MIN(created_at_ms) FROM verifications
      WHERE phone = $1 AND created_at_ms > $2";
 
-/// Claims a send id for a verification (`$1` send, `$2` verification).
-const CLAIM_SEND_SQL: &str = "INSERT INTO verification_sends (client_id, verification_id)
-     VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING client_id";
+/// Claims a send id for a verification (`$1` send, `$2` verification, `$3` the
+/// request's fingerprint).
+const CLAIM_SEND_SQL: &str =
+    "INSERT INTO verification_sends (client_id, verification_id, request_mac)
+     VALUES ($1, $2, $3) ON CONFLICT DO NOTHING RETURNING client_id";
 
 /// Gives back a send id claimed in this transaction (`$1`).
 const UNCLAIM_SEND_SQL: &str = "DELETE FROM verification_sends WHERE client_id = $1";
@@ -47,9 +48,10 @@ const EXPIRE_SQL: &str = "UPDATE verifications SET status = 'expired', updated_a
      WHERE caller = $1 AND phone = $2 AND status = 'pending' AND expires_at_ms <= $3
      RETURNING *";
 
-/// The verification of a send (`$1`) and whether the gateway accepted the send.
+/// The verification of a send (`$1`), whether the gateway accepted the send, and the
+/// fingerprint of the request that claimed it.
 const OF_SEND_SQL: &str =
-    "SELECT verification_id, sent FROM verification_sends WHERE client_id = $1";
+    "SELECT verification_id, sent, request_mac FROM verification_sends WHERE client_id = $1";
 
 /// A verification by id.
 const BY_ID_SQL: &str = "SELECT * FROM verifications WHERE id = $1";
@@ -66,15 +68,6 @@ const RESEND_SQL: &str = "UPDATE verifications
        AND last_send_at_ms <= $6
      RETURNING *";
 
-/// Keeps a voice call's code: `$1` id, `$2` send, `$3` mac, `$4` sealed, `$5` nonce.
-const SET_CODE_SQL: &str = "UPDATE verifications
-     SET code_mac = $3, sealed_code = $4, seal_nonce = $5
-     WHERE id = $1 AND last_send_id = $2 AND status = 'pending'
-     RETURNING *";
-
-/// Marks a send accepted (`$1`).
-const SENT_SQL: &str = "UPDATE verification_sends SET sent = TRUE WHERE client_id = $1";
-
 /// Approves: `$1` id, `$2` mac, `$3` now.
 const APPROVE_SQL: &str = "UPDATE verifications SET status = 'approved', updated_at_ms = $3
      WHERE id = $1 AND status = 'pending' AND expires_at_ms > $3 AND code_mac = $2
@@ -89,28 +82,20 @@ const WRONG_CODE_SQL: &str = "UPDATE verifications
      WHERE id = $1 AND status = 'pending' AND expires_at_ms > $2 AND checks_left > 0
      RETURNING *";
 
-/// Cancels (`$1` id, `$2` now).
-const CANCEL_SQL: &str = "UPDATE verifications SET status = 'canceled', updated_at_ms = $2
-     WHERE id = $1 AND status = 'pending'
-     RETURNING *";
-
-/// Forgets a verification (`$1`) and its sends.
-const FORGET_SQL: [&str; 2] = [
-    "DELETE FROM verification_sends WHERE verification_id = $1",
-    "DELETE FROM verifications WHERE id = $1",
-];
-
 fn records(rows: Vec<VerificationRow>) -> Result<Vec<VerificationRecord>, StoreError> {
     rows.into_iter().map(VerificationRecord::try_from).collect()
 }
 
-fn record(row: Option<VerificationRow>) -> Result<Option<VerificationRecord>, StoreError> {
+pub(super) fn record(
+    row: Option<VerificationRow>,
+) -> Result<Option<VerificationRecord>, StoreError> {
     row.map(VerificationRecord::try_from).transpose()
 }
 
 /// Starts a verification, or sends the caller's pending one again, in the caller's
 /// transaction (to be committed unless [`StartOutcome::IdTaken`]): a retry of a send
-/// replays it; a pending one is resent unless its voice call has not told the code,
+/// replays it (another request with its id is `IdTaken`; a retry of a send that never
+/// went out is a code again, checked and counted by the guard); a pending one is resent unless its voice call has not told the code,
 /// the guard holds its range, its sends are used up or the latest was too recent;
 /// else a new one starts unless the number had its limit or the guard refuses it.
 pub(in crate::adapters::store) async fn start(
@@ -119,8 +104,8 @@ pub(in crate::adapters::store) async fn start(
 ) -> Result<Decided<StartOutcome>, StoreError> {
     let new = &start.new;
     conn.lock(Lock::Start, phone_to_db(new.phone)).await?;
-    if let Some((record, sent)) = of_send(conn, new.id).await? {
-        return Ok(Decided::only(StartOutcome::Replay { record, sent }));
+    if let Some(send) = of_send(conn, new.id).await? {
+        return retried(conn, start, send).await;
     }
     let expired = expire(conn, new.caller.as_ref(), new.phone, new.at).await?;
     let pending = pending(conn, new.caller.as_ref(), new.phone, new.at).await?;
@@ -132,6 +117,55 @@ pub(in crate::adapters::store) async fn start(
         outcome,
         findings,
         expired,
+    })
+}
+
+/// A call whose id is a send already: another request's (`IdTaken`), a replay of a send
+/// the gateway accepted, or a retry of one that never went out (or whose outcome is
+/// unknown), which may send its code again: the guard checks it as a code (its range,
+/// its calling code, its keys and those its verification started with, its budget) and
+/// counts it once.
+async fn retried(
+    conn: &mut Conn<'_>,
+    start: &Start,
+    send: OfSend,
+) -> Result<Decided<StartOutcome>, StoreError> {
+    let new = &start.new;
+    let OfSend {
+        record,
+        sent,
+        request_mac,
+    } = send;
+    // A send claimed before fingerprints were kept is tied by its number and caller.
+    let same = record.phone == new.phone
+        && record.caller == new.caller
+        && request_mac.is_none_or(|mac| mac == start.request_mac);
+    if !same {
+        return Ok(Decided::only(StartOutcome::IdTaken));
+    }
+    let guard = match &start.guard {
+        Some(guard) if !sent => Some(guard::with_first_keys(conn, guard, record.id).await?),
+        _ => None,
+    };
+    let Some(guard) = guard else {
+        return Ok(Decided::only(StartOutcome::Replay { record, sent }));
+    };
+    let checked = guard::check(conn, &guard, new.at).await?;
+    let mut findings = checked.findings;
+    if refused(Some(&guard), &findings) {
+        return Ok(Decided {
+            outcome: StartOutcome::Refused,
+            findings,
+            expired: Vec::new(),
+        });
+    }
+    if guard::record(conn, new.id, record.id, &guard, new.at).await? {
+        findings.extend(guard::capped(conn, &guard, &checked.open, new.at).await?);
+    }
+    Ok(Decided {
+        outcome: StartOutcome::Replay { record, sent },
+        findings,
+        expired: Vec::new(),
     })
 }
 
@@ -167,8 +201,10 @@ async fn resend(
         let last_send_at = pending.last_send_at;
         return Ok((StartOutcome::TooSoon { last_send_at }, findings));
     }
-    if !claim_send(conn, new.id, pending.id).await? {
-        return Ok((taken(conn, new.id).await?, findings));
+    if !claim_send(conn, start, pending.id).await? {
+        // Claimed meanwhile by a start of another number (another lock guards it):
+        // another request's id.
+        return Ok((StartOutcome::IdTaken, findings));
     }
     let sql = Sql::new(RESEND_SQL)
         .bind(client_id_to_db(pending.id))
@@ -214,8 +250,10 @@ async fn started(
     if refused(start.guard.as_ref(), &findings) {
         return Ok((StartOutcome::Refused, findings));
     }
-    if !claim_send(conn, new.id, new.id).await? {
-        return Ok((taken(conn, new.id).await?, findings));
+    if !claim_send(conn, start, new.id).await? {
+        // Claimed meanwhile by a start of another number (another lock guards it):
+        // another request's id.
+        return Ok((StartOutcome::IdTaken, findings));
     }
     let record = insert(conn, new).await?;
     if let Some(guard) = &start.guard {
@@ -230,22 +268,15 @@ fn refused(guard: Option<&GuardCheck>, findings: &[GuardFinding]) -> bool {
     guard.is_some_and(|g| g.enforce) && findings.iter().any(guard::refuses)
 }
 
-/// Claims `send` as a send of verification `of`; false when it is taken.
-async fn claim_send(conn: &mut Conn<'_>, send: ClientId, of: ClientId) -> Result<bool, StoreError> {
+/// Claims the call's id as a send of verification `of`, tied to its request; false when
+/// it is taken.
+async fn claim_send(conn: &mut Conn<'_>, start: &Start, of: ClientId) -> Result<bool, StoreError> {
     let sql = Sql::new(CLAIM_SEND_SQL)
-        .bind(client_id_to_db(send))
-        .bind(client_id_to_db(of));
+        .bind(client_id_to_db(start.new.id))
+        .bind(client_id_to_db(of))
+        .bind(start.request_mac.as_slice());
     let claimed: Option<(i64,)> = conn.fetch_optional(sql).await?;
     Ok(claimed.is_some())
-}
-
-/// The outcome of a call whose id another start (of another number, which another
-/// lock guards) claimed after this call looked: that send's replay, once it is there.
-async fn taken(conn: &mut Conn<'_>, send: ClientId) -> Result<StartOutcome, StoreError> {
-    Ok(match of_send(conn, send).await? {
-        Some((record, sent)) => StartOutcome::Replay { record, sent },
-        None => StartOutcome::IdTaken,
-    })
 }
 
 /// Inserts a new verification whose first send's id is claimed.
@@ -365,7 +396,7 @@ pub(in crate::adapters::store) async fn cancel(
 ) -> Result<Decided<Option<VerificationRecord>>, StoreError> {
     let mut decided = look(conn, caller, phone, now).await?;
     if let Some(pending) = &decided.outcome {
-        let sql = Sql::new(CANCEL_SQL)
+        let sql = Sql::new(super::verification_changes::CANCEL_SQL)
             .bind(client_id_to_db(pending.id))
             .bind(at(now));
         decided.outcome = record(conn.fetch_optional(sql).await?)?;
@@ -419,61 +450,31 @@ async fn expire(
     records(conn.fetch_all(sql).await?)
 }
 
-/// The verification of a send, and whether the gateway accepted the send.
+/// A send of a verification, as stored.
+pub(in crate::adapters::store) struct OfSend {
+    /// Its verification.
+    pub(in crate::adapters::store) record: VerificationRecord,
+    /// The gateway accepted it.
+    pub(in crate::adapters::store) sent: bool,
+    /// The fingerprint of the request that claimed it (`None`: claimed before they
+    /// were kept).
+    request_mac: Option<Vec<u8>>,
+}
+
+/// The verification of a send, whether the gateway accepted the send, and its request.
 pub(in crate::adapters::store) async fn of_send(
     conn: &mut Conn<'_>,
     send: ClientId,
-) -> Result<Option<(VerificationRecord, bool)>, StoreError> {
+) -> Result<Option<OfSend>, StoreError> {
     let sql = Sql::new(OF_SEND_SQL).bind(client_id_to_db(send));
-    let found: Option<(i64, bool)> = conn.fetch_optional(sql).await?;
-    let Some((id, sent)) = found else {
+    let found: Option<(i64, bool, Option<Vec<u8>>)> = conn.fetch_optional(sql).await?;
+    let Some((id, sent, request_mac)) = found else {
         return Ok(None);
     };
     let row: Option<VerificationRow> = conn.fetch_optional(Sql::new(BY_ID_SQL).bind(id)).await?;
-    Ok(record(row)?.map(|r| (r, sent)))
-}
-
-/// Applies one change inside the caller's transaction: the verification after it,
-/// `None` when it did not hold (or changes no verification row).
-pub(in crate::adapters::store) async fn change(
-    conn: &mut Conn<'_>,
-    change: &VerificationChange,
-) -> Result<Option<VerificationRecord>, StoreError> {
-    let row: Option<VerificationRow> = match change {
-        VerificationChange::SetCode { id, send, code } => {
-            let sql = Sql::new(SET_CODE_SQL)
-                .bind(client_id_to_db(*id))
-                .bind(client_id_to_db(*send))
-                .bind(code.mac.as_slice())
-                .bind(code.sealed.as_slice())
-                .bind(code.nonce.as_slice());
-            conn.fetch_optional(sql).await?
-        }
-        VerificationChange::Sent { send } => {
-            conn.execute(Sql::new(SENT_SQL).bind(client_id_to_db(*send)))
-                .await?;
-            None
-        }
-        VerificationChange::Cancel { id, at: now } => {
-            let sql = Sql::new(CANCEL_SQL)
-                .bind(client_id_to_db(*id))
-                .bind(at(*now));
-            conn.fetch_optional(sql).await?
-        }
-        VerificationChange::Forget { id } => {
-            // Under its number's lock: a start deciding on it sees it whole or not at all.
-            let sql = Sql::new("SELECT phone FROM verifications WHERE id = $1")
-                .bind(client_id_to_db(*id));
-            if let Some((phone,)) = conn.fetch_optional::<(i64,)>(sql).await? {
-                conn.lock(Lock::Start, phone).await?;
-            }
-            guard::forget(conn, *id).await?;
-            for sql in FORGET_SQL {
-                conn.execute(Sql::new(sql).bind(client_id_to_db(*id)))
-                    .await?;
-            }
-            None
-        }
-    };
-    record(row)
+    Ok(record(row)?.map(|record| OfSend {
+        record,
+        sent,
+        request_mac,
+    }))
 }

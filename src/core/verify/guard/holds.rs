@@ -12,14 +12,25 @@ pub const PAGE_DEFAULT: u32 = 100;
 /// See [`PAGE_DEFAULT`].
 pub const PAGE_MAX: u32 = 1000;
 
-/// A range as operators write it: 1 to 15 digits, a leading `+` ignored.
+/// A range as operators write it: 1 to 15 digits, a leading `+` ignored; or the region
+/// of a shared calling code as holds name it, `1/JM` (calling code, `/`, two letters,
+/// upper-cased).
 pub fn parse_range(input: &str) -> Result<String, ValueError> {
-    let digits = input.trim();
-    let digits = digits.strip_prefix('+').unwrap_or(digits);
-    if digits.is_empty() || digits.len() > 15 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(ValueError("must be a range: 1 to 15 digits".into()));
+    let input = input.trim();
+    let input = input.strip_prefix('+').unwrap_or(input);
+    let digits = |d: &str, max: usize| {
+        !d.is_empty() && d.len() <= max && d.bytes().all(|b| b.is_ascii_digit())
+    };
+    if let Some((code, region)) = input.split_once('/') {
+        if digits(code, 3) && region.len() == 2 && region.bytes().all(|b| b.is_ascii_alphabetic()) {
+            return Ok(format!("{code}/{}", region.to_ascii_uppercase()));
+        }
+    } else if digits(input, 15) {
+        return Ok(input.to_owned());
     }
-    Ok(digits.to_owned())
+    Err(ValueError(
+        "must be a range (1 to 15 digits) or a region of a calling code (1/JM)".into(),
+    ))
 }
 
 /// One page of the ranges held at `now`, after the range `after`; with the token of
@@ -81,4 +92,28 @@ pub fn describe(hold: &RangeHold) -> String {
             ""
         }
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_range;
+
+    #[test]
+    fn reads_ranges_and_regions() {
+        assert_eq!(parse_range(" +881234 ").unwrap(), "881234");
+        assert_eq!(parse_range("1/jm").unwrap(), "1/JM");
+        assert_eq!(parse_range("+44/JE").unwrap(), "44/JE");
+        for bad in [
+            "",
+            "12a",
+            "1/",
+            "/JM",
+            "1/JAM",
+            "1234/JM",
+            "1/J1",
+            "1234567890123456",
+        ] {
+            assert!(parse_range(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -141,6 +141,8 @@ impl Guard {
             range: self.range_of(phone),
             calling_code: calling_code.to_owned(),
             judged: !s.safe_prefixes.covers(&phone.get().to_string()),
+            // A shared calling code's regions are judged like it.
+            region: code_min_starts.and_then(|_| crate::core::numbers::shared_region(phone)),
             code_min_starts,
             since: now - chrono(s.window),
             decided_before: now - chrono(s.grace),

@@ -322,11 +322,7 @@ impl Table {
                 return Err(Some(since + self.least_idle));
             }
             if let Some(conn) = inner.mark_closing(victim, now) {
-                conn.signal(if at_cap {
-                    Close::Evicted
-                } else {
-                    Close::MemoryBudget
-                });
+                conn.signal(Close::Evicted);
             }
         }
         let id = inner.next_id;

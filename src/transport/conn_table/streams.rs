@@ -299,6 +299,17 @@ impl StreamGuard {
                 .is_none_or(|caller| caller.held() + bytes <= caller.share())
     }
 
+    /// Whether `bytes` could ever fit: they are within the caller's share and the
+    /// port's budget.
+    pub fn could_hold(&self, bytes: usize) -> bool {
+        let stream = &self.0;
+        bytes <= stream.conn.table.budget
+            && stream
+                .caller
+                .get()
+                .is_none_or(|caller| bytes <= caller.share())
+    }
+
     /// Resolves once streams have let go of bytes (the port or a caller may have room
     /// again); create it before looking at [`has_room`](Self::has_room).
     pub fn room(&self) -> Room {

@@ -53,7 +53,7 @@ async fn connections_count_their_cost_and_at_the_budget_the_idle_one_makes_room(
     assert_eq!(table.held(), 4 * CONN_COST + STREAM_COST);
     // At the budget, under the cap: the connection idle longest makes room.
     let _fourth = table.admit().expect("admitted at the budget");
-    assert_eq!(idle.closing().await, Close::MemoryBudget);
+    assert_eq!(idle.closing().await, Close::Evicted);
     assert_eq!(table.held(), 5 * CONN_COST + STREAM_COST);
     idle.finished();
     assert_eq!(table.held(), 4 * CONN_COST + STREAM_COST);

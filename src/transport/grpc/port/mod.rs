@@ -20,6 +20,8 @@
 //!   holds the most is closed.
 
 mod connection;
+mod framing;
+mod received;
 mod stream;
 
 use std::{convert::Infallible, sync::Arc, time::Duration};

@@ -7,24 +7,19 @@
 //! window shut for the send timeout gets its stream reset (`CANCEL`), and whatever
 //! the answer held is dropped.
 
-use std::{
-    future::{Future, poll_fn},
-    pin::{Pin, pin},
-    sync::Arc,
-    task::{Context, Poll},
-    time::Duration,
-};
+use std::{future::poll_fn, pin::pin, sync::Arc, time::Duration};
 
 use h2::{Reason, RecvStream, SendStream, server::SendResponse};
-use hyper::body::{Body as HttpBody, Bytes, Frame, SizeHint};
+use hyper::body::{Body as HttpBody, Bytes};
 use tokio::time::{Instant, timeout, timeout_at};
 use tonic::body::Body;
 
+use super::received::Received;
 use super::{GrpcRoutes, STREAM_WINDOW};
 use crate::core::held::HeldKind;
 use crate::process::metrics::Metrics;
 use crate::transport::auth::incoming::PeerInfo;
-use crate::transport::conn_table::{Conn, Refused, Room, StreamGuard};
+use crate::transport::conn_table::{Conn, Refused, StreamGuard};
 use crate::transport::grpc::deadline::parse_grpc_timeout;
 
 /// What every stream of one connection shares.
@@ -74,14 +69,7 @@ pub async fn serve<S: GrpcRoutes>(
         }
     };
     let (parts, recv) = request.into_parts();
-    let body = Body::new(Received {
-        recv,
-        data_done: false,
-        stream: stream.clone(),
-        owed: 0,
-        window,
-        room: None,
-    });
+    let body = Body::new(Received::new(recv, stream.clone(), window));
     let mut request = http::Request::from_parts(parts, body);
     request.extensions_mut().insert(shared.peer.clone());
     // The authentication layer charges the stream to its caller; handlers count on it
@@ -274,143 +262,5 @@ async fn next_capacity(tx: &mut SendStream<Bytes>) -> Result<usize, Cut> {
             Some(Ok(n)) => return Ok(n),
             Some(Err(_)) | None => return Err(Cut::Gone),
         }
-    }
-}
-
-/// A request body read from HTTP/2: what it read counts towards its stream's memory
-/// until the stream ends, and so does the window the client has been granted and not
-/// used yet (what it may still send unasked). Each chunk's window is given back as
-/// msgw takes it only while the stream's caller is under its share and the port
-/// under its budget. Otherwise the window stays shut (the client cannot send more)
-/// until streams let go of bytes.
-struct Received {
-    recv: RecvStream,
-    data_done: bool,
-    stream: StreamGuard,
-    /// Bytes read whose window has not been given back.
-    owed: usize,
-    /// Window granted and not used yet, counted as held (`Request`) until the body
-    /// ends.
-    window: usize,
-    /// While `owed`: resolves when streams let go of bytes.
-    room: Option<Pin<Box<Room>>>,
-}
-
-impl Received {
-    /// Gives back the window of what was read, if there is room now; else makes sure
-    /// the task is woken when there may be.
-    fn give_back(&mut self, cx: &mut Context<'_>) {
-        while self.owed > 0 {
-            // The body is over: its window costs nothing, and the connection's
-            // window must come back for its other streams.
-            if self.data_done || self.recv.is_end_stream() {
-                let owed = std::mem::take(&mut self.owed);
-                self.grant(owed);
-                self.room = None;
-                return;
-            }
-            let room = self
-                .room
-                .get_or_insert_with(|| Box::pin(self.stream.room()));
-            if self.stream.has_room(self.owed) {
-                let owed = std::mem::take(&mut self.owed);
-                self.grant(owed);
-                self.room = None;
-                return;
-            }
-            match room.as_mut().poll(cx) {
-                Poll::Pending => return,
-                // Something was let go of: look again, with a fresh wait.
-                Poll::Ready(()) => self.room = None,
-            }
-        }
-    }
-}
-
-impl Received {
-    /// Gives `bytes` of window back to the client, counted until they arrive.
-    /// Once the body is over, the connection's window still comes back, uncounted.
-    fn grant(&mut self, bytes: usize) {
-        let granted = self.recv.flow_control().release_capacity(bytes).is_ok();
-        if granted && !self.data_done && !self.recv.is_end_stream() {
-            self.stream.hold(HeldKind::Request, bytes);
-            self.window += bytes;
-        }
-    }
-
-    /// The body is over: no window is left to count.
-    fn no_more_window(&mut self) {
-        let window = std::mem::take(&mut self.window);
-        if window > 0 {
-            self.stream.release(HeldKind::Request, window);
-        }
-    }
-}
-
-impl Drop for Received {
-    fn drop(&mut self) {
-        self.no_more_window();
-    }
-}
-
-impl HttpBody for Received {
-    type Data = Bytes;
-    type Error = h2::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
-        let this = &mut *self;
-        this.give_back(cx);
-        if !this.data_done {
-            match this.recv.poll_data(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Some(Ok(data))) => {
-                    // Held until the stream ends: tonic keeps what it read until the
-                    // message is whole, and the message while it is handled. It came
-                    // out of the window granted, which counted it already.
-                    let used = data.len().min(this.window);
-                    this.window -= used;
-                    this.stream.hold(HeldKind::Request, data.len() - used);
-                    if this.owed == 0 && this.stream.has_room(data.len()) {
-                        this.grant(data.len());
-                    } else {
-                        this.owed += data.len();
-                        this.give_back(cx);
-                    }
-                    return Poll::Ready(Some(Ok(Frame::data(data))));
-                }
-                Poll::Ready(Some(Err(error))) => {
-                    this.no_more_window();
-                    // The client ended its side or cancelled: not an error of the body.
-                    return match error.reason() {
-                        Some(Reason::NO_ERROR | Reason::CANCEL) => Poll::Ready(None),
-                        _ => Poll::Ready(Some(Err(error))),
-                    };
-                }
-                Poll::Ready(None) => {
-                    this.data_done = true;
-                    this.no_more_window();
-                }
-            }
-        }
-        match this.recv.poll_trailers(cx) {
-            Poll::Pending => Poll::Pending,
-            Poll::Ready(Ok(Some(trailers))) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
-            Poll::Ready(Ok(None)) => Poll::Ready(None),
-            Poll::Ready(Err(error)) => match error.reason() {
-                Some(Reason::NO_ERROR | Reason::CANCEL) => Poll::Ready(None),
-                _ => Poll::Ready(Some(Err(error))),
-            },
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.recv.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        SizeHint::default()
     }
 }

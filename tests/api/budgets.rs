@@ -37,6 +37,9 @@ async fn app(budget: usize) -> (TestApp, tempfile::TempDir) {
     let app = spawn(Options {
         grpc_limits: PortLimits {
             memory_budget: Some(budget as u64),
+            // Streams left unread stay open for the whole test, however slow the
+            // machine: the shares are what it measures, not the send timeout.
+            send_timeout: Duration::from_secs(120),
             ..PortLimits::default()
         },
         callers_file: Some(path),

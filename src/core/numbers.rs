@@ -6,7 +6,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::LazyLock;
 
-use phonenumber::metadata::DATABASE;
+use phonenumber::metadata::{DATABASE, Descriptor, Metadata};
 
 pub use super::domain::NumberType;
 use super::domain::Phone;
@@ -114,29 +114,107 @@ pub fn is_calling_code(code: &str) -> bool {
 /// What the metadata says of `phone`.
 pub fn lookup(phone: Phone) -> NumberInfo {
     let digits = phone.get().to_string();
-    let calling_code = calling_code_of(&digits).and_then(|c| c.parse().ok());
-    let parsed = calling_code
-        .is_some()
-        .then(|| phonenumber::parse(None, format!("+{digits}")).ok())
-        .flatten();
-    let Some(number) = parsed else {
+    let Some(code) = calling_code_of(&digits) else {
         return NumberInfo {
             phone,
             valid: false,
-            calling_code,
+            calling_code: None,
             region: None,
             number_type: NumberType::Unknown,
         };
     };
-    let metadata = number.metadata(&DATABASE);
-    let number_type = type_of(number.number_type(&DATABASE));
+    let calling_code = code.parse().ok();
+    // The number as the gateway gets it: every digit after the calling code is its
+    // national significant number, leading zeros included (the plans of Italy, Côte
+    // d'Ivoire, Benin, Congo, ... keep a 0 that is part of the number). Else, as
+    // libphonenumber reads it: after a national prefix written after the calling code
+    // (`+44 0 20...`), if there is one.
+    let national = digits.get(code.len()..).unwrap_or_default();
+    let typed = calling_code
+        .and_then(|code| typed(code, national))
+        .or_else(|| {
+            let parsed = phonenumber::parse(None, format!("+{digits}")).ok()?;
+            typed(parsed.code().value(), &parsed.national().to_string())
+        });
+    let (region, number_type) = match typed {
+        Some((plan, number_type)) => (Some(plan.id().to_owned()), number_type),
+        // No such number: its region still, where the plan tells it.
+        None => (
+            calling_code
+                .and_then(|code| plan_of(code, national))
+                .map(|plan| plan.id().to_owned()),
+            NumberType::Unknown,
+        ),
+    };
     NumberInfo {
         phone,
         valid: number_type != NumberType::Unknown,
-        calling_code: Some(number.code().value()),
-        region: metadata.map(|m| m.id().to_owned()),
+        calling_code,
+        region,
         number_type,
     }
+}
+
+/// The plan and type of the national significant number `national` of calling code
+/// `code`, when its plan has such a number. libphonenumber's metadata, not the
+/// `phonenumber` crate's `PhoneNumber::number_type`: that one matches the number
+/// without its leading zeros, and the crate's parser takes a national prefix off
+/// numbers that begin with it (Russia's `8 800...` toll-free numbers).
+fn typed(code: u16, national: &str) -> Option<(&'static Metadata, NumberType)> {
+    let plan = plan_of(code, national)?;
+    let number_type = type_of(type_in(plan, national));
+    (number_type != NumberType::Unknown).then_some((plan, number_type))
+}
+
+/// The numbering plan of calling code `code` that the national significant number
+/// `national` belongs to, as libphonenumber chooses it: the only one of its code,
+/// else the first (the main country first) whose leading digits begin the number or,
+/// without leading digits, that gives the number a type.
+fn plan_of(code: u16, national: &str) -> Option<&'static Metadata> {
+    let plans = DATABASE.by_code(&code)?;
+    if let [only] = plans[..] {
+        return Some(only);
+    }
+    plans.into_iter().find(|plan| match plan.leading_digits() {
+        Some(leading) => leading.find(national).is_some_and(|m| m.start() == 0),
+        None => type_in(plan, national) != phonenumber::Type::Unknown,
+    })
+}
+
+/// The type of the national significant number `national` in `plan`, as
+/// libphonenumber's `getNumberType` tells it: the first special type whose pattern it
+/// matches, else fixed line, mobile, or either where the two overlap.
+fn type_in(plan: &Metadata, national: &str) -> phonenumber::Type {
+    use phonenumber::Type as T;
+    let d = plan.descriptors();
+    let matches = |desc: Option<&Descriptor>| desc.is_some_and(|desc| desc.is_match(national));
+    if !d.general().is_match(national) {
+        return T::Unknown;
+    }
+    let special = [
+        (T::PremiumRate, d.premium_rate()),
+        (T::TollFree, d.toll_free()),
+        (T::SharedCost, d.shared_cost()),
+        (T::Voip, d.voip()),
+        (T::PersonalNumber, d.personal_number()),
+        (T::Pager, d.pager()),
+        (T::Uan, d.uan()),
+        (T::Voicemail, d.voicemail()),
+    ];
+    if let Some((kind, _)) = special.into_iter().find(|(_, desc)| matches(*desc)) {
+        return kind;
+    }
+    let mobile = matches(d.mobile());
+    if matches(d.fixed_line()) {
+        let same = d.fixed_line().map(|f| f.national_number().as_str())
+            == d.mobile().map(|m| m.national_number().as_str());
+        return if same || mobile {
+            T::FixedLineOrMobile
+        } else {
+            T::FixedLine
+        };
+    }
+    if mobile { T::Mobile } else { T::Unknown }
 }
 
 #[cfg(test)]
@@ -170,6 +248,93 @@ mod tests {
         assert_eq!(mobile.e164(), "+380971234567");
         assert_eq!(info("+442079000001").number_type, NumberType::FixedLine);
         assert_eq!(info("+14155550100").calling_code, Some(1));
+    }
+
+    #[test]
+    fn numbers_that_begin_with_0_or_a_national_prefix_get_their_type() {
+        for (number, region, kind) in [
+            ("+2250701234567", "CI", NumberType::Mobile),
+            ("+2250501234567", "CI", NumberType::Mobile),
+            ("+2290195123456", "BJ", NumberType::Mobile),
+            ("+242061234567", "CG", NumberType::Mobile),
+            ("+390612345678", "IT", NumberType::FixedLine),
+            // Numbers that begin with their plan's national prefix (8).
+            ("+78001234567", "RU", NumberType::TollFree),
+            ("+37080123456", "LT", NumberType::Voip),
+            // A national prefix written after the calling code, as libphonenumber
+            // reads it.
+            ("+4402079000001", "GB", NumberType::FixedLine),
+        ] {
+            let i = info(number);
+            assert_eq!(
+                (i.valid, i.number_type, i.region.as_deref()),
+                (true, kind, Some(region)),
+                "{number}"
+            );
+        }
+    }
+
+    /// Example numbers msgw cannot take at all: shorter than a number msgw accepts
+    /// (`Phone::MIN_DIGITS`, 7 digits with the calling code). Iran's 4-digit UAN.
+    const TOO_SHORT: [&str; 1] = ["+989601"];
+
+    /// Every example number of libphonenumber's metadata, of every region and
+    /// non-geographic code, is typed as the type it is the example of.
+    #[test]
+    fn every_example_number_of_the_metadata_gets_its_type() {
+        use phonenumber::Type as T;
+        let mut checked = 0;
+        let mut wrong = Vec::new();
+        for code in CODES.keys() {
+            for plan in DATABASE.by_code(code).unwrap_or_default() {
+                let d = plan.descriptors();
+                for (kind, descriptor) in [
+                    (T::FixedLine, d.fixed_line()),
+                    (T::Mobile, d.mobile()),
+                    (T::TollFree, d.toll_free()),
+                    (T::PremiumRate, d.premium_rate()),
+                    (T::SharedCost, d.shared_cost()),
+                    (T::Voip, d.voip()),
+                    (T::PersonalNumber, d.personal_number()),
+                    (T::Pager, d.pager()),
+                    (T::Uan, d.uan()),
+                    (T::Voicemail, d.voicemail()),
+                ] {
+                    let Some(example) = descriptor.and_then(|d| d.example()) else {
+                        continue;
+                    };
+                    let number = format!("+{code}{example}");
+                    if TOO_SHORT.contains(&number.as_str()) {
+                        continue;
+                    }
+                    let expected = type_of(kind);
+                    let got = Phone::parse(&number).map(lookup);
+                    checked += 1;
+                    let right = got.as_ref().is_ok_and(|i| {
+                        i.valid
+                            && (i.number_type == expected
+                                // Where the plan's fixed-line and mobile ranges
+                                // overlap, libphonenumber says "either".
+                                || (i.number_type == NumberType::FixedLineOrMobile
+                                    && matches!(kind, T::FixedLine | T::Mobile)))
+                    });
+                    if !right {
+                        wrong.push(format!(
+                            "{} {number} ({kind:?}): {:?}",
+                            plan.id(),
+                            got.map(|i| i.number_type)
+                        ));
+                    }
+                }
+            }
+        }
+        assert!(checked > 1_000, "{checked} examples");
+        assert!(
+            wrong.is_empty(),
+            "{} of {checked} examples mistyped:\n{}",
+            wrong.len(),
+            wrong.join("\n")
+        );
     }
 
     #[test]

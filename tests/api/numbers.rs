@@ -187,6 +187,48 @@ async fn safe_prefixes_and_the_number_types_option_decide_what_gets_codes() {
 }
 
 #[tokio::test]
+async fn mobiles_whose_plan_keeps_a_leading_zero_get_codes() {
+    let app = spawn_app().await;
+    for (phone, region) in [
+        ("+2250701234567", "CI"),
+        ("+2250501234567", "CI"),
+        ("+2290195123456", "BJ"),
+        ("+242061234567", "CG"),
+    ] {
+        let found = lookup(&app, phone).await;
+        assert_eq!(
+            (
+                found.valid,
+                found.region.as_str(),
+                found.number_type(),
+                found.verification_codes()
+            ),
+            (true, region, NumberType::Mobile, VerificationCodes::Allowed),
+            "{phone}"
+        );
+    }
+    let italian = lookup(&app, "+390612345678").await;
+    assert_eq!(
+        (
+            italian.valid,
+            italian.number_type(),
+            italian.verification_codes()
+        ),
+        (true, NumberType::FixedLine, VerificationCodes::VoiceOnly)
+    );
+    let sent = app
+        .verification()
+        .start_verification(start(1, "+2250701234567"))
+        .await
+        .expect("a mobile number of Côte d'Ivoire gets its code");
+    assert!(sent.into_inner().verification.is_some());
+    assert_eq!(
+        app.gateway.only_item()["phone"].to_string(),
+        "2250701234567"
+    );
+}
+
+#[tokio::test]
 async fn lookup_number_says_what_msgw_knows_at_no_gateway_cost() {
     let app = spawn_app().await;
     let mobile = lookup(&app, "+380971117790").await;

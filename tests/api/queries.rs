@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use msgw::transport::proto::{
-    GetBalanceRequest, GetMessageStatusRequest, ListSendersRequest, StreamStatusEventsRequest,
+    BatchItem, BatchRequest, BatchResult, GetBalanceRequest, GetMessageStatusRequest,
+    ListSendersRequest, StreamStatusEventsRequest, batch_item, batch_result,
 };
 use serde_json::{Value, json};
 use tonic_types::StatusExt;
@@ -173,6 +174,153 @@ async fn a_final_status_msgw_holds_is_answered_from_its_store_without_a_lookup()
         assert_eq!(missing.code(), tonic::Code::NotFound, "{missing:?}");
     }
     assert_eq!(lookups(&app, "status"), 2);
+}
+
+/// The gateway's status operations so far, over all its requests.
+fn status_operations(app: &TestApp) -> usize {
+    app.gateway
+        .envelopes()
+        .iter()
+        .flatten()
+        .filter(|op| op["type"] == "status")
+        .count()
+}
+
+/// A Batch of a status item for each of `ids`.
+fn status_batch(ids: &[u64]) -> BatchRequest {
+    BatchRequest {
+        items: ids
+            .iter()
+            .map(|id| BatchItem {
+                operation: Some(batch_item::Operation::GetMessageStatus(status_of(*id))),
+            })
+            .collect(),
+    }
+}
+
+/// A status item's raw status and where it came from; panics on a failed item.
+fn status_item(result: &BatchResult) -> (String, String) {
+    match &result.result {
+        Some(batch_result::Result::GetMessageStatus(status)) => {
+            (status.raw_status.clone(), result.answer_source.clone())
+        }
+        _ => panic!("not a status answer: {result:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twelve_batches_of_fifty_status_items_of_one_id_make_one_gateway_lookup() {
+    let app = spawn_app().await;
+    accepted_after(&app, Duration::from_millis(300));
+    let answers = join_all((0..12).map(|_| {
+        let mut client = app.messaging();
+        async move { client.batch(status_batch(&[4343; 50])).await }
+    }))
+    .await;
+    let mut sources = Vec::new();
+    for answer in answers {
+        let answer = answer.expect("every batch is answered");
+        assert_eq!(
+            source(&answer),
+            "(none)",
+            "a batch's items say it, not its metadata"
+        );
+        for result in &answer.get_ref().results {
+            let (status, source) = status_item(result);
+            assert_eq!(status, "ACCEPTED");
+            sources.push(source);
+        }
+    }
+    assert_eq!(sources.len(), 600);
+    let (requests, operations) = (lookups(&app, "status"), status_operations(&app));
+    println!(
+        "12 batches x 50 status items of one id: {requests} gateway requests, {operations} status operations"
+    );
+    assert_eq!((requests, operations), (1, 1));
+    assert_eq!(sources.iter().filter(|s| *s == "lookup").count(), 1);
+    assert!(
+        sources
+            .iter()
+            .all(|s| ["lookup", "shared-lookup", "cache"].contains(&s.as_str())),
+        "{sources:?}"
+    );
+    assert_eq!(
+        app.metric_sum("msgw_status_answers_total", &[r#"source="lookup""#])
+            .await,
+        1.0
+    );
+    let shared = app
+        .metric_sum("msgw_status_answers_total", &[r#"source="shared-lookup""#])
+        .await
+        + app
+            .metric_sum("msgw_status_answers_total", &[r#"source="cache""#])
+            .await;
+    assert_eq!(shared, 599.0);
+}
+
+#[tokio::test]
+async fn a_batchs_status_items_are_answered_like_lone_queries_and_say_where_from() {
+    let app = spawn_app().await;
+    let delivered = json!({"success": true, "id": "5250", "msg_id": "m5250",
+                           "type": "sms", "status": "DELIVERED"});
+    assert_eq!(
+        app.post_webhook(&app.hook_path(5250), delivered.to_string())
+            .await,
+        200
+    );
+    accepted_after(&app, Duration::ZERO);
+    // 5251 was just looked up by a lone query: fresh.
+    app.messaging()
+        .get_message_status(status_of(5251))
+        .await
+        .unwrap();
+    let before = app.gateway.requests().len();
+    let mut batch = status_batch(&[5250, 5251, 5252, 5253, 5252]);
+    batch.items.push(BatchItem {
+        operation: Some(batch_item::Operation::GetBalance(GetBalanceRequest {})),
+    });
+    let answer = app.messaging().batch(batch).await.unwrap();
+    let results = &answer.get_ref().results;
+    let items: Vec<(String, String)> = results[..5].iter().map(status_item).collect();
+    assert_eq!(
+        items,
+        [
+            ("DELIVERED", "store"),
+            ("ACCEPTED", "cache"),
+            ("ACCEPTED", "lookup"),
+            ("ACCEPTED", "lookup"),
+            ("ACCEPTED", "shared-lookup"),
+        ]
+        .map(|(s, f)| (s.to_owned(), f.to_owned()))
+    );
+    assert!(
+        matches!(results[5].result, Some(batch_result::Result::GetBalance(_))),
+        "{:?}",
+        results[5]
+    );
+    assert_eq!(results[5].answer_source, "");
+    // The two ids the gateway was asked for went in one request; the balance beside.
+    let asked: Vec<Vec<Value>> = app.gateway.envelopes()[before..].to_vec();
+    let status_requests: Vec<usize> = asked
+        .iter()
+        .map(|ops| ops.iter().filter(|op| op["type"] == "status").count())
+        .filter(|n| *n > 0)
+        .collect();
+    assert_eq!(status_requests, [2], "{asked:?}");
+    // Asked again at once: fresh, and the final one from the store.
+    let again = app
+        .messaging()
+        .batch(status_batch(&[5250, 5252, 5253]))
+        .await
+        .unwrap();
+    let sources: Vec<String> = again
+        .get_ref()
+        .results
+        .iter()
+        .map(|r| status_item(r).1)
+        .collect();
+    assert_eq!(sources, ["store", "cache", "cache"]);
+    assert_eq!(status_operations(&app), 3);
 }
 
 #[tokio::test]

@@ -6,13 +6,17 @@
 
 use std::{collections::HashMap, hash::Hash, sync::Arc, time::Duration};
 
-use futures_util::future::{BoxFuture, FutureExt, Shared};
+use futures_util::future::{BoxFuture, FutureExt, Shared, join_all};
 use tokio::time::Instant;
 
 use crate::core::domain::{AnswerSource, Error};
 
 /// A lookup in flight, as every caller waiting for it holds it.
 type Flight<V> = Shared<BoxFuture<'static, Result<V, Error>>>;
+
+/// What a lookup of several keys answers: an answer per key, in the keys' order (an
+/// error there is that key's alone), or an error of the whole lookup.
+pub type Answers<V> = Result<Vec<Result<V, Error>>, Error>;
 
 /// The lookups of one kind of query, by key.
 pub struct Flights<K, V> {
@@ -25,20 +29,18 @@ pub struct Flights<K, V> {
 
 struct Inner<K, V> {
     slots: HashMap<K, Slot<V>>,
-    /// Numbers each flight, so a finished one updates only its own slot.
+    /// Numbers each lookup, so a finished one updates only its own slots.
     next_flight: u64,
     /// When stale answers were last dropped (a full map is swept at most this often).
     swept: Instant,
 }
 
-/// Where a caller's answer comes from.
+/// Where a caller's answer for one key comes from.
 enum Found<V> {
     /// A fresh answer.
     Fresh(V),
     /// A lookup in flight: a new one or another caller's.
     Flight(Flight<V>, AnswerSource),
-    /// No room to keep another key: the caller's own lookup.
-    Full(BoxFuture<'static, Result<V, Error>>),
 }
 
 struct Slot<V> {
@@ -50,7 +52,7 @@ struct Slot<V> {
 
 impl<K, V> Flights<K, V>
 where
-    K: Hash + Eq + Clone + Send + 'static,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
     V: Clone + Send + Sync + 'static,
 {
     /// Flights whose answers stay fresh for `fresh_for`, for `capacity` keys at most.
@@ -75,78 +77,139 @@ where
         deadline: Option<Instant>,
         lookup: impl FnOnce() -> BoxFuture<'static, Result<V, Error>>,
     ) -> Result<(V, AnswerSource), Error> {
-        match self.find(key, lookup) {
-            Found::Fresh(answer) => Ok((answer, AnswerSource::Cache)),
-            Found::Flight(flight, source) => wait(flight, deadline).await.map(|v| (v, source)),
-            // Full of fresh answers and flights: this lookup is the caller's own.
-            Found::Full(lookup) => wait(lookup, deadline)
-                .await
-                .map(|v| (v, AnswerSource::Lookup)),
-        }
+        let mut answers = self
+            .get_many(vec![key], deadline, move |_| {
+                lookup().map(|answer| Ok(vec![answer])).boxed()
+            })
+            .await;
+        answers
+            .pop()
+            .unwrap_or_else(|| Err(Error::Internal("no answer for a lookup".into())))
     }
 
-    /// What [`Flights::get`] waits for (without holding the lock while it does).
+    /// The answers for `keys` (distinct), in their order, as [`Flights::get`] gives
+    /// them, except that the keys neither fresh nor in flight are looked up together:
+    /// `lookup` gets them all, in one request, and its answers are shared with every
+    /// caller asking for any of them meanwhile.
+    pub async fn get_many(
+        &self,
+        keys: Vec<K>,
+        deadline: Option<Instant>,
+        lookup: impl FnOnce(Vec<K>) -> BoxFuture<'static, Answers<V>>,
+    ) -> Vec<Result<(V, AnswerSource), Error>> {
+        let found = self.find(keys, lookup);
+        join_all(found.into_iter().map(|found| async move {
+            match found {
+                Found::Fresh(answer) => Ok((answer, AnswerSource::Cache)),
+                Found::Flight(flight, source) => wait(flight, deadline).await.map(|v| (v, source)),
+            }
+        }))
+        .await
+    }
+
+    /// What [`Flights::get_many`] waits for, a key each (without holding the lock
+    /// while it waits).
     fn find(
         &self,
-        key: K,
-        lookup: impl FnOnce() -> BoxFuture<'static, Result<V, Error>>,
-    ) -> Found<V> {
+        keys: Vec<K>,
+        lookup: impl FnOnce(Vec<K>) -> BoxFuture<'static, Answers<V>>,
+    ) -> Vec<Found<V>> {
         let now = Instant::now();
         let mut inner = self.lock();
-        if let Some(slot) = inner.slots.get(&key) {
-            if let Some((at, answer)) = &slot.answered
-                && now.duration_since(*at) < self.fresh_for
-            {
-                return Found::Fresh(answer.clone());
-            }
-            if let Some((_, flight)) = &slot.running {
-                return Found::Flight(flight.clone(), AnswerSource::SharedLookup);
-            }
-        } else if inner.slots.len() >= self.capacity {
+        if inner.slots.len() + keys.len() > self.capacity {
             self.sweep(&mut inner, now);
-            if inner.slots.len() >= self.capacity {
-                return Found::Full(lookup());
-            }
         }
-        Found::Flight(self.start(&mut inner, key, lookup), AnswerSource::Lookup)
+        let number = inner.next_flight;
+        inner.next_flight += 1;
+        // Each key's answer, or the place of its key among those to look up.
+        let mut found: Vec<Result<Found<V>, (usize, AnswerSource)>> =
+            Vec::with_capacity(keys.len());
+        // The keys to look up, and whether each has a slot (no room: the caller's own).
+        let mut missing: Vec<(K, bool)> = Vec::new();
+        for key in keys {
+            if let Some(i) = missing.iter().position(|(k, _)| *k == key) {
+                // Asked twice in one call: one lookup.
+                found.push(Err((i, AnswerSource::SharedLookup)));
+                continue;
+            }
+            let held = match inner.slots.get(&key) {
+                Some(slot) => {
+                    if let Some((at, answer)) = &slot.answered
+                        && now.duration_since(*at) < self.fresh_for
+                    {
+                        found.push(Ok(Found::Fresh(answer.clone())));
+                        continue;
+                    }
+                    if let Some((_, flight)) = &slot.running {
+                        found.push(Ok(Found::Flight(
+                            flight.clone(),
+                            AnswerSource::SharedLookup,
+                        )));
+                        continue;
+                    }
+                    true
+                }
+                None => inner.slots.len() < self.capacity,
+            };
+            if held {
+                inner.slots.entry(key.clone()).or_insert(Slot {
+                    running: None,
+                    answered: None,
+                });
+            }
+            found.push(Err((missing.len(), AnswerSource::Lookup)));
+            missing.push((key, held));
+        }
+        let flights = if missing.is_empty() {
+            Vec::new()
+        } else {
+            self.start(&mut inner, number, missing, lookup)
+        };
+        found
+            .into_iter()
+            .map(|f| {
+                f.unwrap_or_else(|(i, source)| {
+                    let flight = flights.get(i).cloned().unwrap_or_else(|| {
+                        futures_util::future::ready(Err(Error::Internal(
+                            "a lookup left a key out".into(),
+                        )))
+                        .boxed()
+                        .shared()
+                    });
+                    Found::Flight(flight, source)
+                })
+            })
+            .collect()
     }
 
-    /// Starts the lookup of `key` as a task that records its answer when it ends.
+    /// Starts the lookup (numbered `number`) of the `missing` keys as one task that
+    /// records their answers when it ends; a flight for each key, in their order.
     fn start(
         &self,
         inner: &mut Inner<K, V>,
-        key: K,
-        lookup: impl FnOnce() -> BoxFuture<'static, Result<V, Error>>,
-    ) -> Flight<V> {
-        let number = inner.next_flight;
-        inner.next_flight += 1;
+        number: u64,
+        missing: Vec<(K, bool)>,
+        lookup: impl FnOnce(Vec<K>) -> BoxFuture<'static, Answers<V>>,
+    ) -> Vec<Flight<V>> {
+        let keys: Vec<K> = missing.iter().map(|(k, _)| k.clone()).collect();
         let task = tokio::spawn({
-            let (shared, key, keep) = (self.inner.clone(), key.clone(), !self.fresh_for.is_zero());
-            let lookup = lookup();
+            let (shared, keep) = (self.inner.clone(), !self.fresh_for.is_zero());
+            let held: Vec<(K, bool)> = missing.clone();
+            let lookup = lookup(keys);
             async move {
-                let result = lookup.await;
+                let answers = lookup.await;
                 let mut inner = shared.lock().unwrap_or_else(|e| e.into_inner());
-                if let Some(slot) = inner.slots.get_mut(&key)
-                    && slot.running.as_ref().is_some_and(|(n, _)| *n == number)
-                {
-                    slot.running = None;
-                    match &result {
-                        Ok(answer) if keep => {
-                            slot.answered = Some((Instant::now(), answer.clone()));
-                        }
-                        // An error is shared with the callers that waited for it, not
-                        // given again: the next caller asks.
-                        _ => {
-                            if slot.answered.is_none() {
-                                inner.slots.remove(&key);
-                            }
-                        }
-                    }
+                for (i, (key, _)) in held.iter().enumerate().filter(|(_, (_, h))| *h) {
+                    let answer = match &answers {
+                        Ok(each) => each.get(i).and_then(|a| a.as_ref().ok()),
+                        Err(_) => None,
+                    };
+                    record(&mut inner, key, number, answer.filter(|_| keep));
                 }
-                result
+                answers
             }
         });
-        let flight: Flight<V> = async move {
+        let all: Shared<BoxFuture<'static, Answers<V>>> = async move {
             task.await.unwrap_or_else(|e| {
                 Err(Error::Internal(format!(
                     "a shared gateway lookup failed: {e}"
@@ -155,12 +218,25 @@ where
         }
         .boxed()
         .shared();
-        let slot = inner.slots.entry(key).or_insert(Slot {
-            running: None,
-            answered: None,
-        });
-        slot.running = Some((number, flight.clone()));
-        flight
+        missing
+            .into_iter()
+            .enumerate()
+            .map(|(i, (key, held))| {
+                let flight: Flight<V> = all
+                    .clone()
+                    .map(move |answers| {
+                        answers?.get(i).cloned().unwrap_or_else(|| {
+                            Err(Error::Internal("a lookup left a key unanswered".into()))
+                        })
+                    })
+                    .boxed()
+                    .shared();
+                if held && let Some(slot) = inner.slots.get_mut(&key) {
+                    slot.running = Some((number, flight.clone()));
+                }
+                flight
+            })
+            .collect()
     }
 
     /// Drops answers that are no longer fresh, at most once per freshness period (a
@@ -188,6 +264,33 @@ where
     #[cfg(test)]
     fn len(&self) -> usize {
         self.lock().slots.len()
+    }
+}
+
+/// Records the end of lookup `number` in the slot of `key`, if that lookup is still
+/// the slot's: its `answer` is kept; with none (an error, or nothing kept), the slot
+/// goes unless it holds an earlier answer. An error is shared with the callers that
+/// waited for it, never given again: the next caller asks.
+fn record<K: Hash + Eq, V: Clone>(
+    inner: &mut Inner<K, V>,
+    key: &K,
+    number: u64,
+    answer: Option<&V>,
+) {
+    let Some(slot) = inner.slots.get_mut(key) else {
+        return;
+    };
+    if slot.running.as_ref().is_none_or(|(n, _)| *n != number) {
+        return;
+    }
+    slot.running = None;
+    match answer {
+        Some(answer) => slot.answered = Some((Instant::now(), answer.clone())),
+        None => {
+            if slot.answered.is_none() {
+                inner.slots.remove(key);
+            }
+        }
     }
 }
 
@@ -308,6 +411,59 @@ mod tests {
             .unwrap();
         assert_eq!(next.0, 5);
         assert_eq!(lookups.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn keys_asked_together_are_one_lookup_and_each_answer_is_its_keys_own() {
+        let flights = Arc::new(Flights::<u64, u32>::new(Duration::from_secs(1), 100));
+        let lookups = Arc::new(AtomicUsize::new(0));
+        // Key 1 is in flight for another caller.
+        let other = tokio::spawn({
+            let (flights, lookups) = (flights.clone(), lookups.clone());
+            async move {
+                flights
+                    .get(
+                        1,
+                        None,
+                        counted(&lookups, Ok(10), Duration::from_millis(50)),
+                    )
+                    .await
+            }
+        });
+        tokio::task::yield_now().await;
+        let asked = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let answers = flights
+            .get_many(vec![1, 2, 3, 2], None, {
+                let (lookups, asked) = (lookups.clone(), asked.clone());
+                move |keys| {
+                    async move {
+                        lookups.fetch_add(1, Ordering::SeqCst);
+                        *asked.lock().unwrap() = keys;
+                        Ok(vec![Ok(20), Err(Error::Internal("3".into()))])
+                    }
+                    .boxed()
+                }
+            })
+            .await;
+        assert_eq!(*asked.lock().unwrap(), [2, 3]);
+        assert_eq!(
+            answers[0].as_ref().unwrap(),
+            &(10, AnswerSource::SharedLookup)
+        );
+        assert_eq!(answers[1].as_ref().unwrap(), &(20, AnswerSource::Lookup));
+        assert!(answers[2].is_err());
+        assert_eq!(
+            answers[3].as_ref().unwrap(),
+            &(20, AnswerSource::SharedLookup)
+        );
+        assert_eq!(other.await.unwrap().unwrap(), (10, AnswerSource::Lookup));
+        assert_eq!(lookups.load(Ordering::SeqCst), 2);
+        // Answers are kept, the error is not.
+        let again = flights
+            .get_many(vec![2, 3], None, |_| async { Ok(vec![Ok(31)]) }.boxed())
+            .await;
+        assert_eq!(again[0].as_ref().unwrap(), &(20, AnswerSource::Cache));
+        assert_eq!(again[1].as_ref().unwrap(), &(31, AnswerSource::Lookup));
     }
 
     #[tokio::test(start_paused = true)]

@@ -8,6 +8,7 @@
 //! ([`AnswerSource`]). Each replica keeps its own answers: with N replicas, the gateway
 //! sees at most N lookups of one thing per freshness time.
 
+mod batch;
 mod flight;
 
 use std::{sync::Arc, time::Duration};
@@ -58,7 +59,7 @@ pub struct Queries {
     store: Arc<dyn Store>,
     /// The gateway's answers: a status, or "not found" (kept as fresh as a status, so
     /// an id the gateway does not know cannot be asked for over and over either).
-    statuses: Flights<ClientId, Result<StatusReport, Error>>,
+    statuses: Flights<ClientId, StatusAnswer>,
     account: Flights<OpKind, Output>,
     metrics: Arc<Metrics>,
 }
@@ -107,16 +108,12 @@ impl Queries {
     /// The status of message `id`: msgw's own (scheduled, cancelled, refused as it
     /// left) or a final one it holds from the store, else from a gateway lookup.
     pub async fn status(&self, id: ClientId, deadline: Option<Instant>) -> Result<Executed, Error> {
-        let held = crate::core::schedule::own_status(self.store.as_ref(), id).await?;
-        let (output, source) = match held {
-            Some(report) => (Output::Status(report), AnswerSource::Store),
-            None => match self.final_status_held(id).await? {
-                Some(waited) => (Output::Waited(waited), AnswerSource::Store),
-                None => {
-                    let (report, source) = self.look_up_status(id, deadline).await?;
-                    (Output::Status(report), source)
-                }
-            },
+        let (output, source) = match self.held_status(id).await? {
+            Some(output) => (output, AnswerSource::Store),
+            None => {
+                let (report, source) = self.look_up_status(id, deadline).await?;
+                (Output::Status(report), source)
+            }
         };
         self.count_status(source);
         Ok(Executed {
@@ -124,6 +121,16 @@ impl Queries {
             replayed: false,
             source: Some(source),
         })
+    }
+
+    /// The status msgw holds of message `id` without asking the gateway: its own
+    /// (scheduled, cancelled, refused as it left), or a final one (a delivery
+    /// webhook's, a reconcile poll's).
+    async fn held_status(&self, id: ClientId) -> Result<Option<Output>, Error> {
+        if let Some(report) = crate::core::schedule::own_status(self.store.as_ref(), id).await? {
+            return Ok(Some(Output::Status(report)));
+        }
+        Ok(self.final_status_held(id).await?.map(Output::Waited))
     }
 
     /// The final status msgw holds of message `id` (a delivery webhook's, a reconcile
@@ -150,18 +157,10 @@ impl Queries {
             .statuses
             .get(id, deadline, move || {
                 async move {
-                    match dispatcher
+                    let executed = dispatcher
                         .execute(Operation::GetMessageStatus(id), None)
-                        .await
-                        .map(|executed| executed.output)
-                    {
-                        Ok(Output::Status(report)) => Ok(Ok(report)),
-                        Err(e @ Error::MessageNotFound { .. }) => Ok(Err(e)),
-                        Err(e) => Err(e),
-                        Ok(other) => Err(Error::Internal(format!(
-                            "a status query answered {other:?}"
-                        ))),
-                    }
+                        .await;
+                    status_answer(executed)
                 }
                 .boxed()
             })
@@ -192,5 +191,21 @@ impl Queries {
             .status_answers
             .with_label_values(&[source.as_str()])
             .inc();
+    }
+}
+
+/// What a gateway status lookup keeps: the status, or "not found" (kept as fresh as a
+/// status); any other error is the lookup's, not kept.
+type StatusAnswer = Result<StatusReport, Error>;
+
+/// The answer a status lookup keeps, from the operation's result.
+fn status_answer(executed: Result<Executed, Error>) -> Result<StatusAnswer, Error> {
+    match executed.map(|executed| executed.output) {
+        Ok(Output::Status(report)) => Ok(Ok(report)),
+        Err(e @ Error::MessageNotFound { .. }) => Ok(Err(e)),
+        Err(e) => Err(e),
+        Ok(other) => Err(Error::Internal(format!(
+            "a status query answered {other:?}"
+        ))),
     }
 }

@@ -29,8 +29,8 @@ use crate::core::dispatch::{
     Dispatcher, Executed, ScheduledKey, scheduled_fingerprint, scheduled_receipt,
 };
 use crate::core::domain::{
-    AnswerSource, CallerName, ClientId, DeliveryReport, Error, EventSource, NewEvent, Operation,
-    Output, ReportedStatus, StatusReport,
+    CallerName, ClientId, DeliveryReport, Error, EventSource, NewEvent, Operation, ReportedStatus,
+    StatusReport,
 };
 use crate::core::events::EventLog;
 use crate::process::metrics::Metrics;
@@ -112,8 +112,9 @@ impl Scheduler {
     }
 
     /// Runs the operations of one call of `caller`, each with its time when it has one:
-    /// timed ones are kept or sent as their time says, a status query of a message msgw
-    /// keeps (or cancelled) is answered by msgw, the rest go to the gateway together.
+    /// timed ones are kept or sent as their time says, the rest go to the gateway
+    /// together. (Status queries are answered by core/queries, which knows what msgw
+    /// keeps, before they would get here.)
     pub async fn execute_all(
         &self,
         ops: Vec<(Operation, Option<Timed>)>,
@@ -124,22 +125,9 @@ impl Scheduler {
         let mut plain = Vec::new();
         let mut timed = Vec::new();
         for (i, (op, time)) in ops.into_iter().enumerate() {
-            match (time, &op) {
-                (Some(time), _) => timed.push((i, op, time)),
-                (None, Operation::GetMessageStatus(id)) => {
-                    match own_status(self.store.as_ref(), *id).await {
-                        Ok(Some(report)) => {
-                            results[i] = Some(Ok(Executed {
-                                output: Output::Status(report),
-                                replayed: false,
-                                source: Some(AnswerSource::Store),
-                            }));
-                        }
-                        Ok(None) => plain.push((i, op)),
-                        Err(e) => results[i] = Some(Err(e)),
-                    }
-                }
-                (None, _) => plain.push((i, op)),
+            match time {
+                Some(time) => timed.push((i, op, time)),
+                None => plain.push((i, op)),
             }
         }
         let sends =

@@ -40,8 +40,8 @@ impl Rpc<BatchResponse> for BatchRequest {
             .zip(results)
             .map(|((kind, counted), outcome)| result(kind, counted, outcome))
             .collect();
-        // Replays are marked per item.
-        // Each item says whether it was replayed; the call itself is neither.
+        // Each item says whether it was replayed and, a status item, where its answer
+        // came from; the call itself says neither.
         Ok((BatchResponse { results }, Provenance::default()))
     }
 }
@@ -106,6 +106,13 @@ fn result(
     outcome: Result<Executed, Error>,
 ) -> BatchResult {
     let replayed = outcome.as_ref().is_ok_and(|e| e.replayed);
+    let answer_source = outcome
+        .as_ref()
+        .ok()
+        .filter(|_| matches!(kind, Kind::GetMessageStatus))
+        .and_then(|e| e.source)
+        .map(|source| source.as_str().to_owned())
+        .unwrap_or_default();
     let converted = outcome.and_then(|Executed { output, .. }| respond_item(kind, counted, output));
     match converted {
         Ok(result) => BatchResult {
@@ -116,11 +123,13 @@ fn result(
             }),
             result: Some(result),
             replayed,
+            answer_source,
         },
         Err(e) => BatchResult {
             status: Some(to_rpc_status(&Status::from(e))),
             result: None,
             replayed: false,
+            answer_source: String::new(),
         },
     }
 }

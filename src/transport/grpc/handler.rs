@@ -18,7 +18,8 @@ use crate::transport::auth::{self, Caller};
 pub const REPLAYED: &str = "msgw-replayed";
 
 /// Response metadata saying where a query's answer came from: `store`, `lookup`,
-/// `shared-lookup` or `cache` ([`AnswerSource`]; unary query RPCs only, not Batch).
+/// `shared-lookup` or `cache` ([`AnswerSource`]; unary query RPCs only: a Batch's
+/// status items say it in their results' `answer_source`).
 pub const ANSWER_SOURCE: &str = "msgw-answer-source";
 
 /// What an answer's response metadata says of it.

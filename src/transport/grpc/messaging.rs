@@ -233,7 +233,7 @@ impl MessagingService for Messaging {
         request: Request<proto::BatchRequest>,
     ) -> Result<Response<proto::BatchResponse>, Status> {
         let timings = batch_timings(&request.get_ref().items);
-        let scheduler = &self.scheduler;
+        let (scheduler, queries) = (&self.scheduler, &self.queries);
         handler::unary_with(
             &self.dispatcher,
             request,
@@ -247,9 +247,13 @@ impl MessagingService for Messaging {
                         ops.len()
                     )));
                 }
-                let ops = ops.into_iter().zip(timings).collect();
-                scheduler
-                    .execute_all(ops, deadline, caller.name.as_ref())
+                // Status items as a lone GetMessageStatus is answered (core/queries);
+                // the others now, or kept until their `send_at`.
+                let items = ops.into_iter().zip(timings).collect();
+                queries
+                    .execute_batch(items, deadline, |others| {
+                        scheduler.execute_all(others, deadline, caller.name.as_ref())
+                    })
                     .await
             },
         )

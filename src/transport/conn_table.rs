@@ -6,9 +6,11 @@
 //! then); for eviction it is idle too when every stream it has is *stalled* (its
 //! client has left the flow-control window shut). It is *unguarded* when its only
 //! streams are on open paths (health and reflection, which need no token). At the
-//! cap a new connection makes room by closing the connection idle longest, else the
-//! one unguarded longest: a client without a token cannot hold the port with
-//! `Health/Watch` streams. Connections told to close still hold their file until
+//! cap a new connection makes room by closing the idle connection that never carried
+//! a caller's stream longest, else the connection idle longest, else the one
+//! unguarded longest: connections that never make a call churn among themselves
+//! before a caller's idle one goes, and a client without a token cannot hold the port
+//! with `Health/Watch` streams. Connections told to close still hold their file until
 //! they are gone, so the table also keeps a ceiling on all connections, closing or
 //! not: at the ceiling the accept loop waits and the oldest closing connection is
 //! dropped at once.
@@ -144,7 +146,11 @@ pub struct Table {
 struct Inner {
     next_id: u64,
     conns: HashMap<u64, Entry>,
-    /// Connections idle (no stream, or only stalled ones), not closing, longest first.
+    /// Connections idle (no stream, or only stalled ones), not closing, that never
+    /// carried a caller's stream, longest first: the first to make room, so a flood of
+    /// connections that never make a call cannot close the callers' own.
+    unclaimed: BTreeSet<(Instant, u64)>,
+    /// The other idle connections, not closing, longest first.
     idle: BTreeSet<(Instant, u64)>,
     /// Connections whose streams are all on open paths, not closing, longest first.
     unguarded: BTreeSet<(Instant, u64)>,
@@ -164,6 +170,8 @@ struct Entry {
     probes: usize,
     /// Since when no stream has been open (the idle timeout counts from here).
     idle_since: Instant,
+    /// Where the connection stands in `unclaimed`, if it does.
+    unclaimed_key: Option<Instant>,
     /// Where the connection stands in `idle`, if it does.
     idle_key: Option<Instant>,
     /// Where the connection stands in `unguarded`, if it does.
@@ -304,8 +312,9 @@ impl Table {
         let at_cap = inner.conns.len() - inner.closing.len() >= self.max;
         let at_budget = self.conn_cost > 0 && self.held() + self.conn_cost > self.budget;
         let victim = inner
-            .idle
+            .unclaimed
             .first()
+            .or_else(|| inner.idle.first())
             .or_else(|| inner.unguarded.first())
             .copied();
         if at_cap || (at_budget && victim.is_some()) {
@@ -344,6 +353,7 @@ impl Table {
                 stalled: 0,
                 probes: 0,
                 idle_since: now,
+                unclaimed_key: None,
                 idle_key: None,
                 unguarded_key: None,
                 closing_since: None,
@@ -417,6 +427,9 @@ impl Table {
 impl Inner {
     /// Takes `entry` out of every ordering.
     fn forget(&mut self, id: u64, entry: &Entry) {
+        if let Some(since) = entry.unclaimed_key {
+            self.unclaimed.remove(&(since, id));
+        }
         if let Some(since) = entry.idle_key {
             self.idle.remove(&(since, id));
         }
@@ -435,6 +448,7 @@ impl Inner {
     fn refile(&mut self, id: u64, now: Instant) -> bool {
         let Inner {
             conns,
+            unclaimed,
             idle,
             unguarded,
             ..
@@ -445,9 +459,11 @@ impl Inner {
         let mut freed = false;
         let open = entry.closing_since.is_none();
         let is_idle = open && entry.stalled == entry.streams;
+        let claimed = entry.conn.caller.get().is_some();
         let is_unguarded = open && !is_idle && entry.guarded == 0;
         for (set, key, wanted) in [
-            (idle, &mut entry.idle_key, is_idle),
+            (unclaimed, &mut entry.unclaimed_key, is_idle && !claimed),
+            (idle, &mut entry.idle_key, is_idle && claimed),
             (unguarded, &mut entry.unguarded_key, is_unguarded),
         ] {
             match (*key, wanted) {

@@ -23,6 +23,30 @@ fn table(
 }
 
 #[tokio::test(start_paused = true)]
+async fn at_the_cap_a_connection_that_never_made_a_call_goes_before_a_callers_idle_one() {
+    let table = table(
+        2,
+        Duration::from_secs(60),
+        usize::MAX,
+        1.0,
+        ConnMetrics::grpc(&Metrics::new().unwrap()),
+    );
+    let caller = table.caller("billing", None);
+    let used = table.admit().unwrap();
+    drop({
+        let stream = used.stream_opened(true, false, 0, 0).unwrap();
+        stream.charge(caller).unwrap();
+        stream
+    });
+    // Idle since now, as `used` is: the one that never carried a call goes.
+    tokio::time::advance(Duration::from_secs(1)).await;
+    let silent = table.admit().unwrap();
+    let _third = table.admit().unwrap();
+    assert_eq!(silent.closing().await, Close::Evicted);
+    assert!(used.closed_for().is_none(), "the caller's connection stays");
+}
+
+#[tokio::test(start_paused = true)]
 async fn connections_count_their_cost_and_at_the_budget_the_idle_one_makes_room() {
     let metrics = Metrics::new().unwrap();
     let table = Table::new(

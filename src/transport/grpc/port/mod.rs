@@ -100,8 +100,9 @@ pub struct PortLimits {
     #[arg(long = "grpc-idle-timeout", env = "MSGW_GRPC_IDLE_TIMEOUT", default_value = "5m", value_parser = parse::positive_duration)]
     pub idle_timeout: Duration,
     /// gRPC port: connections at most. At the cap a new connection makes room by
-    /// closing the one idle longest. Default: from the file limit (`ulimit -n`), less
-    /// what the store, the gateway and the other ports need.
+    /// closing an idle one (one that never carried a call first). Default: what half
+    /// the memory budget holds at 72 KiB a connection, at most what the file limit
+    /// (`ulimit -n`) leaves after the store, the gateway and the other ports.
     #[arg(id = "grpc_max_connections", long = "grpc-max-connections", env = "MSGW_GRPC_MAX_CONNECTIONS", value_parser = parse::at_least(1usize))]
     pub max_connections: Option<usize>,
     /// gRPC port: a response the client does not read (its flow-control window stays

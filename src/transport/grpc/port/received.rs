@@ -69,29 +69,40 @@ impl Received {
     /// Gives back the window of what was read, if there is room now; else makes sure
     /// the task is woken when there may be.
     fn give_back(&mut self, cx: &mut Context<'_>) {
-        while self.owed > 0 {
-            // The body is over: its window costs nothing, and the connection's
-            // window must come back for its other streams.
-            if self.data_done || self.recv.is_end_stream() {
-                let owed = std::mem::take(&mut self.owed);
-                self.grant(owed);
-                self.room = None;
-                return;
-            }
-            let room = self
-                .room
-                .get_or_insert_with(|| Box::pin(self.stream.room()));
-            if self.stream.has_room(self.owed) {
-                let owed = std::mem::take(&mut self.owed);
-                self.grant(owed);
-                self.room = None;
-                return;
-            }
-            match room.as_mut().poll(cx) {
-                Poll::Pending => return,
-                // Something was let go of: look again, with a fresh wait.
-                Poll::Ready(()) => self.room = None,
-            }
+        if self.owed == 0 {
+            return;
+        }
+        // Once the body is over its window costs nothing, and the connection's window
+        // must come back for its other streams.
+        if self.data_done || self.recv.is_end_stream() {
+            self.room = None;
+        } else if !room_for(&self.stream, &mut self.room, self.owed, cx) {
+            return;
+        }
+        let owed = std::mem::take(&mut self.owed);
+        self.grant(owed);
+    }
+}
+
+/// Whether `stream` has room for `bytes` now; else makes sure the task is woken (by
+/// the wait kept in `wait`) when streams let go of bytes.
+fn room_for(
+    stream: &StreamGuard,
+    wait: &mut Option<Pin<Box<Room>>>,
+    bytes: usize,
+    cx: &mut Context<'_>,
+) -> bool {
+    loop {
+        // Made before looking, so that no release falls in between.
+        let room = wait.get_or_insert_with(|| Box::pin(stream.room()));
+        if stream.has_room(bytes) {
+            *wait = None;
+            return true;
+        }
+        match room.as_mut().poll(cx) {
+            Poll::Pending => return false,
+            // Something was let go of: look again, with a fresh wait.
+            Poll::Ready(()) => *wait = None,
         }
     }
 }
@@ -122,22 +133,9 @@ impl Received {
     /// one that could never fit passes: tonic ends the stream, or its caller's share
     /// cannot grow.
     fn declared_fits(&mut self, declared: usize, cx: &mut Context<'_>) -> bool {
-        if declared > MAX_REQUEST_BYTES || !self.stream.could_hold(declared) {
-            return true;
-        }
-        loop {
-            let room = self
-                .declared_room
-                .get_or_insert_with(|| Box::pin(self.stream.room()));
-            if self.stream.has_room(declared) {
-                self.declared_room = None;
-                return true;
-            }
-            match room.as_mut().poll(cx) {
-                Poll::Pending => return false,
-                Poll::Ready(()) => self.declared_room = None,
-            }
-        }
+        declared > MAX_REQUEST_BYTES
+            || !self.stream.could_hold(declared)
+            || room_for(&self.stream, &mut self.declared_room, declared, cx)
     }
 
     /// Counts what a chunk declares and lets go of what it fills.
@@ -215,15 +213,15 @@ impl HttpBody for Received {
         let this = &mut *self;
         this.give_back(cx);
         if !this.data_done {
-            let (data, step) = match this.pending.take() {
-                Some(pending) => pending,
+            let chunk = match this.pending.take() {
+                Some(pending) => Some(pending),
                 None => match this.read(cx) {
-                    Read::Data(data, step) => (data, step),
-                    Read::Done => (Bytes::new(), Step::default()),
+                    Read::Data(data, step) => Some((data, step)),
+                    Read::Done => None,
                     Read::Answer(answer) => return answer,
                 },
             };
-            if !this.data_done {
+            if let Some((data, step)) = chunk {
                 if step.declared > 0 && !this.declared_fits(step.declared, cx) {
                     this.pending = Some((data, step));
                     return Poll::Pending;

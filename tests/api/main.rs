@@ -50,4 +50,6 @@ mod validation;
 mod verification;
 mod verification_load;
 mod verify_retries;
+#[path = "../common/wait.rs"]
+mod wait;
 mod waiting;

@@ -15,6 +15,7 @@ use crate::helpers::{
     Callers, Entry, FakeGateway, Options, Reply, TestApp, as_caller, default_reply, error_info,
     spawn, spawn_app, spawn_sandboxed_app,
 };
+use crate::wait;
 
 const PHONE: &str = "+380971234567";
 
@@ -706,19 +707,20 @@ async fn the_plain_code_is_neither_in_the_stores_files_nor_in_the_trace_log() {
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .expect("msgw starts");
-    let addr: std::net::SocketAddr = loop {
+    let serving = "msgw never logged that it serves";
+    let addr: std::net::SocketAddr = wait::until_some(Duration::from_secs(30), serving, || {
         let text = std::fs::read_to_string(&log).unwrap();
         let serving = text.lines().find_map(|line| {
             let v: Value = serde_json::from_str(line).ok()?;
             (v["fields"]["message"] == "msgw serving")
                 .then(|| v["fields"]["grpc_addr"].as_str().unwrap().parse().unwrap())
         });
-        if let Some(addr) = serving {
-            break addr;
+        if serving.is_none() {
+            assert!(child.try_wait().unwrap().is_none(), "msgw exited: {text}");
         }
-        assert!(child.try_wait().unwrap().is_none(), "msgw exited: {text}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+        std::future::ready(serving)
+    })
+    .await;
     let channel = crate::helpers::connect(addr).await;
     let mut client =
         msgw::transport::proto::verification_service_client::VerificationServiceClient::new(

@@ -27,6 +27,8 @@ mod callers;
 mod gateway;
 #[path = "../common/postgres.rs"]
 mod postgres;
+#[path = "../common/wait.rs"]
+mod wait;
 
 use std::{
     sync::{

@@ -11,6 +11,8 @@
 mod gateway;
 #[path = "../common/postgres.rs"]
 mod postgres;
+#[path = "../common/wait.rs"]
+mod wait;
 
 use std::{
     collections::HashMap,

@@ -15,6 +15,8 @@
 mod gateway;
 #[path = "../common/postgres.rs"]
 mod postgres;
+#[path = "../common/wait.rs"]
+mod wait;
 
 use std::{
     sync::{

@@ -19,6 +19,11 @@ use axum::routing::post;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
+use crate::wait::until;
+
+/// How long the waits of the fake gateway's owner last before they fail the test.
+const WAIT: Duration = Duration::from_secs(10);
+
 /// The API key the tests configure.
 pub const API_KEY: &str = "test-key-5f0c";
 
@@ -134,7 +139,8 @@ impl FakeGateway {
 
     /// Waits until the gateway is answering no request; fails the test after 10 s.
     pub async fn idle(&self) {
-        wait_until("the fake gateway was still answering after 10 s", || {
+        let failure = "the fake gateway was still answering";
+        until(WAIT, failure, || {
             self.state.concurrency.lock().unwrap().0 == 0
         })
         .await;
@@ -165,8 +171,11 @@ impl FakeGateway {
 
     /// Waits until the gateway has received `n` requests; fails the test after 10 s.
     pub async fn requests_at_least(&self, n: usize) {
-        let failure = format!("the fake gateway did not receive {n} requests within 10 s");
-        wait_until(&failure, || self.state.requests.lock().unwrap().len() >= n).await;
+        let failure = format!("the fake gateway did not receive {n} requests");
+        until(WAIT, &failure, || {
+            self.state.requests.lock().unwrap().len() >= n
+        })
+        .await;
     }
 
     pub fn requests(&self) -> Vec<Recorded> {
@@ -188,15 +197,6 @@ impl FakeGateway {
         let data = r.body["data"].as_array().expect("data is an array");
         assert_eq!(data.len(), 1, "expected one operation: {data:#?}");
         data[0].clone()
-    }
-}
-
-/// Polls `done` every 2 ms; fails the test with `failure` after 10 s.
-async fn wait_until(failure: &str, done: impl Fn() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !done() {
-        assert!(tokio::time::Instant::now() < deadline, "{failure}");
-        tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }
 

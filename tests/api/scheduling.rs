@@ -16,6 +16,7 @@ use crate::helpers::{
 };
 use crate::postgres::TestSchema;
 use crate::replicas::Replica;
+use crate::wait;
 
 /// The time `after` from now, as a proto timestamp.
 fn in_(after: Duration) -> prost_types::Timestamp {
@@ -23,6 +24,15 @@ fn in_(after: Duration) -> prost_types::Timestamp {
     prost_types::Timestamp {
         seconds: t.timestamp(),
         nanos: t.timestamp_subsec_nanos() as i32,
+    }
+}
+
+/// `by` after `t`.
+fn later(t: prost_types::Timestamp, by: Duration) -> prost_types::Timestamp {
+    let nanos = i64::from(t.nanos) + i64::try_from(by.as_nanos()).unwrap();
+    prost_types::Timestamp {
+        seconds: t.seconds + nanos / 1_000_000_000,
+        nanos: (nanos % 1_000_000_000) as i32,
     }
 }
 
@@ -58,6 +68,28 @@ async fn sent_within(gateway: &FakeGateway, id: u64, within: Duration) -> bool {
     false
 }
 
+/// How long after a message that must not leave (or not leave again) a sentinel is
+/// due. The loop wakes at the store's next due time and takes what is due in order of
+/// time, so once the sentinel reached the gateway every pass that could have sent the
+/// other message has run, and that send had this long a head start on the sentinel's.
+const SENTINEL_AFTER: Duration = Duration::from_millis(500);
+
+/// Schedules the sentinel `id` for `send_at` (see [`SENTINEL_AFTER`]).
+async fn schedule_sentinel(app: &TestApp, id: u64, send_at: prost_types::Timestamp) {
+    app.messaging()
+        .send_sms(at(send_at, sms(id)))
+        .await
+        .expect("the sentinel is scheduled");
+}
+
+/// Waits until the sentinel `id` reached the gateway.
+async fn sentinel_left(gateway: &FakeGateway, id: u64) {
+    assert!(
+        sent_within(gateway, id, Duration::from_secs(10)).await,
+        "the sentinel {id} never left"
+    );
+}
+
 async fn status_of(app: &TestApp, id: u64) -> MessageStatus {
     app.messaging()
         .get_message_status(GetMessageStatusRequest {
@@ -82,7 +114,9 @@ async fn a_scheduled_sms_is_scheduled_then_reaches_the_gateway_once_at_its_time(
     let receipt = answer.into_inner().receipt.expect("receipt");
     assert!(receipt.scheduled_for.is_some(), "{receipt:?}");
     assert!(receipt.msg_id.is_empty());
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Once a message due at 1 s left, the loop has looked past then and kept 301.
+    schedule_sentinel(&app, 391, in_(Duration::from_secs(1))).await;
+    sentinel_left(&app.gateway, 391).await;
     assert_eq!(status_of(&app, 301).await, MessageStatus::Scheduled);
     assert_eq!(sends_of(&app.gateway, 301), 0, "sent before its time");
     assert!(sent_within(&app.gateway, 301, Duration::from_secs(6)).await);
@@ -92,7 +126,8 @@ async fn a_scheduled_sms_is_scheduled_then_reaches_the_gateway_once_at_its_time(
         "sent after {elapsed:?}"
     );
     assert!(elapsed < Duration::from_secs(5), "sent after {elapsed:?}");
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    schedule_sentinel(&app, 392, in_(SENTINEL_AFTER)).await;
+    sentinel_left(&app.gateway, 392).await;
     assert_eq!(sends_of(&app.gateway, 301), 1, "sent more than once");
     assert!(app.metric_sum("msgw_scheduled_total", &["left"]).await >= 1.0);
 }
@@ -104,10 +139,12 @@ async fn a_scheduled_sms_survives_a_restart() {
         .send_sms(at(in_(Duration::from_secs(3)), sms(302)))
         .await
         .expect("scheduled");
+    // Kept across the restart like 302, and due after it.
+    schedule_sentinel(&app, 392, in_(Duration::from_secs(3) + SENTINEL_AFTER)).await;
     let app = app.restart(Options::default()).await;
     assert_eq!(status_of(&app, 302).await, MessageStatus::Scheduled);
     assert!(sent_within(&app.gateway, 302, Duration::from_secs(8)).await);
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    sentinel_left(&app.gateway, 392).await;
     assert_eq!(sends_of(&app.gateway, 302), 1);
 }
 
@@ -142,7 +179,9 @@ async fn a_cancelled_message_never_reaches_the_gateway_and_its_id_is_spent() {
     let retry = app.messaging().send_sms(request).await.expect_err("spent");
     assert_eq!(retry.code(), Code::FailedPrecondition);
     assert_eq!(error_info(&retry).0, "MESSAGE_CANCELED");
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    let due = canceled.send_at.expect("its time");
+    schedule_sentinel(&app, 393, later(due, SENTINEL_AFTER)).await;
+    sentinel_left(&app.gateway, 393).await;
     assert_eq!(sends_of(&app.gateway, 303), 0, "a cancelled message left");
 }
 
@@ -222,7 +261,12 @@ async fn a_retry_replays_the_scheduled_answer_then_the_gateways() {
         .expect_err("conflict");
     assert_eq!(now.code(), Code::AlreadyExists);
     assert!(sent_within(&app.gateway, 305, Duration::from_secs(5)).await);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait::until_some(
+        Duration::from_secs(5),
+        "its send was never settled",
+        || async { (app.metric_sum("msgw_scheduled_total", &["left"]).await >= 1.0).then_some(()) },
+    )
+    .await;
     // After it left (its time has passed): the gateway's answer, replayed.
     let after = app
         .messaging()
@@ -411,6 +455,7 @@ async fn cancel_and_leave_race_exactly_one_wins() {
             .await
             .expect("scheduled");
     }
+    schedule_sentinel(&app, 390, later(send_at, SENTINEL_AFTER)).await;
     let until = Instant::now() + Duration::from_millis(1480);
     tokio::time::sleep_until(until).await;
     let mut canceled = Vec::new();
@@ -427,7 +472,13 @@ async fn cancel_and_leave_race_exactly_one_wins() {
             }
         }
     }
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    for id in ids.iter().filter(|id| !canceled.contains(id)) {
+        assert!(
+            sent_within(&app.gateway, *id, Duration::from_secs(5)).await,
+            "id {id}"
+        );
+    }
+    sentinel_left(&app.gateway, 390).await;
     for id in ids {
         let expected = usize::from(!canceled.contains(&id));
         assert_eq!(sends_of(&app.gateway, id), expected, "id {id}");
@@ -448,13 +499,23 @@ async fn two_postgresql_replicas_send_a_scheduled_message_once() {
             .await
             .expect("scheduled");
     }
+    // One sentinel scheduled by each replica; both wake for the store's next due time.
+    for (replica, id) in replicas.iter().zip([360, 361]) {
+        replica
+            .messaging()
+            .send_sms(at(later(send_at, SENTINEL_AFTER), sms(id)))
+            .await
+            .expect("the sentinel is scheduled");
+    }
     for id in 350..360 {
         assert!(
             sent_within(&gateway, id, Duration::from_secs(8)).await,
             "id {id}"
         );
     }
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    for id in [360, 361] {
+        sentinel_left(&gateway, id).await;
+    }
     for id in 350..360 {
         assert_eq!(sends_of(&gateway, id), 1, "id {id}");
     }

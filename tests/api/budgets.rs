@@ -17,6 +17,7 @@ use crate::builders::sms;
 use crate::callers::{Callers, Entry};
 use crate::frames::{self, PREFACE, grpc_request, read_frame};
 use crate::helpers::{Options, TestApp, as_caller, spawn};
+use crate::wait;
 
 const EVENTS: &str = "/msgw.v1.EventService/StreamStatusEvents";
 const BATCH: &str = "/msgw.v1.MessagingService/Batch";
@@ -68,6 +69,16 @@ async fn store_events(app: &TestApp, n: u64) {
 /// The value of `series`, 0 when msgw does not show it.
 async fn metric(app: &TestApp, series: &str) -> f64 {
     app.metric(series).await.unwrap_or(0.0)
+}
+
+/// Connections the gRPC port has taken in so far: open, closed for any reason, or
+/// refused at the cap.
+async fn connections_taken(app: &TestApp) -> f64 {
+    metric(app, "msgw_grpc_connections_open").await
+        + app
+            .metric_sum("msgw_grpc_connections_closed_total", &[])
+            .await
+        + metric(app, "msgw_grpc_connections_refused_total").await
 }
 
 /// Sends `n` SMS as the sender, failing on any error or an answer slower than 5 s.
@@ -268,6 +279,7 @@ async fn upload_until_stalled(
 async fn connections_count_against_the_budget_and_are_capped_by_it() {
     let budget = 8 * MIB;
     let (app, _dir) = app(budget).await;
+    let taken_before = connections_taken(&app).await;
     // 150 connections that send the HTTP/2 preface and nothing more, and 50 that
     // leave a request's header block unfinished: under 8 MiB the cap is 56.
     let mut flood = Vec::new();
@@ -286,7 +298,12 @@ async fn connections_count_against_the_budget_and_are_capped_by_it() {
         let _ = tcp.write_all(&out).await;
         flood.push(tcp);
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let flooded = taken_before + flood.len() as f64;
+    let failure = "msgw never took in every connection of the flood";
+    wait::until_some(Duration::from_secs(10), failure, || async {
+        (connections_taken(&app).await >= flooded).then_some(())
+    })
+    .await;
     let open = metric(&app, "msgw_grpc_connections_open").await;
     assert!(
         (1.0..=64.0).contains(&open),

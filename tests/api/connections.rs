@@ -6,7 +6,10 @@ use std::{
     io::{BufRead, BufReader},
     net::SocketAddr,
     process::{Command, Stdio},
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -22,6 +25,7 @@ use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 
 use crate::events::{next, subscribe};
 use crate::helpers::{Options, TestApp, spawn};
+use crate::wait;
 
 /// The HTTP/2 client preface and an empty SETTINGS frame: a client that has spoken.
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
@@ -160,13 +164,22 @@ async fn a_quiet_event_stream_outlives_the_idle_timeout() {
     }))
     .await;
     let mut stream = subscribe(&app, StreamStatusEventsRequest::default()).await;
-    tokio::time::sleep(idle * 4).await;
+    // A sentinel opened after the stream, speaking HTTP/2 but opening no stream, is
+    // closed for idleness: by then the stream's connection has been quiet for longer.
+    let mut sentinel = TcpStream::connect(app.addr).await.unwrap();
+    sentinel.write_all(PREFACE).await.unwrap();
+    goaway(&mut sentinel).await;
+    let idle_closed = r#"msgw_grpc_connections_closed_total{reason="idle"}"#;
+    let failure = "the sentinel was never counted closed for idleness";
+    wait::until_some(Duration::from_secs(10), failure, || async {
+        app.metric(idle_closed).await.filter(|&n| n >= 1.0)
+    })
+    .await;
     still_streaming(&app, &mut stream, 4101).await;
     assert_eq!(
-        app.metric(r#"msgw_grpc_connections_closed_total{reason="idle"}"#)
-            .await,
-        None,
-        "no connection was closed for idleness"
+        app.metric(idle_closed).await,
+        Some(1.0),
+        "no connection but the sentinel was closed for idleness"
     );
 }
 
@@ -214,10 +227,11 @@ async fn at_the_cap_the_longest_idle_connection_makes_room_and_busy_ones_stay() 
     assert!(refused >= Some(1.0), "{refused:?}");
     still_streaming(&app, &mut stream, 4202).await;
     assert_eq!(next(&mut second).await.id, 4202);
-    assert!(
-        tokio::time::timeout(Duration::from_millis(50), second.next())
-            .await
-            .is_err(),
+    // The second stream is still open: it carries a later event too.
+    still_streaming(&app, &mut stream, 4203).await;
+    assert_eq!(
+        next(&mut second).await.id,
+        4203,
         "the second stream is still open"
     );
 }
@@ -286,21 +300,30 @@ async fn a_flood_of_silent_connections_never_keeps_a_caller_out_under_a_low_file
         "a cap of {cap} under a file limit of 1024"
     );
 
-    let flood = tokio::spawn(async move {
-        let mut silent = Vec::with_capacity(SILENT);
-        for n in 0..SILENT {
-            let mut tcp = TcpStream::connect(addr).await.expect("the kernel takes it");
-            // Every other one speaks HTTP/2 and goes quiet: it gets GOAWAY and a moment
-            // to close when evicted, so closing connections pile up.
-            if n % 2 == 0 {
-                let _ = tcp.write_all(PREFACE).await;
+    let opened = Arc::new(AtomicUsize::new(0));
+    let flood = tokio::spawn({
+        let opened = opened.clone();
+        async move {
+            let mut silent = Vec::with_capacity(SILENT);
+            for n in 0..SILENT {
+                let mut tcp = TcpStream::connect(addr).await.expect("the kernel takes it");
+                // Every other one speaks HTTP/2 and goes quiet: it gets GOAWAY and a moment
+                // to close when evicted, so closing connections pile up.
+                if n % 2 == 0 {
+                    let _ = tcp.write_all(PREFACE).await;
+                }
+                silent.push(tcp);
+                opened.fetch_add(1, Ordering::Relaxed);
             }
-            silent.push(tcp);
+            silent
         }
-        silent
     });
-    // A caller during the flood.
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // A caller during the flood: once it is under way.
+    let failure = "the flood never got under way";
+    wait::until(Duration::from_secs(10), failure, || {
+        opened.load(Ordering::Relaxed) >= 100
+    })
+    .await;
     let asked = Instant::now();
     health(addr).await.expect("served during the flood");
     let answered = asked.elapsed();

@@ -276,13 +276,16 @@ async fn a_call_queued_past_the_life_of_a_claim_is_still_sent_once() {
                 .map(|r| r.into_inner().receipt.unwrap().msg_id)
         })
     };
-    // The two connections take turns half a send apart: the first id goes alone.
+    // The two connections take turns half a send apart: the first id goes alone. (The
+    // shape of the load, not a wait for anything.)
     let mut first = vec![send(ids[0])];
     tokio::time::sleep(Duration::from_millis(200)).await;
     first.extend(ids[1..].iter().map(|&id| send(id)));
     // Two sends every 0.4 s: after 6.5 s (past the upstream timeout plus the 5 s margin
     // after which a claim with no outcome counts as abandoned) the last ids still wait;
-    // a retry of the last one queues right behind it and runs beside it.
+    // a retry of the last one queues right behind it and runs beside it. This wait
+    // stays: the guarantee is about a call older than a claim's life, which only time
+    // makes.
     tokio::time::sleep(Duration::from_millis(6300)).await;
     let again: Vec<_> = ids[39..].iter().map(|&id| send(id)).collect();
     let mut first_ids = Vec::new();
@@ -324,10 +327,13 @@ async fn a_send_decided_by_a_slow_status_query_is_still_sent_once() {
     *gateway.slow.lock().unwrap() = Duration::from_millis(6500);
     *gateway.slow_status.lock().unwrap() = Duration::from_millis(6500);
     gateway.set(Mode::SlowSends);
+    // Past the settle window (200 ms), so that the retry asks `status` instead of being
+    // refused: the window's real length, which msgw must wait out before it decides.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let slow_retry = send(Duration::from_secs(40));
     // Past the retry's claim (7 s + 5 s) and the settle window, with status fast again,
     // another retry would find the claim abandoned and the id unknown to the gateway.
+    // This wait stays: only a claim's real life makes it look abandoned.
     tokio::time::sleep(Duration::from_millis(12_500)).await;
     *gateway.slow_status.lock().unwrap() = Duration::ZERO;
     let late_retry = send(Duration::from_secs(30)).await.unwrap();

@@ -1,6 +1,9 @@
-//! What every unary RPC does alike: parse into operations, run them through
-//! dispatch, answer, and trace it. RPCs differ only in their operations and in how
-//! their results become the response (one operation, or a `Batch` of them).
+//! The one pipeline of every RPC of every service ([`pipeline`]): the caller the
+//! authentication layer found; admitted by what the RPC asks (permission, rates) before
+//! its request is read; the request parsed; the work run; the answer or error mapped,
+//! traced, timed and counted. RPCs that ask the gateway ([`unary`], [`unary_with`])
+//! differ only in their operations and in how their results become the response (one
+//! operation, or a `Batch` of them).
 
 use std::sync::Arc;
 
@@ -11,8 +14,9 @@ use tracing::{Instrument, field};
 use super::convert::{FromOutput, IntoOperation, counted_parts};
 use crate::core::dispatch::{Dispatcher, Executed};
 use crate::core::domain::{AnswerSource, Error, Operation, SmsEstimate, Violations};
+use crate::core::held::CallAccount;
 use crate::process::metrics::Metrics;
-use crate::transport::auth::{self, Caller};
+use crate::transport::auth::{self, Asks, Caller};
 
 /// Response metadata of an answer replayed from an earlier call with the same id.
 pub const REPLAYED: &str = "msgw-replayed";
@@ -48,6 +52,9 @@ pub trait Rpc<Resp>: Sized {
     /// What the response needs besides the results (e.g. each Batch item's kind).
     type Shape;
 
+    /// What it asks of the caller's permissions and rates, read before it is parsed.
+    fn asks(&self) -> Asks;
+
     /// Parses the request into its operations (at most `batch_max`), collecting every
     /// violation.
     fn plan(self, batch_max: usize) -> Result<(Vec<Operation>, Self::Shape), Error>;
@@ -63,6 +70,10 @@ pub trait Rpc<Resp>: Sized {
 impl<Req: IntoOperation, Resp: FromOutput> Rpc<Resp> for Req {
     /// The parts msgw counted for an SMS text.
     type Shape = Option<SmsEstimate>;
+
+    fn asks(&self) -> Asks {
+        Asks::Operation(Req::KIND)
+    }
 
     fn plan(self, _batch_max: usize) -> Result<(Vec<Operation>, Self::Shape), Error> {
         let op = parse(self)?;
@@ -108,8 +119,8 @@ where
 }
 
 /// Runs one unary RPC whose operations `execute` carries out (the gateway's answer by
-/// default, see [`unary`]): the caller, parsing, permissions, the own-messages rule,
-/// counting and tracing are the same for every RPC.
+/// default, see [`unary`]) through the [`pipeline`]: its operations are then checked
+/// against the own-messages rule, counted and traced alike for every RPC.
 pub async fn unary_with<Req, Resp, Run>(
     dispatcher: &Dispatcher,
     request: Request<Req>,
@@ -119,20 +130,75 @@ where
     Req: Rpc<Resp>,
     Run: Future<Output = Result<Vec<Result<Executed, Error>>, Error>>,
 {
+    let batch_max = dispatcher.batch_max();
+    pipeline(
+        dispatcher.metrics(),
+        request,
+        Req::asks,
+        |request| request.plan(batch_max),
+        |(ops, shape), call| async move {
+            record_operations(&ops);
+            own_messages_only(dispatcher, &call.caller, &ops, Req::BATCH).await?;
+            let names: Vec<&'static str> = ops.iter().map(Operation::rpc_name).collect();
+            let results = execute(ops, call.deadline, call.caller).await;
+            count_operations(dispatcher.metrics(), &names, &results);
+            Req::respond(shape, results?)
+        },
+    )
+    .await
+}
+
+/// What the pipeline knows of a call besides its request.
+pub struct Call {
+    /// The caller the authentication layer found.
+    pub caller: Arc<Caller>,
+    /// The caller's deadline, if it set one.
+    pub deadline: Option<Instant>,
+    /// The account of the call's stream on the gRPC port (see [`account_of`]).
+    pub account: CallAccount,
+}
+
+/// Runs one RPC of any service, every one in the same order: the caller (authenticated
+/// by the layer under tonic); admitted by what `asks` reads of the request (permission,
+/// then the send or query rate) before anything else of it is looked at, so a caller
+/// without the permission learns nothing of its request's validity; the request parsed
+/// by `parse`; `run` answers it; the answer or error mapped to gRPC, traced, timed and
+/// counted ([`observed`]).
+pub async fn pipeline<Req, Parsed, Resp, Fut>(
+    metrics: &Metrics,
+    request: Request<Req>,
+    asks: impl FnOnce(&Req) -> Asks,
+    parse: impl FnOnce(Req) -> Result<Parsed, Error>,
+    run: impl FnOnce(Parsed, Call) -> Fut,
+) -> Result<Response<Resp>, Status>
+where
+    Fut: Future<Output = Result<(Resp, Provenance), Error>>,
+{
     let caller = auth::caller_of(&request)?;
     let method = auth::method_of(&request);
-    observed(dispatcher.metrics(), method, &caller, async {
-        let deadline = super::deadline::deadline(&request);
-        let (ops, shape) = request.into_inner().plan(dispatcher.batch_max())?;
-        record_operations(&ops);
-        auth::admit(&caller, &ops, Req::BATCH)?;
-        own_messages_only(dispatcher, &caller, &ops, Req::BATCH).await?;
-        let names: Vec<&'static str> = ops.iter().map(Operation::rpc_name).collect();
-        let results = execute(ops, deadline, caller.clone()).await;
-        count_operations(dispatcher.metrics(), &names, &results);
-        Req::respond(shape, results?)
+    observed(metrics, method, &caller, async {
+        auth::admit(&caller, method, &asks(request.get_ref()))?;
+        let call = Call {
+            caller: caller.clone(),
+            deadline: super::deadline::deadline(&request),
+            account: account_of(&request),
+        };
+        let parsed = parse(request.into_inner())?;
+        run(parsed, call).await
     })
     .await
+}
+
+/// Parses a request of fields checked into `Parsed` by `check`, collecting every
+/// violation (the `parse` of a [`pipeline`] whose request is no gateway operation).
+pub fn checked<Req, Parsed>(
+    check: impl FnOnce(Req, &mut crate::core::domain::Scope<'_>) -> Option<Parsed>,
+) -> impl FnOnce(Req) -> Result<Parsed, Error> {
+    move |request| {
+        let mut violations = Violations::new();
+        let parsed = check(request, &mut violations.scope(""));
+        violations.finish(parsed)
+    }
 }
 
 /// Refuses the status of a message another caller sent to a caller that sees only
@@ -291,7 +357,7 @@ fn finish(
 
 /// The account of the call's stream on the gRPC port, on which core counts what it
 /// loads for the call (`None` for a call that did not come through the port).
-pub fn account_of<T>(request: &Request<T>) -> crate::core::held::CallAccount {
+pub fn account_of<T>(request: &Request<T>) -> CallAccount {
     request
         .extensions()
         .get::<crate::transport::conn_table::StreamGuard>()

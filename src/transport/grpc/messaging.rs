@@ -51,7 +51,7 @@ impl Messaging {
     /// Runs a send RPC: now, or kept until its `send_at`.
     async fn send<Req, Resp>(&self, request: Request<Req>) -> Result<Response<Resp>, Status>
     where
-        Req: Rpc<Resp> + TimedRequest + Clone,
+        Req: Rpc<Resp> + TimedRequest,
     {
         let timed = timing(request.get_ref(), "send_at");
         let scheduler = &self.scheduler;

@@ -53,7 +53,7 @@ struct Kept {
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 enum KeptOp {
-    SendSms {
+    Sms {
         id: u64,
         phone: u64,
         message: String,
@@ -62,7 +62,7 @@ enum KeptOp {
         short_link: bool,
         unsubscribe_link: bool,
     },
-    SendViber {
+    Viber {
         id: u64,
         phone: u64,
         signature: String,
@@ -71,7 +71,7 @@ enum KeptOp {
         short_link: bool,
         sms_fallback: Option<KeptSms>,
     },
-    SendRcs {
+    Rcs {
         id: u64,
         phone: u64,
         message: String,
@@ -84,20 +84,20 @@ enum KeptOp {
         viber_fallback: Option<KeptViberStage>,
         sms_fallback: Option<KeptSms>,
     },
-    SendTelegramOtp {
+    TelegramOtp {
         id: u64,
         phone: u64,
         code: String,
         lifetime: Option<u32>,
     },
-    SendVoice {
+    Voice {
         id: u64,
         phone: u64,
         message: String,
         voice: KeptVoice,
         dtmf: bool,
     },
-    SendPipeline {
+    Pipeline {
         id: u64,
         phone: u64,
         steps: Vec<KeptStep>,
@@ -209,7 +209,7 @@ impl KeptOp {
         }
         let lifetime = |l: &Option<Lifetime>| l.map(Lifetime::seconds);
         Ok(match op {
-            Operation::SendSms(o) => Self::SendSms {
+            Operation::SendSms(o) => Self::Sms {
                 id: o.to.id.get(),
                 phone: o.to.phone.get(),
                 message: own(&o.message),
@@ -218,7 +218,7 @@ impl KeptOp {
                 short_link: o.short_link,
                 unsubscribe_link: o.unsubscribe_link,
             },
-            Operation::SendViber(o) => Self::SendViber {
+            Operation::SendViber(o) => Self::Viber {
                 id: o.to.id.get(),
                 phone: o.to.phone.get(),
                 signature: own(&o.signature),
@@ -239,7 +239,7 @@ impl KeptOp {
                         Some(KeptSms::of(sms)),
                     ),
                 };
-                Self::SendRcs {
+                Self::Rcs {
                     id: o.to.id.get(),
                     phone: o.to.phone.get(),
                     message: own(&o.message),
@@ -253,20 +253,20 @@ impl KeptOp {
                     sms_fallback,
                 }
             }
-            Operation::SendTelegramOtp(o) => Self::SendTelegramOtp {
+            Operation::SendTelegramOtp(o) => Self::TelegramOtp {
                 id: o.to.id.get(),
                 phone: o.to.phone.get(),
                 code: o.code.as_str().to_owned(),
                 lifetime: lifetime(&o.lifetime),
             },
-            Operation::SendVoice(o) => Self::SendVoice {
+            Operation::SendVoice(o) => Self::Voice {
                 id: o.to.id.get(),
                 phone: o.to.phone.get(),
                 message: own(&o.message),
                 voice: KeptVoice::of(&o.voice),
                 dtmf: o.dtmf,
             },
-            Operation::SendPipeline(o) => Self::SendPipeline {
+            Operation::SendPipeline(o) => Self::Pipeline {
                 id: o.to.id.get(),
                 phone: o.to.phone.get(),
                 steps: o.steps.iter().map(KeptStep::of).collect(),
@@ -289,7 +289,7 @@ impl KeptOp {
     /// The operation again, every value checked as at the border.
     fn into_operation(self, s: &mut Scope<'_>) -> Option<Operation> {
         Some(match self {
-            Self::SendSms {
+            Self::Sms {
                 id,
                 phone,
                 message,
@@ -311,7 +311,7 @@ impl KeptOp {
                     unsubscribe_link,
                 })
             }
-            Self::SendViber {
+            Self::Viber {
                 id,
                 phone,
                 signature,
@@ -337,7 +337,7 @@ impl KeptOp {
                     sms_fallback: sms_fallback?,
                 })
             }
-            Self::SendRcs {
+            Self::Rcs {
                 id,
                 phone,
                 message,
@@ -390,7 +390,7 @@ impl KeptOp {
                     fallback: fallback?,
                 })
             }
-            Self::SendTelegramOtp {
+            Self::TelegramOtp {
                 id,
                 phone,
                 code,
@@ -405,7 +405,7 @@ impl KeptOp {
                     lifetime: lifetime?,
                 })
             }
-            Self::SendVoice {
+            Self::Voice {
                 id,
                 phone,
                 message,
@@ -422,7 +422,7 @@ impl KeptOp {
                     dtmf,
                 })
             }
-            Self::SendPipeline { id, phone, steps } => {
+            Self::Pipeline { id, phone, steps } => {
                 let to = recipient(s, id, phone);
                 let steps = pipeline_steps(s, steps);
                 Operation::SendPipeline(PipelineSend {

@@ -60,7 +60,7 @@ impl Messaging {
             request,
             |ops, deadline, caller| async move {
                 let timed = timed?;
-                let ops = ops.into_iter().map(|op| (op, timed.clone())).collect();
+                let ops = ops.into_iter().map(|op| (op, timed)).collect();
                 scheduler
                     .execute_all(ops, deadline, caller.name.as_ref())
                     .await

@@ -366,12 +366,12 @@ impl KeptOp {
                         let signature =
                             text(&mut s, "signature", TextKind::Signature, &viber.signature);
                         let content = viber.content.into_content(&mut s.child("content"));
-                        match (signature, content, sms) {
-                            (Some(signature), Some(content), Some(sms)) => Some(
-                                RcsFallback::ViberThenSms(ViberStage { signature, content }, sms),
-                            ),
-                            _ => None,
-                        }
+                        let stage = signature
+                            .zip(content)
+                            .map(|(signature, content)| ViberStage { signature, content });
+                        stage
+                            .zip(sms)
+                            .map(|(stage, sms)| RcsFallback::ViberThenSms(stage, sms))
                     }
                     (Some(_), None) => {
                         s.add("sms_fallback", "required when viber_fallback is set");

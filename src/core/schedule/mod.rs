@@ -173,7 +173,8 @@ impl Scheduler {
                         .execute_scheduled(op, deadline, caller, key)
                         .await
                 }
-                _ => {
+                // Not its retry: a send now (the dispatcher answers a conflict).
+                Some(_) | None => {
                     let mut results = self
                         .dispatcher
                         .execute_all(vec![op], deadline, caller)

@@ -1,5 +1,5 @@
 //! Scheduled sends an earlier version of msgw kept: it stored their requests in the gRPC
-//! layer's encoding, this version stores core's own form (core/schedule/kept.rs). As msgw
+//! layer's encoding, this version stores core's own form (core/schedule/kept/). As msgw
 //! starts, and then every second while replicas of an earlier version may still keep
 //! requests (a rolling upgrade on a shared store), each such request is read by the gRPC
 //! layer's reader, written in core's form and moved to where this version's scheduler

@@ -15,7 +15,7 @@
 //! Cancelling is a compare-and-set from scheduled to canceled; leaving is a
 //! compare-and-set of the claim's generation: exactly one of them wins.
 //!
-//! The request is kept in core's own form (`kept.rs`), written and read back here.
+//! The request is kept in core's own form (`kept/`), written and read back here.
 
 pub mod kept;
 mod run;

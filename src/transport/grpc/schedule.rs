@@ -1,6 +1,6 @@
 //! Scheduled sends at the gRPC border: a send request's `send_at` checked, as its
 //! operation's facts say whether it can be scheduled at all. Core keeps the parsed
-//! operation in its own form (core/schedule/kept.rs); [`read_earlier_form`] reads the
+//! operation in its own form (core/schedule/kept/); [`read_earlier_form`] reads the
 //! requests earlier versions of msgw kept (a `BatchItem` without its `send_at`, prost
 //! bytes), which are moved into core's form as msgw starts.
 

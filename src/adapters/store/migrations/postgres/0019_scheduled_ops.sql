@@ -1,5 +1,5 @@
 -- Scheduled sends' requests in the form msgw's core writes and reads
--- (src/core/schedule/kept.rs), one row per scheduled message that has not left, as in
+-- (src/core/schedule/kept/), one row per scheduled message that has not left, as in
 -- `scheduled`. Requests an earlier version kept in `scheduled` (the gRPC layer's
 -- encoding) are moved here by this version, as it starts and while it runs; earlier
 -- versions never read this table, so while replicas of two versions share the store no

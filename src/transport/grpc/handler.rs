@@ -96,7 +96,7 @@ impl<Req: IntoOperation, Resp: FromOutput> Rpc<Resp> for Req {
 }
 
 /// Parses a request into its operation, collecting every violation.
-pub fn parse<R: IntoOperation>(request: R) -> Result<Operation, Error> {
+fn parse<R: IntoOperation>(request: R) -> Result<Operation, Error> {
     let mut violations = Violations::new();
     let op = request.into_operation(&mut violations.scope(""));
     violations.finish(op)
@@ -204,7 +204,7 @@ pub fn checked<Req, Parsed>(
 /// Refuses the status of a message another caller sent to a caller that sees only
 /// its own messages (`events = "own"`): a status carries the recipient's replies. The
 /// answer is the same whether the id exists or not, so it reveals nothing.
-pub async fn own_messages_only(
+async fn own_messages_only(
     dispatcher: &Dispatcher,
     caller: &Caller,
     ops: &[Operation],
@@ -234,7 +234,7 @@ pub async fn own_messages_only(
 
 /// Runs the work of one RPC of `method` for `caller` (the response, and what its
 /// metadata says of it): traced, timed and counted like every other RPC.
-pub async fn observed<Resp>(
+async fn observed<Resp>(
     metrics: &Metrics,
     method: &'static str,
     caller: &Caller,
@@ -273,7 +273,7 @@ pub async fn observed<Resp>(
 
 /// Counts a call `caller` made that one of its rates refused
 /// (`msgw_rate_refusals_total`); any other error is not counted here.
-pub fn count_refusal(metrics: &Metrics, caller: &Caller, error: &Error) {
+fn count_refusal(metrics: &Metrics, caller: &Caller, error: &Error) {
     let rate = match error {
         Error::RateLimited { .. } => "sends",
         Error::QueryRateLimited { .. } => "queries",
@@ -288,7 +288,7 @@ pub fn count_refusal(metrics: &Metrics, caller: &Caller, error: &Error) {
 
 /// Counts each operation's outcome: a Batch's items one by one, so one rejected item
 /// of four shows as one rejection and three successes.
-pub fn count_operations(
+fn count_operations(
     metrics: &Metrics,
     names: &[&'static str],
     results: &Result<Vec<Result<Executed, Error>>, Error>,
@@ -303,7 +303,7 @@ pub fn count_operations(
 }
 
 /// Counts one operation's outcome (`None`: it succeeded).
-pub fn count_operation(metrics: &Metrics, name: &str, error: Option<&Error>) {
+fn count_operation(metrics: &Metrics, name: &str, error: Option<&Error>) {
     match error {
         None => metrics.operation(name, tonic::Code::Ok, ""),
         Some(e) => metrics.operation(name, super::status::code(e), super::status::reason(e)),
@@ -311,7 +311,7 @@ pub fn count_operation(metrics: &Metrics, name: &str, error: Option<&Error>) {
 }
 
 /// Puts the call's size, and the client id of a lone operation, on the current RPC span.
-pub fn record_operations(ops: &[Operation]) {
+fn record_operations(ops: &[Operation]) {
     let span = tracing::Span::current();
     span.record("operations", ops.len());
     if let [op] = ops

@@ -10,6 +10,7 @@ pub mod config;
 pub mod cpus;
 pub mod fd_limit;
 pub(crate) mod kept_secret;
+pub(crate) mod kept_upgrade;
 pub(crate) mod memory;
 pub mod metrics;
 pub(crate) mod parse;

@@ -28,7 +28,6 @@ use crate::sandbox::{EmbeddedSandbox, SandboxConfig};
 use crate::transport::auth::tls::TlsReloader;
 use crate::transport::auth::{AuthLayer, Authenticator};
 use crate::transport::grpc::port::PortLimits;
-use crate::transport::grpc::schedule::decoder;
 use crate::transport::grpc::{StampLayer, TooLargeLayer};
 use crate::transport::http_listener::{self, ListenerLimits};
 use crate::transport::listen::Listeners;
@@ -160,8 +159,7 @@ impl Application {
                 store: store.clone(),
                 settle: config.upstream_settle,
             });
-        let scheduler =
-            Scheduler::new(dispatcher.clone(), store.clone(), events.clone(), decoder());
+        let scheduler = Scheduler::new(dispatcher.clone(), store.clone(), events.clone());
         let queries = Arc::new(Queries::new(
             dispatcher.clone(),
             store.clone(),
@@ -371,6 +369,7 @@ impl Application {
             .run(stop.clone()),
         );
         let schedule_task = tokio::spawn(self.scheduler.clone().run(stop.clone()));
+        let upgrade_task = tokio::spawn(super::kept_upgrade::run(self.store.clone(), stop.clone()));
         let balance_task = tokio::spawn(crate::core::balance::refresh(
             self.dispatcher.clone(),
             self.balance_refresh,
@@ -449,6 +448,9 @@ impl Application {
         admin_task.await.context("admin task")?;
         reconcile_task.await.context("reconcile task")?;
         schedule_task.await.context("schedule task")?;
+        upgrade_task
+            .await
+            .context("scheduled messages' upgrade task")?;
         retention_task.await.context("retention task")?;
         balance_task.await.context("balance task")?;
         guard_task.await.context("fraud guard task")?;

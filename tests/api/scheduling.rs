@@ -1,10 +1,12 @@
 //! Scheduled sends end to end: kept and answered at once, sent once at their time
-//! (across a restart, and by one of two PostgreSQL replicas), cancelled before they
+//! (across a restart, after an upgrade from the form an earlier version kept, and by
+//! one of two PostgreSQL replicas), cancelled before they
 //! leave, replayed on retry, refused as they leave with an event saying why.
 
 use std::time::Duration;
 
 use msgw::transport::proto::*;
+use prost::Message;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 use tonic::Code;
@@ -12,7 +14,7 @@ use tonic::Code;
 use crate::builders::sms;
 use crate::events::{next, subscribe};
 use crate::helpers::{
-    FakeGateway, Options, Reply, TestApp, default_reply, error_info, spawn_app, violations,
+    FakeGateway, Options, Reply, TestApp, default_reply, error_info, spawn, spawn_app, violations,
 };
 use crate::postgres::TestSchema;
 use crate::replicas::Replica;
@@ -146,6 +148,61 @@ async fn a_scheduled_sms_survives_a_restart() {
     assert!(sent_within(&app.gateway, 302, Duration::from_secs(8)).await);
     sentinel_left(&app.gateway, 392).await;
     assert_eq!(sends_of(&app.gateway, 302), 1);
+}
+
+#[tokio::test]
+async fn a_message_an_earlier_version_kept_still_leaves_once() {
+    let app = spawn_app().await;
+    let request = sms(390);
+    app.messaging()
+        .send_sms(at(in_(Duration::from_secs(4)), request.clone()))
+        .await
+        .expect("scheduled");
+    let store = app.store.clone();
+    app.stop().await.expect("msgw stops cleanly");
+    // As an earlier version kept it: in `scheduled`, the request as a Batch item without
+    // its send_at (prost bytes); its claim as this version made it.
+    let earlier = BatchItem {
+        operation: Some(batch_item::Operation::SendSms(request)),
+    }
+    .encode_to_vec();
+    let db = rusqlite::Connection::open(store.path().join("msgw.db")).unwrap();
+    let rewritten = db
+        .execute(
+            "INSERT INTO scheduled SELECT client_id, send_at_ms, due_ms, ?1, caller, tries,
+                                          created_at_ms
+               FROM scheduled_ops WHERE client_id = 390",
+            [earlier],
+        )
+        .unwrap();
+    assert_eq!(rewritten, 1);
+    db.execute("DELETE FROM scheduled_ops WHERE client_id = 390", [])
+        .unwrap();
+    drop(db);
+
+    let app = spawn(Options {
+        store: Some(store.clone()),
+        ..Options::default()
+    })
+    .await;
+    assert_eq!(status_of(&app, 390).await, MessageStatus::Scheduled);
+    assert!(sent_within(&app.gateway, 390, Duration::from_secs(8)).await);
+    // Once its request is dropped from both tables, nothing is left to send again.
+    let db = rusqlite::Connection::open(store.path().join("msgw.db")).unwrap();
+    let kept = || -> i64 {
+        db.query_row(
+            "SELECT (SELECT COUNT(*) FROM scheduled) + (SELECT COUNT(*) FROM scheduled_ops)",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap()
+    };
+    let until = Instant::now() + Duration::from_secs(5);
+    while kept() > 0 {
+        assert!(Instant::now() < until, "its request is still kept");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(sends_of(&app.gateway, 390), 1);
 }
 
 #[tokio::test]

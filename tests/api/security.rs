@@ -603,3 +603,186 @@ async fn the_sandbox_says_in_its_first_log_line_whether_the_grpc_port_is_open() 
         "{closed}"
     );
 }
+
+/// The code and message of a unary call's answer (its error, or OK).
+fn outcome<T>(answer: Result<tonic::Response<T>, tonic::Status>) -> (Code, String) {
+    match answer {
+        Ok(_) => (Code::Ok, String::new()),
+        Err(status) => (status.code(), status.message().to_owned()),
+    }
+}
+
+#[tokio::test]
+async fn a_caller_without_the_permission_learns_nothing_of_its_request_on_every_service() {
+    const OPERATOR: &str = "operator-token-4d5e6f";
+    let everything = [
+        "send",
+        "query",
+        "templates",
+        "events",
+        "admin",
+        "suppressions",
+    ];
+    let callers = callers().caller(Entry::token("operator", OPERATOR).permissions(&everything));
+    let (app, _dir, _) = app_with_callers(&callers.toml()).await;
+    // One invalid request of every service (and of MessagingService's own RPCs): each
+    // is refused for its content when a permitted caller sends it, and for the
+    // permission alone when a caller without it does, whatever the service.
+    let (messaging, account, templates, events) = (
+        app.messaging(),
+        app.account(),
+        app.templates(),
+        app.events(),
+    );
+    let (verification, suppressions, guard) =
+        (app.verification(), app.suppressions(), app.fraud_guard());
+    let bad_item = || BatchRequest {
+        items: vec![BatchItem {
+            operation: Some(batch_item::Operation::SendSms(SendSmsRequest::default())),
+        }],
+    };
+    let bad_filter = || StreamStatusEventsRequest {
+        channels: vec![999],
+        ..Default::default()
+    };
+    let calls = |token: &'static str| {
+        let (mut messaging, mut account, mut templates, mut events) = (
+            messaging.clone(),
+            account.clone(),
+            templates.clone(),
+            events.clone(),
+        );
+        let (mut verification, mut suppressions, mut guard) =
+            (verification.clone(), suppressions.clone(), guard.clone());
+        async move {
+            vec![
+                (
+                    "SendSms",
+                    outcome(
+                        messaging
+                            .send_sms(as_caller(token, SendSmsRequest::default()))
+                            .await,
+                    ),
+                ),
+                (
+                    "Batch",
+                    outcome(messaging.batch(as_caller(token, bad_item())).await),
+                ),
+                (
+                    "CancelMessage",
+                    outcome(
+                        messaging
+                            .cancel_message(as_caller(token, CancelMessageRequest::default()))
+                            .await,
+                    ),
+                ),
+                (
+                    "EstimateSms",
+                    outcome(
+                        messaging
+                            .estimate_sms(as_caller(token, EstimateSmsRequest::default()))
+                            .await,
+                    ),
+                ),
+                (
+                    "CreateSmsTemplate",
+                    outcome(
+                        templates
+                            .create_sms_template(as_caller(
+                                token,
+                                CreateSmsTemplateRequest::default(),
+                            ))
+                            .await,
+                    ),
+                ),
+                (
+                    "StreamStatusEvents",
+                    outcome(
+                        events
+                            .stream_status_events(as_caller(token, bad_filter()))
+                            .await,
+                    ),
+                ),
+                (
+                    "StartVerification",
+                    outcome(
+                        verification
+                            .start_verification(as_caller(
+                                token,
+                                StartVerificationRequest::default(),
+                            ))
+                            .await,
+                    ),
+                ),
+                (
+                    "AddSuppression",
+                    outcome(
+                        suppressions
+                            .add_suppression(as_caller(
+                                token,
+                                AddSuppressionRequest {
+                                    phone: "not a number".into(),
+                                    reason: String::new(),
+                                },
+                            ))
+                            .await,
+                    ),
+                ),
+                (
+                    "ReleaseRange",
+                    outcome(
+                        guard
+                            .release_range(as_caller(
+                                token,
+                                ReleaseRangeRequest { range: "x".into() },
+                            ))
+                            .await,
+                    ),
+                ),
+                (
+                    "LookupHlr",
+                    outcome(
+                        account
+                            .lookup_hlr(as_caller(
+                                // Queries: the caller without them is the events-only one.
+                                if token == READER { AUDIT } else { token },
+                                LookupHlrRequest::default(),
+                            ))
+                            .await,
+                    ),
+                ),
+                (
+                    "LookupNumber",
+                    outcome(
+                        messaging
+                            .lookup_number(as_caller(
+                                if token == READER { AUDIT } else { token },
+                                LookupNumberRequest { phone: "x".into() },
+                            ))
+                            .await,
+                    ),
+                ),
+            ]
+        }
+    };
+    for (rpc, (code, message)) in calls(OPERATOR).await {
+        assert_eq!(
+            code,
+            Code::InvalidArgument,
+            "{rpc} from a permitted caller: {message}"
+        );
+    }
+    for (rpc, (code, message)) in calls(READER).await {
+        assert_eq!(
+            code,
+            Code::PermissionDenied,
+            "{rpc} without the permission: {message}"
+        );
+        assert!(message.contains("permission"), "{rpc}: {message}");
+        assert!(!message.contains("invalid"), "{rpc}: {message}");
+    }
+    assert!(
+        app.gateway.requests().is_empty(),
+        "nothing reached the gateway"
+    );
+}

@@ -34,6 +34,7 @@ pub const TABLES: &[&str] = &[
     "guard_trusted_keys",
     "guard_holds",
     "scheduled",
+    "scheduled_ops",
     "suppressions",
     "consent",
     "seen_replies",

@@ -42,7 +42,9 @@ pub use claims::{
 pub use guard::{
     BURST, Figures, GuardCheck, GuardFinding, KeyCheck, RangeHold, Scope, ScopeKind, Window,
 };
-pub use scheduled::{DueScheduled, NewScheduled, ScheduleReply, ScheduledSummary};
+pub use scheduled::{
+    DueScheduled, EarlierScheduled, NewScheduled, ScheduleReply, ScheduledSummary,
+};
 pub use sql_store::SqlStore;
 pub use suppressions::{Appended, LogAppend};
 pub use verifications::{
@@ -278,6 +280,20 @@ pub trait Store: std::fmt::Debug + Send + Sync + 'static {
 
     /// How many scheduled messages are kept, and when the next is due.
     async fn scheduled_summary(&self) -> Result<ScheduledSummary, StoreError>;
+
+    /// Up to `limit` requests an earlier version of msgw kept, in its form, soonest due
+    /// first: each leaves once moved into this version's form
+    /// ([`Store::move_earlier_scheduled`]).
+    async fn earlier_scheduled(&self, limit: u32) -> Result<Vec<EarlierScheduled>, StoreError>;
+
+    /// Moves the request of `id` an earlier version kept to where this version keeps
+    /// requests, as `payload`, with its time, lease, caller and tries (its claim is
+    /// untouched): false when it is gone (it left, or was cancelled or moved meanwhile).
+    async fn move_earlier_scheduled(
+        &self,
+        id: ClientId,
+        payload: Vec<u8>,
+    ) -> Result<bool, StoreError>;
 
     /// Takes or renews the lease `name` for `holder` until `now + ttl`; true when
     /// `holder` holds it (nobody else held an unexpired lease).

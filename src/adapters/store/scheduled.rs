@@ -48,6 +48,15 @@ pub struct DueScheduled {
     pub tries: u32,
 }
 
+/// A request an earlier version of msgw kept, in that version's form.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EarlierScheduled {
+    /// The id.
+    pub id: ClientId,
+    /// The request as that version kept it.
+    pub payload: Vec<u8>,
+}
+
 /// What the store keeps to send later, at a glance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ScheduledSummary {

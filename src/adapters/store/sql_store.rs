@@ -19,10 +19,10 @@ use super::postgres::{self, PgDb};
 use super::sqlite::{self, SqliteDb};
 use super::verifications::writes_without_row;
 use super::{
-    Appended, ClaimChange, ClaimRecord, ClaimReply, CodeCheck, Decided, DueScheduled, GuardCheck,
-    LogAppend, NewScheduled, PendingMessage, RangeHold, Retention, SandboxSave, ScheduleReply,
-    ScheduledSummary, Start, StartOutcome, Store, StoreError, VerificationChange,
-    VerificationRecord,
+    Appended, ClaimChange, ClaimRecord, ClaimReply, CodeCheck, Decided, DueScheduled,
+    EarlierScheduled, GuardCheck, LogAppend, NewScheduled, PendingMessage, RangeHold, Retention,
+    SandboxSave, ScheduleReply, ScheduledSummary, Start, StartOutcome, Store, StoreError,
+    VerificationChange, VerificationRecord,
 };
 use crate::core::domain::{
     CallerName, ClientId, Cursor, LogEvent, Phone, StatusEvent, Suppression,
@@ -238,6 +238,18 @@ impl Store for SqlStore {
 
     async fn scheduled_summary(&self) -> Result<ScheduledSummary, StoreError> {
         scheduled::summary(&mut self.read().await?.conn()).await
+    }
+
+    async fn earlier_scheduled(&self, limit: u32) -> Result<Vec<EarlierScheduled>, StoreError> {
+        scheduled::earlier(&mut self.read().await?.conn(), limit).await
+    }
+
+    async fn move_earlier_scheduled(
+        &self,
+        id: ClientId,
+        payload: Vec<u8>,
+    ) -> Result<bool, StoreError> {
+        scheduled::move_earlier(self.begin_write().await?, id, payload).await
     }
 
     async fn try_lease(

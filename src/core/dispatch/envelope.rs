@@ -382,10 +382,64 @@ impl Engine {
                 },
                 None,
             ),
+            // A keyed operation answered with what no send answers: what happened is
+            // not known, so the claim is not released.
+            Ok(
+                Output::Status(_)
+                | Output::Waited(_)
+                | Output::Balance(_)
+                | Output::Senders { .. }
+                | Output::Hlr(_)
+                | Output::SmsTemplate(_)
+                | Output::SmsTemplates { .. }
+                | Output::ViberTemplate(_)
+                | Output::ViberTemplates { .. }
+                | Output::Deleted { .. },
+            ) => self.unknown(),
+            // The gateway refused it: nothing was sent, the id may be used again.
             Err(Error::Rejected(text)) => Settlement::Released(text.clone()),
-            _ => Settlement::Unknown {
-                settle_until: self.settle_until(),
-            },
+            // Anything else may have left with the request: released only by a
+            // `status` lookup, never by a guess (a released claim may be sent twice).
+            Err(
+                Error::InvalidArgument(_)
+                | Error::TooManyParts { .. }
+                | Error::AccessDenied
+                | Error::Unavailable { .. }
+                | Error::DeadlineExceeded { .. }
+                | Error::MessageNotFound { .. }
+                | Error::IdConflict { .. }
+                | Error::MessageCanceled { .. }
+                | Error::AlreadySent { .. }
+                | Error::NoSuchMessage { .. }
+                | Error::SendInProgress { .. }
+                | Error::ResultLost(_)
+                | Error::Overloaded { .. }
+                | Error::CursorOutOfRange { .. }
+                | Error::PermissionDenied(_)
+                | Error::RateLimited { .. }
+                | Error::QueryRateLimited { .. }
+                | Error::VerificationNotFound
+                | Error::PhoneRateLimited { .. }
+                | Error::DestinationNotAllowed
+                | Error::ResendTooSoon { .. }
+                | Error::SendsExhausted
+                | Error::SuspectedFraud { .. }
+                | Error::RangeNotHeld { .. }
+                | Error::KeyRateLimited { .. }
+                | Error::CountryRateLimited { .. }
+                | Error::RecipientOptedOut { .. }
+                | Error::PhoneNotSuppressed { .. }
+                | Error::NewerDecision { .. }
+                | Error::NumberTypeNotAllowed { .. }
+                | Error::Internal(_),
+            ) => self.unknown(),
+        }
+    }
+
+    /// An unknown outcome, whose settle window starts now.
+    fn unknown(&self) -> Settlement {
+        Settlement::Unknown {
+            settle_until: self.settle_until(),
         }
     }
 

@@ -1,8 +1,9 @@
 //! What msgw must know of each kind of operation, decided in one table
 //! ([`OpKind::facts`]): its RPC, the permission it needs, whether its client id makes it
 //! exactly-once, whether its delivery is tracked, whether it takes a hook, whether it
-//! changes state and whether it reaches a person (whom an opt-out protects). A new
-//! operation does not compile until its row is written.
+//! changes state, whether it reaches a person (whom an opt-out protects) and whether it
+//! may be kept to leave later (`send_at`). A new operation does not compile until its row
+//! is written.
 
 use std::time::Duration;
 
@@ -66,6 +67,9 @@ pub struct Facts {
     /// It reaches the person at its number (a message, a call): a number on the
     /// suppression list refuses it.
     pub reaches_recipient: bool,
+    /// It may be kept to leave at a `send_at` ahead (see core/schedule): msgw keeps its
+    /// request, and nothing of its answer is needed before it leaves.
+    pub schedulable: bool,
 }
 
 impl Facts {
@@ -79,6 +83,7 @@ impl Facts {
             hook: true,
             changes_state: true,
             reaches_recipient: true,
+            schedulable: true,
         }
     }
 
@@ -92,6 +97,7 @@ impl Facts {
             hook: false,
             changes_state: false,
             reaches_recipient: false,
+            schedulable: false,
         }
     }
 
@@ -105,6 +111,7 @@ impl Facts {
             hook: false,
             changes_state: true,
             reaches_recipient: false,
+            schedulable: false,
         }
     }
 }
@@ -139,7 +146,9 @@ impl OpKind {
             Self::SendRcs => Facts::send(messaging::SEND_RCS),
             Self::SendTelegramOtp => Facts::send(messaging::SEND_TELEGRAM_OTP),
             Self::SendVoice => Facts::send(messaging::SEND_VOICE),
-            // A call that says a code: its answer holds the code, it has no delivery.
+            // A call that says a code: its answer holds the code, it has no delivery;
+            // the code is the answer to the call that places it, and msgw keeps it
+            // nowhere, so it is never kept for later.
             Self::SendVoiceOtp => Facts {
                 rpc: messaging::SEND_VOICE_OTP,
                 permission: Permission::Send,
@@ -148,6 +157,7 @@ impl OpKind {
                 hook: false,
                 changes_state: true,
                 reaches_recipient: true,
+                schedulable: false,
             },
             // Tracked like any send, but reported to the account's webhook address.
             Self::SendPipeline => Facts {
@@ -316,6 +326,11 @@ impl Operation {
     pub const fn changes_state(&self) -> bool {
         self.facts().changes_state
     }
+
+    /// Whether it may be kept to leave at a `send_at` ahead.
+    pub const fn schedulable(&self) -> bool {
+        self.facts().schedulable
+    }
 }
 
 #[cfg(test)]
@@ -366,6 +381,11 @@ mod tests {
             assert!(
                 !f.hook || f.tracked,
                 "{kind:?}: a hook on an untracked operation"
+            );
+            // A kept request leaves once: only under the key its claim arbitrates.
+            assert!(
+                !f.schedulable || f.idempotency == Idempotency::ClientId,
+                "{kind:?}: schedulable without a replayable key"
             );
         }
     }

@@ -14,7 +14,10 @@
 //! same scheduled request (a retry after its time): then it is that retry.
 //! Cancelling is a compare-and-set from scheduled to canceled; leaving is a
 //! compare-and-set of the claim's generation: exactly one of them wins.
+//!
+//! The request is kept in core's own form (`kept/`), written and read back here.
 
+pub mod kept;
 mod run;
 
 use std::sync::Arc;
@@ -40,16 +43,11 @@ pub use run::{LEASE, LOOK_EVERY, PASS_MAX};
 /// How far ahead a send may be scheduled.
 pub const MAX_AHEAD: chrono::TimeDelta = chrono::TimeDelta::days(35);
 
-/// Turns a kept request back into its operation, validated again.
-pub type Decoder = Arc<dyn Fn(&[u8]) -> Result<Operation, Error> + Send + Sync>;
-
-/// A send's time and its request as kept (encoded by the transport).
-#[derive(Debug, Clone)]
+/// When a send is to leave, as its caller asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timed {
     /// When it is to leave.
     pub send_at: DateTime<Utc>,
-    /// The request, to keep when it is scheduled.
-    pub payload: Vec<u8>,
 }
 
 /// A message cancelled before it left.
@@ -68,7 +66,6 @@ pub struct Scheduler {
     dispatcher: Dispatcher,
     store: Arc<dyn Store>,
     events: Arc<EventLog>,
-    decoder: Decoder,
     /// The earliest time this replica scheduled a message for since its last pass.
     next_due: watch::Sender<Option<DateTime<Utc>>>,
     /// Ids whose kept request can go: dropped in groups by the loop (`run.rs`).
@@ -85,13 +82,8 @@ impl std::fmt::Debug for Scheduler {
 
 impl Scheduler {
     /// A scheduler sending through `dispatcher`, keeping messages in `store`, telling
-    /// `events`, reading kept requests back with `decoder`.
-    pub fn new(
-        dispatcher: Dispatcher,
-        store: Arc<dyn Store>,
-        events: Arc<EventLog>,
-        decoder: Decoder,
-    ) -> Arc<Self> {
+    /// `events`.
+    pub fn new(dispatcher: Dispatcher, store: Arc<dyn Store>, events: Arc<EventLog>) -> Arc<Self> {
         let metrics = dispatcher.metrics().clone();
         let (forgotten, forgetting) = tokio::sync::mpsc::unbounded_channel();
         Arc::new(Self {
@@ -100,7 +92,6 @@ impl Scheduler {
             dispatcher,
             store,
             events,
-            decoder,
             next_due: watch::channel(None).0,
             metrics,
         })
@@ -182,7 +173,8 @@ impl Scheduler {
                         .execute_scheduled(op, deadline, caller, key)
                         .await
                 }
-                _ => {
+                // Not its retry: a send now (the dispatcher answers a conflict).
+                Some(_) | None => {
                     let mut results = self
                         .dispatcher
                         .execute_all(vec![op], deadline, caller)
@@ -198,7 +190,7 @@ impl Scheduler {
             fingerprint,
             caller: caller.cloned(),
             send_at: time.send_at,
-            payload: time.payload,
+            payload: kept::encode(&op)?,
             at: now,
         };
         match self.store.schedule(&new).await.map_err(store_error)? {
@@ -229,7 +221,10 @@ impl Scheduler {
                     ClaimState::Scheduled { send_at } => Ok(scheduled_receipt(id, send_at, true)),
                     ClaimState::Canceled { .. } => Err(Error::MessageCanceled { id: id.get() }),
                     // It has left: answered as any retry of the send.
-                    _ => {
+                    ClaimState::InFlight { .. }
+                    | ClaimState::Accepted(_)
+                    | ClaimState::Released { .. }
+                    | ClaimState::Unknown { .. } => {
                         self.dispatcher
                             .execute_scheduled(op, deadline, caller, key)
                             .await
@@ -253,7 +248,10 @@ impl Scheduler {
         match record.state {
             ClaimState::Canceled { send_at, at } => return Ok(Canceled { id, send_at, at }),
             ClaimState::Scheduled { .. } => {}
-            _ => return Err(Error::AlreadySent { id: id.get() }),
+            ClaimState::InFlight { .. }
+            | ClaimState::Accepted(_)
+            | ClaimState::Released { .. }
+            | ClaimState::Unknown { .. } => return Err(Error::AlreadySent { id: id.get() }),
         }
         // As the store keeps it (milliseconds), so a second answer says the same.
         let now = Utc::now();
@@ -276,7 +274,12 @@ impl Scheduler {
             None => match self.store.claim_of(id).await.map_err(store_error)? {
                 Some(r) => match r.state {
                     ClaimState::Canceled { send_at, at } => Ok(Canceled { id, send_at, at }),
-                    _ => Err(Error::AlreadySent { id: id.get() }),
+                    // Not cancelled: it left since the look.
+                    ClaimState::Scheduled { .. }
+                    | ClaimState::InFlight { .. }
+                    | ClaimState::Accepted(_)
+                    | ClaimState::Released { .. }
+                    | ClaimState::Unknown { .. } => Err(Error::AlreadySent { id: id.get() }),
                 },
                 None => Err(not_found()),
             },
@@ -334,7 +337,10 @@ pub async fn own_status(store: &dyn Store, id: ClientId) -> Result<Option<Status
                 .filter(|e| e.event.source == EventSource::Msgw)
                 .map(|e| e.event.report.into()));
         }
-        _ => return Ok(None),
+        // It left: the gateway's status is the message's.
+        ClaimState::InFlight { .. } | ClaimState::Accepted(_) | ClaimState::Unknown { .. } => {
+            return Ok(None);
+        }
     };
     Ok(Some(StatusReport {
         id: id.get(),

@@ -110,7 +110,7 @@ impl Scheduler {
     /// Sends one due message and settles what the store keeps of it.
     async fn leave(&self, message: DueScheduled) {
         let id = message.id;
-        let op = match (self.decoder)(&message.payload) {
+        let op = match super::kept::decode(&message.payload) {
             Ok(op) if op.idempotency_key() == Some(id) => op,
             Ok(op) => {
                 let reason = format!(

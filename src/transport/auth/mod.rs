@@ -13,7 +13,7 @@ pub mod tls;
 
 pub use callers::{Caller, EventScope, Permission};
 pub use layer::{AuthError, AuthLayer, Authenticator, RpcMethod, is_open_path};
-pub use permits::{admit, admit_admin, admit_events, admit_rpc, admit_verification};
+pub use permits::{Asks, admit};
 
 /// The method of a call, as the authentication layer named it.
 pub fn method_of<T>(request: &tonic::Request<T>) -> &'static str {

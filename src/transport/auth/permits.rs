@@ -1,34 +1,78 @@
-//! What a caller may do with the operations of one call: each operation's permission,
-//! the sends among them taken from the caller's send rate, and a call that sends
-//! nothing (a query, a stream opened, a list or a change) from its query rate.
+//! What a caller may do with one call, decided before its request is read: the
+//! permission of the RPC (each item's, in a `Batch`), the sends among them taken from
+//! the caller's send rate, and a call that sends nothing (a query, a stream opened, a
+//! list or a change) from its query rate. A caller refused here learns nothing of its
+//! request, valid or not.
 
 use super::callers::{Caller, Permission};
-use crate::core::domain::{Error, Operation};
+use crate::core::domain::{Error, OpKind};
 
-/// Admits the operations of one call (`batch`: a `Batch`, whose items are named in
-/// errors): every one must be permitted, and its sends must fit the caller's rate.
+/// What a call asks of its caller's permissions and rates, known from the RPC alone
+/// (and, in a `Batch`, from which operation each item names).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Asks {
+    /// An RPC that is no gateway operation: the permission it needs, and the messages it
+    /// sends (0: it counts one query).
+    Rpc {
+        /// The permission.
+        permission: Permission,
+        /// Messages sent (a verification's code).
+        sends: u32,
+    },
+    /// One gateway operation: its facts say the permission, and a send counts one.
+    Operation(OpKind),
+    /// A `Batch`: each item's operation (`None`: an item that names none, which its
+    /// parsing refuses), named by its index in a refusal.
+    Batch(Vec<Option<OpKind>>),
+}
+
+/// Admits one call of `rpc` asking `asks`: every permission must be the caller's, and
+/// its sends must fit the caller's rate (a call that sends nothing takes one query).
 /// Nothing of a refused call runs.
-pub fn admit(caller: &Caller, ops: &[Operation], batch: bool) -> Result<(), Error> {
-    let mut sends = 0u32;
-    for (i, op) in ops.iter().enumerate() {
-        let needed = op.facts().permission;
-        if !caller.may(needed) {
-            let what = if batch {
-                format!("items[{i}] ({})", op.rpc_name())
-            } else {
-                op.rpc_name().to_owned()
-            };
-            return Err(Error::PermissionDenied(format!(
-                "{what} needs the {:?} permission, which caller {} does not have",
-                needed.as_str(),
-                caller.label()
-            )));
+pub fn admit(caller: &Caller, rpc: &str, asks: &Asks) -> Result<(), Error> {
+    let sends = match asks {
+        Asks::Rpc { permission, sends } => {
+            permitted(caller, *permission, || rpc.to_owned())?;
+            *sends
         }
-        if needed == Permission::Send {
-            sends = sends.saturating_add(1);
+        Asks::Operation(kind) => {
+            let facts = kind.facts();
+            permitted(caller, facts.permission, || facts.rpc.to_owned())?;
+            u32::from(facts.permission == Permission::Send)
         }
-    }
+        Asks::Batch(kinds) => {
+            let mut sends = 0u32;
+            for (i, kind) in kinds.iter().enumerate() {
+                let Some(kind) = kind else { continue };
+                let facts = kind.facts();
+                permitted(caller, facts.permission, || {
+                    format!("items[{i}] ({})", facts.rpc)
+                })?;
+                if facts.permission == Permission::Send {
+                    sends = sends.saturating_add(1);
+                }
+            }
+            sends
+        }
+    };
     take_sends(caller, sends)
+}
+
+/// Refuses a caller without `needed`; `what` names what needs it.
+fn permitted(
+    caller: &Caller,
+    needed: Permission,
+    what: impl FnOnce() -> String,
+) -> Result<(), Error> {
+    if caller.may(needed) {
+        return Ok(());
+    }
+    Err(Error::PermissionDenied(format!(
+        "{} needs the {:?} permission, which caller {} does not have",
+        what(),
+        needed.as_str(),
+        caller.label()
+    )))
 }
 
 /// Takes the call from the caller's query rate when it sends nothing (`sends` is 0).
@@ -53,48 +97,4 @@ fn take_query(caller: &Caller) -> Result<(), Error> {
             caller: caller.label().to_owned(),
             retry_after,
         })
-}
-
-/// Admits a caller to a VerificationService RPC (`rpc`) that sends `sends` messages:
-/// the `send` permission covers the service, and its sends come from the caller's rate.
-pub fn admit_verification(caller: &Caller, rpc: &str, sends: u32) -> Result<(), Error> {
-    if !caller.may(Permission::Send) {
-        return Err(Error::PermissionDenied(format!(
-            "{rpc} needs the \"send\" permission, which caller {} does not have",
-            caller.label()
-        )));
-    }
-    take_sends(caller, sends)
-}
-
-/// Admits a caller to the delivery event stream: opening one counts one query.
-pub fn admit_events(caller: &Caller) -> Result<(), Error> {
-    if caller.may(Permission::Events) {
-        take_query(caller)
-    } else {
-        Err(Error::PermissionDenied(format!(
-            "{} needs the \"events\" permission, which caller {} does not have",
-            crate::core::rpcs::event_service::STREAM_STATUS_EVENTS,
-            caller.label()
-        )))
-    }
-}
-
-/// Admits a caller to an operators' RPC (`rpc`): the `admin` permission.
-pub fn admit_admin(caller: &Caller, rpc: &str) -> Result<(), Error> {
-    admit_rpc(caller, rpc, Permission::Admin)
-}
-
-/// Admits a caller to an RPC (`rpc`) that is no gateway operation and needs `needed`:
-/// it sends nothing, so it counts one query.
-pub fn admit_rpc(caller: &Caller, rpc: &str, needed: Permission) -> Result<(), Error> {
-    if caller.may(needed) {
-        take_query(caller)
-    } else {
-        Err(Error::PermissionDenied(format!(
-            "{rpc} needs the {:?} permission, which caller {} does not have",
-            needed.as_str(),
-            caller.label()
-        )))
-    }
 }

@@ -6,7 +6,8 @@ use super::convert::{FromOutput, IntoOperation, counted_parts};
 use super::handler::{Provenance, Rpc};
 use super::status::to_rpc_status;
 use crate::core::dispatch::Executed;
-use crate::core::domain::{Error, Operation, SmsEstimate, Violations};
+use crate::core::domain::{Error, OpKind, Operation, SmsEstimate, Violations};
+use crate::transport::auth::Asks;
 use crate::transport::proto::{
     BatchItem, BatchRequest, BatchResponse, BatchResult, batch_item::Operation as Item,
     batch_result::Result as Res,
@@ -22,6 +23,15 @@ impl Rpc<BatchResponse> for BatchRequest {
 
     /// Each item's kind, and the parts msgw counted for an SMS text.
     type Shape = Vec<(Kind, Option<SmsEstimate>)>;
+
+    fn asks(&self) -> Asks {
+        Asks::Batch(
+            self.items
+                .iter()
+                .map(|item| item.operation.as_ref().map(op_kind))
+                .collect(),
+        )
+    }
 
     fn plan(self, batch_max: usize) -> Result<(Vec<Operation>, Self::Shape), Error> {
         let (shape, ops) = parse(self.items, batch_max.min(MAX_ITEMS))?
@@ -143,6 +153,13 @@ macro_rules! batchable {
         #[derive(Clone, Copy)]
         pub enum Kind {
             $($variant,)*
+        }
+
+        /// The kind of operation an item asks for, before it is parsed.
+        fn op_kind(item: &Item) -> OpKind {
+            match item {
+                $(Item::$variant(_) => OpKind::$variant,)*
+            }
         }
 
         /// Parses one item (`items[i]`), collecting its violations.

@@ -6,12 +6,11 @@ use std::{pin::Pin, sync::Arc};
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
-use tracing::Instrument;
-
 use super::convert::{channel, reply, status, timestamp};
+use super::handler;
 use crate::core::domain::{self, EventSource, LogEvent, Permission, StatusEvent, Violations};
 use crate::core::events::{EventLog, Filter, Start};
-use crate::transport::auth::EventScope;
+use crate::transport::auth::{Asks, EventScope};
 use crate::transport::proto::{self, event_service_server::EventService};
 
 /// The EventService handlers.
@@ -38,71 +37,55 @@ impl EventService for Events {
         &self,
         request: Request<proto::StreamStatusEventsRequest>,
     ) -> Result<Response<Self::StreamStatusEventsStream>, Status> {
-        let started = tokio::time::Instant::now();
-        let caller = crate::transport::auth::caller_of(&request)?;
-        let method = crate::transport::auth::method_of(&request);
-        let account = super::handler::account_of(&request);
-        let span = tracing::info_span!("rpc", method, caller = caller.label());
-        let events = async {
-            let opened = match crate::transport::auth::admit_events(&caller)
-                .and(parse(request.into_inner()))
-                .and_then(|(start, filter)| {
-                    if filter.suppressions && !caller.may(Permission::Suppressions) {
-                        return Err(domain::Error::PermissionDenied(format!(
-                            "include_suppressions needs the \"suppressions\" permission besides \"events\", which caller {} does not have",
-                            caller.label()
-                        )));
-                    }
-                    Ok((start, filter))
-                }) {
-                Ok((start, filter)) => {
-                    // A caller seeing only its own messages' events sees them on every
-                    // start position, `from_oldest` included.
-                    let sender = match caller.events {
-                        EventScope::Own => caller.name.clone(),
-                        EventScope::All => None,
-                    };
-                    self.log
-                        .subscribe(start, Filter { sender, ..filter }, account)
-                        .await
+        // Timed and counted when the stream opens (or is refused); its length is the
+        // client's choice.
+        let log = &self.log;
+        handler::pipeline(
+            log.metrics(),
+            request,
+            |_| Asks::Rpc {
+                permission: Permission::Events,
+                sends: 0,
+            },
+            parse,
+            |(start, filter), call| async move {
+                let caller = call.caller;
+                if filter.suppressions && !caller.may(Permission::Suppressions) {
+                    return Err(domain::Error::PermissionDenied(format!(
+                        "include_suppressions needs the \"suppressions\" permission besides \"events\", which caller {} does not have",
+                        caller.label()
+                    )));
                 }
-                Err(e) => Err(e),
-            };
-            // Counted when the stream opens (or is refused); its length is the client's choice.
-            let code = opened
-                .as_ref()
-                .err()
-                .map_or(tonic::Code::Ok, super::status::code);
-            self.log
-                .metrics()
-                .rpc(method, caller.label(), code, started.elapsed());
-            match &opened {
-                Ok(_) => tracing::info!(
-                    own_events_only = caller.events == EventScope::Own,
-                    "event stream opened"
-                ),
-                Err(e) => {
-                    super::handler::count_refusal(self.log.metrics(), &caller, e);
-                    tracing::info!(error = %e, "event stream refused");
-                }
-            }
-            opened
-        }
-        .instrument(span)
-        .await?;
-        let stream = events.map(|item| match item {
-            Ok(LogEvent::Status(e)) => Ok(proto::StreamStatusEventsResponse {
-                event: Some(event(e)),
-                suppression: None,
-            }),
-            Ok(LogEvent::Suppression(e)) => Ok(proto::StreamStatusEventsResponse {
-                event: None,
-                suppression: Some(super::suppression::event(e)),
-            }),
-            Err(e) => Err(Status::from(e)),
-        });
-        Ok(Response::new(Box::pin(stream)))
+                // A caller seeing only its own messages' events sees them on every
+                // start position, `from_oldest` included.
+                let own = caller.events == EventScope::Own;
+                let sender = if own { caller.name.clone() } else { None };
+                let events = log
+                    .subscribe(start, Filter { sender, ..filter }, call.account)
+                    .await?;
+                tracing::info!(own_events_only = own, "event stream opened");
+                Ok((stream(events), handler::Provenance::default()))
+            },
+        )
+        .await
     }
+}
+
+/// The event log's events as the stream's responses.
+fn stream(
+    events: impl Stream<Item = Result<LogEvent, domain::Error>> + Send + 'static,
+) -> EventStream {
+    Box::pin(events.map(|item| match item {
+        Ok(LogEvent::Status(e)) => Ok(proto::StreamStatusEventsResponse {
+            event: Some(event(e)),
+            suppression: None,
+        }),
+        Ok(LogEvent::Suppression(e)) => Ok(proto::StreamStatusEventsResponse {
+            event: None,
+            suppression: Some(super::suppression::event(e)),
+        }),
+        Err(e) => Err(Status::from(e)),
+    }))
 }
 
 fn parse(r: proto::StreamStatusEventsRequest) -> Result<(Start, Filter), domain::Error> {

@@ -1,18 +1,20 @@
 //! FraudGuardService: operators list and release the ranges the fraud guard holds
 //! (`admin` permission). The same as `msgw guard list|release` on the command line.
 
+use std::sync::Arc;
+
 use chrono::Utc;
 use tonic::{Request, Response, Status};
 
 use super::convert::{page_size, timestamp};
 use super::handler;
 use crate::adapters::store::RangeHold;
-use crate::core::domain::{Error, Scope, Violations};
+use crate::core::domain::{Error, Permission, Scope};
 use crate::core::verify::{
     Verifier,
     guard::holds::{self, PAGE_DEFAULT, PAGE_MAX},
 };
-use crate::transport::auth;
+use crate::transport::auth::{Asks, Caller};
 use crate::transport::proto::{self, fraud_guard_service_server::FraudGuardService};
 
 /// The FraudGuardService handlers.
@@ -27,30 +29,32 @@ impl FraudGuard {
         Self { verifier }
     }
 
-    /// Runs one RPC: an `admin` caller, the request parsed by `parse`, `work` answers.
-    async fn run<Req, Parsed, Resp, Fut>(
+    /// Runs one RPC through the pipeline every RPC takes: an `admin` caller (one query
+    /// of its rate), the request parsed by `parse`, `work` answers.
+    async fn rpc<Req, Parsed, Resp, Fut>(
         &self,
         request: Request<Req>,
         parse: impl FnOnce(Req, &mut Scope<'_>) -> Option<Parsed>,
-        work: impl FnOnce(Verifier, std::sync::Arc<auth::Caller>, Parsed) -> Fut,
+        work: impl FnOnce(Verifier, Arc<Caller>, Parsed) -> Fut,
     ) -> Result<Response<Resp>, Status>
     where
         Fut: Future<Output = Result<Resp, Error>>,
     {
-        let caller = auth::caller_of(&request)?;
-        let method = auth::method_of(&request);
         let verifier = self.verifier.clone();
         let metrics = verifier.metrics().clone();
-        handler::observed(&metrics, method, &caller, async {
-            auth::admit_admin(&caller, method)?;
-            let mut violations = Violations::new();
-            let parsed = parse(request.into_inner(), &mut violations.scope(""));
-            let parsed = violations.finish(parsed)?;
-            Ok((
-                work(verifier, caller.clone(), parsed).await?,
-                handler::Provenance::default(),
-            ))
-        })
+        handler::pipeline(
+            &metrics,
+            request,
+            |_| Asks::Rpc {
+                permission: Permission::Admin,
+                sends: 0,
+            },
+            handler::checked(parse),
+            |parsed, call| async move {
+                let response = work(verifier, call.caller, parsed).await?;
+                Ok((response, handler::Provenance::default()))
+            },
+        )
         .await
     }
 }
@@ -81,7 +85,7 @@ impl FraudGuardService for FraudGuard {
         &self,
         request: Request<proto::ListHeldRangesRequest>,
     ) -> Result<Response<proto::ListHeldRangesResponse>, Status> {
-        self.run(request, list, |v, _, (size, after)| async move {
+        self.rpc(request, list, |v, _, (size, after)| async move {
             let (page, next) = holds::held(v.store().as_ref(), Utc::now(), &after, size).await?;
             Ok(proto::ListHeldRangesResponse {
                 ranges: page.into_iter().map(to_proto).collect(),
@@ -95,7 +99,7 @@ impl FraudGuardService for FraudGuard {
         &self,
         request: Request<proto::ReleaseRangeRequest>,
     ) -> Result<Response<proto::ReleaseRangeResponse>, Status> {
-        self.run(
+        self.rpc(
             request,
             |r, s| s.check("range", holds::parse_range(&r.range)),
             |v, caller, range| async move {

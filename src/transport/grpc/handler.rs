@@ -1,6 +1,9 @@
-//! What every unary RPC does alike: parse into operations, run them through
-//! dispatch, answer, and trace it. RPCs differ only in their operations and in how
-//! their results become the response (one operation, or a `Batch` of them).
+//! The one pipeline of every RPC of every service ([`pipeline`]): the caller the
+//! authentication layer found; admitted by what the RPC asks (permission, rates) before
+//! its request is read; the request parsed; the work run; the answer or error mapped,
+//! traced, timed and counted. RPCs that ask the gateway ([`unary`], [`unary_with`])
+//! differ only in their operations and in how their results become the response (one
+//! operation, or a `Batch` of them).
 
 use std::sync::Arc;
 
@@ -11,8 +14,9 @@ use tracing::{Instrument, field};
 use super::convert::{FromOutput, IntoOperation, counted_parts};
 use crate::core::dispatch::{Dispatcher, Executed};
 use crate::core::domain::{AnswerSource, Error, Operation, SmsEstimate, Violations};
+use crate::core::held::CallAccount;
 use crate::process::metrics::Metrics;
-use crate::transport::auth::{self, Caller};
+use crate::transport::auth::{self, Asks, Caller};
 
 /// Response metadata of an answer replayed from an earlier call with the same id.
 pub const REPLAYED: &str = "msgw-replayed";
@@ -48,6 +52,9 @@ pub trait Rpc<Resp>: Sized {
     /// What the response needs besides the results (e.g. each Batch item's kind).
     type Shape;
 
+    /// What it asks of the caller's permissions and rates, read before it is parsed.
+    fn asks(&self) -> Asks;
+
     /// Parses the request into its operations (at most `batch_max`), collecting every
     /// violation.
     fn plan(self, batch_max: usize) -> Result<(Vec<Operation>, Self::Shape), Error>;
@@ -63,6 +70,10 @@ pub trait Rpc<Resp>: Sized {
 impl<Req: IntoOperation, Resp: FromOutput> Rpc<Resp> for Req {
     /// The parts msgw counted for an SMS text.
     type Shape = Option<SmsEstimate>;
+
+    fn asks(&self) -> Asks {
+        Asks::Operation(Req::KIND)
+    }
 
     fn plan(self, _batch_max: usize) -> Result<(Vec<Operation>, Self::Shape), Error> {
         let op = parse(self)?;
@@ -85,7 +96,7 @@ impl<Req: IntoOperation, Resp: FromOutput> Rpc<Resp> for Req {
 }
 
 /// Parses a request into its operation, collecting every violation.
-pub fn parse<R: IntoOperation>(request: R) -> Result<Operation, Error> {
+fn parse<R: IntoOperation>(request: R) -> Result<Operation, Error> {
     let mut violations = Violations::new();
     let op = request.into_operation(&mut violations.scope(""));
     violations.finish(op)
@@ -108,8 +119,8 @@ where
 }
 
 /// Runs one unary RPC whose operations `execute` carries out (the gateway's answer by
-/// default, see [`unary`]): the caller, parsing, permissions, the own-messages rule,
-/// counting and tracing are the same for every RPC.
+/// default, see [`unary`]) through the [`pipeline`]: its operations are then checked
+/// against the own-messages rule, counted and traced alike for every RPC.
 pub async fn unary_with<Req, Resp, Run>(
     dispatcher: &Dispatcher,
     request: Request<Req>,
@@ -119,26 +130,81 @@ where
     Req: Rpc<Resp>,
     Run: Future<Output = Result<Vec<Result<Executed, Error>>, Error>>,
 {
+    let batch_max = dispatcher.batch_max();
+    pipeline(
+        dispatcher.metrics(),
+        request,
+        Req::asks,
+        |request| request.plan(batch_max),
+        |(ops, shape), call| async move {
+            record_operations(&ops);
+            own_messages_only(dispatcher, &call.caller, &ops, Req::BATCH).await?;
+            let names: Vec<&'static str> = ops.iter().map(Operation::rpc_name).collect();
+            let results = execute(ops, call.deadline, call.caller).await;
+            count_operations(dispatcher.metrics(), &names, &results);
+            Req::respond(shape, results?)
+        },
+    )
+    .await
+}
+
+/// What the pipeline knows of a call besides its request.
+pub struct Call {
+    /// The caller the authentication layer found.
+    pub caller: Arc<Caller>,
+    /// The caller's deadline, if it set one.
+    pub deadline: Option<Instant>,
+    /// The account of the call's stream on the gRPC port (see [`account_of`]).
+    pub account: CallAccount,
+}
+
+/// Runs one RPC of any service, every one in the same order: the caller (authenticated
+/// by the layer under tonic); admitted by what `asks` reads of the request (permission,
+/// then the send or query rate) before anything else of it is looked at, so a caller
+/// without the permission learns nothing of its request's validity; the request parsed
+/// by `parse`; `run` answers it; the answer or error mapped to gRPC, traced, timed and
+/// counted ([`observed`]).
+pub async fn pipeline<Req, Parsed, Resp, Fut>(
+    metrics: &Metrics,
+    request: Request<Req>,
+    asks: impl FnOnce(&Req) -> Asks,
+    parse: impl FnOnce(Req) -> Result<Parsed, Error>,
+    run: impl FnOnce(Parsed, Call) -> Fut,
+) -> Result<Response<Resp>, Status>
+where
+    Fut: Future<Output = Result<(Resp, Provenance), Error>>,
+{
     let caller = auth::caller_of(&request)?;
     let method = auth::method_of(&request);
-    observed(dispatcher.metrics(), method, &caller, async {
-        let deadline = super::deadline::deadline(&request);
-        let (ops, shape) = request.into_inner().plan(dispatcher.batch_max())?;
-        record_operations(&ops);
-        auth::admit(&caller, &ops, Req::BATCH)?;
-        own_messages_only(dispatcher, &caller, &ops, Req::BATCH).await?;
-        let names: Vec<&'static str> = ops.iter().map(Operation::rpc_name).collect();
-        let results = execute(ops, deadline, caller.clone()).await;
-        count_operations(dispatcher.metrics(), &names, &results);
-        Req::respond(shape, results?)
+    observed(metrics, method, &caller, async {
+        auth::admit(&caller, method, &asks(request.get_ref()))?;
+        let call = Call {
+            caller: caller.clone(),
+            deadline: super::deadline::deadline(&request),
+            account: account_of(&request),
+        };
+        let parsed = parse(request.into_inner())?;
+        run(parsed, call).await
     })
     .await
+}
+
+/// Parses a request of fields checked into `Parsed` by `check`, collecting every
+/// violation (the `parse` of a [`pipeline`] whose request is no gateway operation).
+pub fn checked<Req, Parsed>(
+    check: impl FnOnce(Req, &mut crate::core::domain::Scope<'_>) -> Option<Parsed>,
+) -> impl FnOnce(Req) -> Result<Parsed, Error> {
+    move |request| {
+        let mut violations = Violations::new();
+        let parsed = check(request, &mut violations.scope(""));
+        violations.finish(parsed)
+    }
 }
 
 /// Refuses the status of a message another caller sent to a caller that sees only
 /// its own messages (`events = "own"`): a status carries the recipient's replies. The
 /// answer is the same whether the id exists or not, so it reveals nothing.
-pub async fn own_messages_only(
+async fn own_messages_only(
     dispatcher: &Dispatcher,
     caller: &Caller,
     ops: &[Operation],
@@ -168,7 +234,7 @@ pub async fn own_messages_only(
 
 /// Runs the work of one RPC of `method` for `caller` (the response, and what its
 /// metadata says of it): traced, timed and counted like every other RPC.
-pub async fn observed<Resp>(
+async fn observed<Resp>(
     metrics: &Metrics,
     method: &'static str,
     caller: &Caller,
@@ -207,7 +273,7 @@ pub async fn observed<Resp>(
 
 /// Counts a call `caller` made that one of its rates refused
 /// (`msgw_rate_refusals_total`); any other error is not counted here.
-pub fn count_refusal(metrics: &Metrics, caller: &Caller, error: &Error) {
+fn count_refusal(metrics: &Metrics, caller: &Caller, error: &Error) {
     let rate = match error {
         Error::RateLimited { .. } => "sends",
         Error::QueryRateLimited { .. } => "queries",
@@ -222,7 +288,7 @@ pub fn count_refusal(metrics: &Metrics, caller: &Caller, error: &Error) {
 
 /// Counts each operation's outcome: a Batch's items one by one, so one rejected item
 /// of four shows as one rejection and three successes.
-pub fn count_operations(
+fn count_operations(
     metrics: &Metrics,
     names: &[&'static str],
     results: &Result<Vec<Result<Executed, Error>>, Error>,
@@ -237,7 +303,7 @@ pub fn count_operations(
 }
 
 /// Counts one operation's outcome (`None`: it succeeded).
-pub fn count_operation(metrics: &Metrics, name: &str, error: Option<&Error>) {
+fn count_operation(metrics: &Metrics, name: &str, error: Option<&Error>) {
     match error {
         None => metrics.operation(name, tonic::Code::Ok, ""),
         Some(e) => metrics.operation(name, super::status::code(e), super::status::reason(e)),
@@ -245,7 +311,7 @@ pub fn count_operation(metrics: &Metrics, name: &str, error: Option<&Error>) {
 }
 
 /// Puts the call's size, and the client id of a lone operation, on the current RPC span.
-pub fn record_operations(ops: &[Operation]) {
+fn record_operations(ops: &[Operation]) {
     let span = tracing::Span::current();
     span.record("operations", ops.len());
     if let [op] = ops
@@ -291,7 +357,7 @@ fn finish(
 
 /// The account of the call's stream on the gRPC port, on which core counts what it
 /// loads for the call (`None` for a call that did not come through the port).
-pub fn account_of<T>(request: &Request<T>) -> crate::core::held::CallAccount {
+pub fn account_of<T>(request: &Request<T>) -> CallAccount {
     request
         .extensions()
         .get::<crate::transport::conn_table::StreamGuard>()

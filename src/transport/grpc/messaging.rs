@@ -10,15 +10,13 @@ use super::convert::{estimate, estimate_text, looked_up, timestamp};
 use super::handler::{self, Provenance, Rpc};
 use super::schedule::{TimedRequest, batch_timings, timing};
 use crate::core::dispatch::{Dispatcher, Executed};
-use crate::core::domain::{
-    ClientId, Error, Operation, Output, Permission, Phone, Violations, estimate_sms,
-};
+use crate::core::domain::{ClientId, Error, Operation, Output, Permission, Phone, estimate_sms};
 use crate::core::events::EventLog;
 use crate::core::queries::Queries;
 use crate::core::schedule::Scheduler;
 use crate::core::verify::numbers::NumberRule;
 use crate::core::wait::{self, MAX_WAIT};
-use crate::transport::auth;
+use crate::transport::auth::Asks;
 use crate::transport::proto::{self, messaging_service_server::MessagingService};
 
 /// The MessagingService handlers.
@@ -53,7 +51,7 @@ impl Messaging {
     /// Runs a send RPC: now, or kept until its `send_at`.
     async fn send<Req, Resp>(&self, request: Request<Req>) -> Result<Response<Resp>, Status>
     where
-        Req: Rpc<Resp> + TimedRequest + Clone,
+        Req: Rpc<Resp> + TimedRequest,
     {
         let timed = timing(request.get_ref(), "send_at");
         let scheduler = &self.scheduler;
@@ -62,7 +60,7 @@ impl Messaging {
             request,
             |ops, deadline, caller| async move {
                 let timed = timed?;
-                let ops = ops.into_iter().map(|op| (op, timed.clone())).collect();
+                let ops = ops.into_iter().map(|op| (op, timed)).collect();
                 scheduler
                     .execute_all(ops, deadline, caller.name.as_ref())
                     .await
@@ -173,24 +171,25 @@ impl MessagingService for Messaging {
         &self,
         request: Request<proto::CancelMessageRequest>,
     ) -> Result<Response<proto::CancelMessageResponse>, Status> {
-        let caller = auth::caller_of(&request)?;
-        let method = auth::method_of(&request);
-        handler::observed(self.dispatcher.metrics(), method, &caller, async {
-            auth::admit_rpc(&caller, method, Permission::Send)?;
-            let mut violations = Violations::new();
-            let id = violations
-                .scope("")
-                .check("id", ClientId::new(request.into_inner().id));
-            let id = violations.finish(id)?;
-            tracing::Span::current().record("client_id", id.get());
-            let canceled = self.scheduler.cancel(id, caller.name.as_ref()).await?;
-            let response = proto::CancelMessageResponse {
-                id: canceled.id.get(),
-                send_at: Some(timestamp(canceled.send_at)),
-                cancel_time: Some(timestamp(canceled.at)),
-            };
-            Ok((response, Provenance::default()))
-        })
+        let scheduler = &self.scheduler;
+        handler::pipeline(
+            self.dispatcher.metrics(),
+            request,
+            |_| asks(Permission::Send),
+            handler::checked(|r: proto::CancelMessageRequest, s| {
+                s.check("id", ClientId::new(r.id))
+            }),
+            |id, call| async move {
+                tracing::Span::current().record("client_id", id.get());
+                let canceled = scheduler.cancel(id, call.caller.name.as_ref()).await?;
+                let response = proto::CancelMessageResponse {
+                    id: canceled.id.get(),
+                    send_at: Some(timestamp(canceled.send_at)),
+                    cancel_time: Some(timestamp(canceled.at)),
+                };
+                Ok((response, Provenance::default()))
+            },
+        )
         .await
     }
 
@@ -198,15 +197,13 @@ impl MessagingService for Messaging {
         &self,
         request: Request<proto::EstimateSmsRequest>,
     ) -> Result<Response<proto::EstimateSmsResponse>, Status> {
-        let caller = auth::caller_of(&request)?;
-        let method = auth::method_of(&request);
-        handler::observed(self.dispatcher.metrics(), method, &caller, async {
-            auth::admit_rpc(&caller, method, Permission::Send)?;
-            let mut violations = Violations::new();
-            let text = estimate_text(request.into_inner(), &mut violations.scope(""));
-            let text = violations.finish(text)?;
-            Ok((estimate(estimate_sms(text.as_str())), Provenance::default()))
-        })
+        handler::pipeline(
+            self.dispatcher.metrics(),
+            request,
+            |_| asks(Permission::Send),
+            handler::checked(estimate_text),
+            |text, _| async move { Ok((estimate(estimate_sms(text.as_str())), Provenance::default())) },
+        )
         .await
     }
 
@@ -214,17 +211,16 @@ impl MessagingService for Messaging {
         &self,
         request: Request<proto::LookupNumberRequest>,
     ) -> Result<Response<proto::LookupNumberResponse>, Status> {
-        let caller = auth::caller_of(&request)?;
-        let method = auth::method_of(&request);
-        handler::observed(self.dispatcher.metrics(), method, &caller, async {
-            auth::admit_rpc(&caller, method, Permission::Query)?;
-            let mut violations = Violations::new();
-            let phone = violations
-                .scope("")
-                .check("phone", Phone::parse(&request.into_inner().phone));
-            let phone = violations.finish(phone)?;
-            Ok((looked_up(self.numbers.judge(phone)), Provenance::default()))
-        })
+        let numbers = &self.numbers;
+        handler::pipeline(
+            self.dispatcher.metrics(),
+            request,
+            |_| asks(Permission::Query),
+            handler::checked(|r: proto::LookupNumberRequest, s| {
+                s.check("phone", Phone::parse(&r.phone))
+            }),
+            |phone, _| async move { Ok((looked_up(numbers.judge(phone)), Provenance::default())) },
+        )
         .await
     }
 
@@ -258,5 +254,14 @@ impl MessagingService for Messaging {
             },
         )
         .await
+    }
+}
+
+/// What an RPC of this service that is no gateway operation asks: `permission`, and one
+/// query of the caller's rate (it sends nothing).
+fn asks(permission: Permission) -> Asks {
+    Asks::Rpc {
+        permission,
+        sends: 0,
     }
 }

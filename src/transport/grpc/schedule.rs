@@ -1,92 +1,62 @@
-//! Scheduled sends at the gRPC border: a send request's `send_at` checked, and the
-//! request kept as it came (a `BatchItem` without its `send_at`, prost bytes) for the
-//! scheduler, which reads it back through [`decoder`] and validates it again.
-
-use std::sync::Arc;
+//! Scheduled sends at the gRPC border: a send request's `send_at` checked, as its
+//! operation's facts say whether it can be scheduled at all. Core keeps the parsed
+//! operation in its own form (core/schedule/kept/); [`read_earlier_form`] reads the
+//! requests earlier versions of msgw kept (a `BatchItem` without its `send_at`, prost
+//! bytes), which are moved into core's form as msgw starts.
 
 use chrono::{DateTime, Utc};
 use prost::Message;
 use prost_types::Timestamp;
 
 use super::batch;
-use crate::core::domain::{Error, FieldViolation, Operation, representable};
-use crate::core::schedule::{Decoder, MAX_AHEAD, Timed};
+use super::convert::IntoOperation;
+use crate::core::domain::{Error, Facts, FieldViolation, Operation, representable};
+use crate::core::schedule::{MAX_AHEAD, Timed};
 use crate::transport::proto::{self, BatchItem, batch_item::Operation as Item};
 
 /// A send request that may carry a `send_at`.
-pub trait TimedRequest: Sized {
-    /// Whether it may be kept for later (a voice OTP call may not).
-    const SCHEDULABLE: bool = true;
-
+pub trait TimedRequest: IntoOperation {
     /// Its `send_at`, if set.
     fn send_at(&self) -> Option<&Timestamp>;
-
-    /// The request as a batch item, without its `send_at`.
-    fn into_item(self) -> Item;
 }
 
 macro_rules! timed {
-    ($($request:ident => $variant:ident),* $(,)?) => {
+    ($($request:ident),* $(,)?) => {
         $(impl TimedRequest for proto::$request {
             fn send_at(&self) -> Option<&Timestamp> {
                 self.send_at.as_ref()
-            }
-
-            fn into_item(self) -> Item {
-                Item::$variant(proto::$request {
-                    send_at: None,
-                    ..self
-                })
             }
         })*
     };
 }
 
 timed!(
-    SendSmsRequest => SendSms,
-    SendViberRequest => SendViber,
-    SendRcsRequest => SendRcs,
-    SendTelegramOtpRequest => SendTelegramOtp,
-    SendVoiceRequest => SendVoice,
-    SendPipelineRequest => SendPipeline,
+    SendSmsRequest,
+    SendViberRequest,
+    SendRcsRequest,
+    SendTelegramOtpRequest,
+    SendVoiceRequest,
+    SendVoiceOtpRequest,
+    SendPipelineRequest,
 );
 
-impl TimedRequest for proto::SendVoiceOtpRequest {
-    // Its code is the answer to the call that places it, and msgw keeps it nowhere.
-    const SCHEDULABLE: bool = false;
-
-    fn send_at(&self) -> Option<&Timestamp> {
-        self.send_at.as_ref()
-    }
-
-    fn into_item(self) -> Item {
-        Item::SendVoiceOtp(proto::SendVoiceOtpRequest {
-            send_at: None,
-            ..self
-        })
-    }
-}
-
-/// The time and kept form of a request (`field` names its `send_at` in errors); `None`
-/// when it has no `send_at`.
-pub fn timing<R: TimedRequest + Clone>(request: &R, field: &str) -> Result<Option<Timed>, Error> {
+/// The time of a request (`field` names its `send_at` in errors); `None` when it has no
+/// `send_at`.
+pub fn timing<R: TimedRequest>(request: &R, field: &str) -> Result<Option<Timed>, Error> {
     let Some(at) = request.send_at() else {
         return Ok(None);
     };
-    let send_at = send_at(at, R::SCHEDULABLE, Utc::now()).map_err(|description| {
+    let send_at = send_at(at, R::KIND.facts(), Utc::now()).map_err(|description| {
         Error::InvalidArgument(vec![FieldViolation {
             field: field.to_owned(),
             description,
         }])
     })?;
-    let payload = BatchItem {
-        operation: Some(request.clone().into_item()),
-    }
-    .encode_to_vec();
-    Ok(Some(Timed { send_at, payload }))
+    Ok(Some(Timed { send_at }))
 }
 
-/// The timing of every item of a Batch, in order.
+/// The timing of every item of a Batch, in order. Every kind of item is named: a new
+/// batchable send does not compile until its `send_at` is read here.
 pub fn batch_timings(items: &[BatchItem]) -> Result<Vec<Option<Timed>>, Error> {
     let mut violations = Vec::new();
     let mut timings = Vec::with_capacity(items.len());
@@ -101,7 +71,21 @@ pub fn batch_timings(items: &[BatchItem]) -> Result<Vec<Option<Timed>>, Error> {
             Some(Item::SendVoice(r)) => timing(r, &format!("items[{i}].send_voice.send_at")),
             Some(Item::SendVoiceOtp(r)) => timing(r, &format!("items[{i}].send_voice_otp.send_at")),
             Some(Item::SendPipeline(r)) => timing(r, &format!("items[{i}].send_pipeline.send_at")),
-            _ => Ok(None),
+            // Requests without a `send_at`: answered now. (An item without an operation
+            // is refused when it is parsed.)
+            Some(
+                Item::GetMessageStatus(_)
+                | Item::GetBalance(_)
+                | Item::ListSenders(_)
+                | Item::LookupHlr(_)
+                | Item::CreateSmsTemplate(_)
+                | Item::ListSmsTemplates(_)
+                | Item::DeleteSmsTemplates(_)
+                | Item::CreateViberTemplate(_)
+                | Item::ListViberTemplates(_)
+                | Item::DeleteViberTemplates(_),
+            )
+            | None => Ok(None),
         };
         match timed {
             Ok(t) => timings.push(t),
@@ -117,7 +101,8 @@ pub fn batch_timings(items: &[BatchItem]) -> Result<Vec<Option<Timed>>, Error> {
 }
 
 /// A `send_at` as msgw keeps it (to the millisecond), or why it cannot be.
-fn send_at(at: &Timestamp, schedulable: bool, now: DateTime<Utc>) -> Result<DateTime<Utc>, String> {
+/// (`facts`: those of the request's operation, which say whether it can be scheduled).
+fn send_at(at: &Timestamp, facts: Facts, now: DateTime<Utc>) -> Result<DateTime<Utc>, String> {
     let nanos = u32::try_from(at.nanos)
         .ok()
         .filter(|n| *n < 1_000_000_000)
@@ -133,30 +118,33 @@ fn send_at(at: &Timestamp, schedulable: bool, now: DateTime<Utc>) -> Result<Date
             t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
         ));
     }
-    if !schedulable && t > now {
-        return Err("a voice OTP call cannot be scheduled: its code is the answer to the call that places it; leave send_at unset".to_owned());
+    if !facts.schedulable && t > now {
+        return Err(format!(
+            "{} cannot be scheduled: its answer is needed as it is placed (a voice OTP call's code is the answer to the call that places it); leave send_at unset",
+            facts.rpc
+        ));
     }
     Ok(t)
 }
 
-/// Reads a kept request back into its operation, validated again.
-pub fn decoder() -> Decoder {
-    Arc::new(|bytes: &[u8]| -> Result<Operation, Error> {
-        let item = BatchItem::decode(bytes)
-            .map_err(|e| Error::Internal(format!("a kept request does not decode: {e}")))?;
-        let mut parsed = batch::parse(vec![item], 1)?;
-        match parsed.pop() {
-            Some((_, op)) if parsed.is_empty() => Ok(op),
-            _ => Err(Error::Internal(
-                "a kept request is not one operation".into(),
-            )),
-        }
-    })
+/// Reads a request an earlier version of msgw kept (a `BatchItem` without its
+/// `send_at`, prost bytes) into its operation, validated again.
+pub fn read_earlier_form(bytes: &[u8]) -> Result<Operation, Error> {
+    let item = BatchItem::decode(bytes)
+        .map_err(|e| Error::Internal(format!("a kept request does not decode: {e}")))?;
+    let mut parsed = batch::parse(vec![item], 1)?;
+    match parsed.pop() {
+        Some((_, op)) if parsed.is_empty() => Ok(op),
+        _ => Err(Error::Internal(
+            "a kept request is not one operation".into(),
+        )),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::domain::OpKind;
 
     fn ts(t: DateTime<Utc>) -> Timestamp {
         Timestamp {
@@ -169,31 +157,38 @@ mod tests {
     fn send_at_bounds() {
         let now = Utc::now();
         let ahead = now + chrono::TimeDelta::seconds(3);
-        assert!(send_at(&ts(ahead), true, now).is_ok());
-        assert!(send_at(&ts(now - chrono::TimeDelta::days(400)), false, now).is_ok());
+        assert!(send_at(&ts(ahead), OpKind::SendSms.facts(), now).is_ok());
+        assert!(
+            send_at(
+                &ts(now - chrono::TimeDelta::days(400)),
+                OpKind::SendVoiceOtp.facts(),
+                now
+            )
+            .is_ok()
+        );
         assert!(
             send_at(
                 &ts(now + MAX_AHEAD + chrono::TimeDelta::seconds(1)),
-                true,
+                OpKind::SendSms.facts(),
                 now
             )
             .is_err()
         );
-        assert!(send_at(&ts(ahead), false, now).is_err());
+        assert!(send_at(&ts(ahead), OpKind::SendVoiceOtp.facts(), now).is_err());
         let bad_nanos = Timestamp {
             seconds: now.timestamp(),
             nanos: 1_000_000_000,
         };
-        assert!(send_at(&bad_nanos, true, now).is_err());
+        assert!(send_at(&bad_nanos, OpKind::SendSms.facts(), now).is_err());
         let negative = Timestamp {
             seconds: 1,
             nanos: -1,
         };
-        assert!(send_at(&negative, true, now).is_err());
+        assert!(send_at(&negative, OpKind::SendSms.facts(), now).is_err());
         let huge = Timestamp {
             seconds: i64::MAX,
             nanos: 0,
         };
-        assert!(send_at(&huge, true, now).is_err());
+        assert!(send_at(&huge, OpKind::SendSms.facts(), now).is_err());
     }
 }

@@ -9,10 +9,10 @@ use super::convert::{page_size, timestamp};
 use super::handler;
 use crate::core::domain::{
     Error, Permission, Phone, Reason, Scope, Suppression, SuppressionChange, SuppressionEvent,
-    SuppressionSource, Violations,
+    SuppressionSource,
 };
 use crate::core::optout::{PAGE_DEFAULT, PAGE_MAX, Suppressions};
-use crate::transport::auth;
+use crate::transport::auth::{Asks, Caller};
 use crate::transport::proto::{self, suppression_service_server::SuppressionService};
 
 /// The SuppressionService handlers.
@@ -27,31 +27,33 @@ impl SuppressionList {
         Self { list }
     }
 
-    /// Runs one RPC: a caller with the `suppressions` permission, the request parsed by
-    /// `parse`, `work` answers.
-    async fn run<Req, Parsed, Resp, Fut>(
+    /// Runs one RPC through the pipeline every RPC takes: a caller with the
+    /// `suppressions` permission (one query of its rate), the request parsed by `parse`,
+    /// `work` answers.
+    async fn rpc<Req, Parsed, Resp, Fut>(
         &self,
         request: Request<Req>,
         parse: impl FnOnce(Req, &mut Scope<'_>) -> Option<Parsed>,
-        work: impl FnOnce(Suppressions, Arc<auth::Caller>, Parsed) -> Fut,
+        work: impl FnOnce(Suppressions, Arc<Caller>, Parsed) -> Fut,
     ) -> Result<Response<Resp>, Status>
     where
         Fut: Future<Output = Result<Resp, Error>>,
     {
-        let caller = auth::caller_of(&request)?;
-        let method = auth::method_of(&request);
         let list = self.list.clone();
         let metrics = list.metrics().clone();
-        handler::observed(&metrics, method, &caller, async {
-            auth::admit_rpc(&caller, method, Permission::Suppressions)?;
-            let mut violations = Violations::new();
-            let parsed = parse(request.into_inner(), &mut violations.scope(""));
-            let parsed = violations.finish(parsed)?;
-            Ok((
-                work(list, caller.clone(), parsed).await?,
-                handler::Provenance::default(),
-            ))
-        })
+        handler::pipeline(
+            &metrics,
+            request,
+            |_| Asks::Rpc {
+                permission: Permission::Suppressions,
+                sends: 0,
+            },
+            handler::checked(parse),
+            |parsed, call| async move {
+                let response = work(list, call.caller, parsed).await?;
+                Ok((response, handler::Provenance::default()))
+            },
+        )
         .await
     }
 }
@@ -125,7 +127,7 @@ impl SuppressionService for SuppressionList {
         &self,
         request: Request<proto::AddSuppressionRequest>,
     ) -> Result<Response<proto::AddSuppressionResponse>, Status> {
-        self.run(
+        self.rpc(
             request,
             |r, s| change(&r.phone, &r.reason, s),
             |list, caller, (phone, reason)| async move {
@@ -142,7 +144,7 @@ impl SuppressionService for SuppressionList {
         &self,
         request: Request<proto::RemoveSuppressionRequest>,
     ) -> Result<Response<proto::RemoveSuppressionResponse>, Status> {
-        self.run(
+        self.rpc(
             request,
             |r, s| change(&r.phone, &r.reason, s),
             |list, caller, (phone, reason)| async move {
@@ -159,7 +161,7 @@ impl SuppressionService for SuppressionList {
         &self,
         request: Request<proto::GetSuppressionRequest>,
     ) -> Result<Response<proto::GetSuppressionResponse>, Status> {
-        self.run(
+        self.rpc(
             request,
             |r, s| phone(s, &r.phone),
             |list, _, phone| async move {
@@ -175,7 +177,7 @@ impl SuppressionService for SuppressionList {
         &self,
         request: Request<proto::ListSuppressionsRequest>,
     ) -> Result<Response<proto::ListSuppressionsResponse>, Status> {
-        self.run(request, list, |list, _, (size, after)| async move {
+        self.rpc(request, list, |list, _, (size, after)| async move {
             let (page, next) = list.list(after, size).await?;
             Ok(proto::ListSuppressionsResponse {
                 suppressions: page.into_iter().map(entry).collect(),

@@ -1,21 +1,23 @@
 //! VerificationService: one-time codes over the gateway's channels (see `verify/`).
 //! Each handler parses its request at the border and hands it to the verifier; the
-//! caller, tracing and counting are those of every RPC.
+//! caller, its admission, tracing and counting are those of every RPC (`handler.rs`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 
 use super::convert::{channel, timestamp};
 use super::handler;
 use crate::core::domain::{
-    Channel, ClientId, Error, Phone, Scope, Text, TextKind, VerificationStatus, Violations,
+    Channel, ClientId, Error, Permission, Phone, Scope, Text, TextKind, VerificationStatus,
 };
 use crate::core::verify::{
     self, DEFAULT_DIGITS, DEFAULT_TTL, DIGITS, StartVerification, TTL, Template, Verifier, View,
     guard,
 };
-use crate::transport::auth;
+use crate::transport::auth::{Asks, Caller};
 use crate::transport::proto::{self, verification_service_server::VerificationService};
 
 /// The VerificationService handlers.
@@ -30,36 +32,35 @@ impl Verification {
         Self { verifier }
     }
 
-    /// Runs one RPC: the caller is admitted (`sends` from its rate), the request
-    /// parsed by `parse`, and `work` answers it.
-    async fn run<Req, Parsed, Fut>(
+    /// Runs one RPC through the pipeline every RPC takes: the `send` permission covers
+    /// the service, and the codes it sends (`sends`) come from the caller's send rate;
+    /// the request is parsed by `parse`, and `work` answers it.
+    async fn rpc<Req, Parsed, Fut>(
         &self,
         request: Request<Req>,
         sends: u32,
         parse: impl FnOnce(Req, &mut Scope<'_>) -> Option<Parsed>,
-        work: impl FnOnce(
-            Verifier,
-            std::sync::Arc<auth::Caller>,
-            Parsed,
-            Option<tokio::time::Instant>,
-        ) -> Fut,
+        work: impl FnOnce(Verifier, Arc<Caller>, Parsed, Option<Instant>) -> Fut,
     ) -> Result<Response<proto::Verification>, Status>
     where
         Fut: Future<Output = Result<View, Error>>,
     {
-        let caller = auth::caller_of(&request)?;
-        let method = auth::method_of(&request);
-        let deadline = super::deadline::deadline(&request);
         let verifier = self.verifier.clone();
         let metrics = verifier.metrics().clone();
-        handler::observed(&metrics, method, &caller, async {
-            let mut violations = Violations::new();
-            let parsed = parse(request.into_inner(), &mut violations.scope(""));
-            let parsed = violations.finish(parsed)?;
-            auth::admit_verification(&caller, method, sends)?;
-            let view = work(verifier, caller.clone(), parsed, deadline).await?;
-            Ok((to_proto(view), handler::Provenance::default()))
-        })
+        let asks = Asks::Rpc {
+            permission: Permission::Send,
+            sends,
+        };
+        handler::pipeline(
+            &metrics,
+            request,
+            |_| asks,
+            handler::checked(parse),
+            |parsed, call| async move {
+                let view = work(verifier, call.caller, parsed, call.deadline).await?;
+                Ok((to_proto(view), handler::Provenance::default()))
+            },
+        )
         .await
     }
 }
@@ -250,7 +251,7 @@ impl VerificationService for Verification {
         request: Request<proto::StartVerificationRequest>,
     ) -> Result<Response<proto::StartVerificationResponse>, Status> {
         let answer = self
-            .run(request, 1, start, |v, caller, parsed, deadline| async move {
+            .rpc(request, 1, start, |v, caller, parsed, deadline| async move {
                 v.start(&caller, &parsed, deadline).await
             })
             .await?;
@@ -264,7 +265,7 @@ impl VerificationService for Verification {
         request: Request<proto::CheckVerificationRequest>,
     ) -> Result<Response<proto::CheckVerificationResponse>, Status> {
         let answer = self
-            .run(
+            .rpc(
                 request,
                 0,
                 check,
@@ -281,7 +282,7 @@ impl VerificationService for Verification {
         request: Request<proto::GetVerificationRequest>,
     ) -> Result<Response<proto::GetVerificationResponse>, Status> {
         let answer = self
-            .run(
+            .rpc(
                 request,
                 0,
                 |r, s| phone(s, &r.phone),
@@ -298,7 +299,7 @@ impl VerificationService for Verification {
         request: Request<proto::CancelVerificationRequest>,
     ) -> Result<Response<proto::CancelVerificationResponse>, Status> {
         let answer = self
-            .run(
+            .rpc(
                 request,
                 0,
                 |r, s| phone(s, &r.phone),

@@ -1,18 +1,28 @@
 //! Scheduled sends in SQL both databases speak: keeping one (its claim and its request
 //! in one transaction), cancelling one, and what is kept. Taking due ones differs
 //! (`FOR UPDATE SKIP LOCKED` on PostgreSQL): each database gives its statement.
+//! Requests wait in `scheduled_ops`; those an earlier version kept in `scheduled` are
+//! moved there (see the migration of `scheduled_ops`).
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
 use super::conn::{Conn, Sql, Tx};
-use crate::adapters::store::rows::{ClaimRow, from_ms, id_to_db, ms};
+use crate::adapters::store::rows::{ClaimRow, from_ms, id_from_db, id_to_db, ms};
 use crate::adapters::store::scheduled::{
-    DueRow, DueScheduled, NewScheduled, ScheduleReply, ScheduledSummary, due_from_row,
+    DueRow, DueScheduled, EarlierScheduled, NewScheduled, ScheduleReply, ScheduledSummary,
+    due_from_row,
 };
 use crate::adapters::store::{ClaimRecord, StoreError};
 use crate::core::domain::{CallerName, ClientId};
+
+/// Drops what is kept of `id` (`$1`): this version's request, and an earlier version's
+/// until it is moved.
+const DROP_KEPT: [&str; 2] = [
+    "DELETE FROM scheduled_ops WHERE client_id = $1",
+    "DELETE FROM scheduled WHERE client_id = $1",
+];
 
 /// Claims the id as scheduled and keeps the request, in `tx`; or answers the claim the
 /// id has.
@@ -37,8 +47,8 @@ pub(in crate::adapters::store) async fn schedule(
     let inserted: Option<(i64,)> = conn.fetch_optional(sql).await?;
     let reply = if inserted.is_some() {
         let sql = Sql::new(
-            "INSERT INTO scheduled (client_id, send_at_ms, due_ms, payload, caller, tries,
-                                    created_at_ms)
+            "INSERT INTO scheduled_ops (client_id, send_at_ms, due_ms, payload, caller, tries,
+                                        created_at_ms)
              VALUES ($1, $2, $2, $3, $4, 0, $5)",
         )
         .bind(id)
@@ -77,8 +87,9 @@ pub(in crate::adapters::store) async fn cancel(
     let Some((send_at,)) = canceled else {
         return Ok(None);
     };
-    conn.execute(Sql::new("DELETE FROM scheduled WHERE client_id = $1").bind(id))
-        .await?;
+    for drop in DROP_KEPT {
+        conn.execute(Sql::new(drop).bind(id)).await?;
+    }
     tx.commit().await?;
     send_at
         .map(from_ms)
@@ -108,8 +119,10 @@ pub(in crate::adapters::store) async fn forget(
 ) -> Result<(), StoreError> {
     let mut conn = tx.conn();
     for id in ids {
-        let sql = Sql::new("DELETE FROM scheduled WHERE client_id = $1").bind(id_to_db(id.get()));
-        conn.execute(sql).await?;
+        for drop in DROP_KEPT {
+            conn.execute(Sql::new(drop).bind(id_to_db(id.get())))
+                .await?;
+        }
     }
     tx.commit().await
 }
@@ -119,10 +132,66 @@ pub(in crate::adapters::store) async fn summary(
     conn: &mut Conn<'_>,
 ) -> Result<ScheduledSummary, StoreError> {
     let (pending, next): (i64, Option<i64>) = conn
-        .fetch_one(Sql::new("SELECT COUNT(*), MIN(due_ms) FROM scheduled"))
+        .fetch_one(Sql::new("SELECT COUNT(*), MIN(due_ms) FROM scheduled_ops"))
         .await?;
     Ok(ScheduledSummary {
         pending: u64::try_from(pending).unwrap_or(0),
         next_due: next.map(from_ms).transpose()?,
     })
+}
+
+/// Up to `limit` requests an earlier version kept in `scheduled`, soonest due first.
+pub(in crate::adapters::store) async fn earlier(
+    conn: &mut Conn<'_>,
+    limit: u32,
+) -> Result<Vec<EarlierScheduled>, StoreError> {
+    let sql =
+        Sql::new("SELECT client_id, payload FROM scheduled ORDER BY due_ms, client_id LIMIT $1")
+            .bind(i64::from(limit));
+    let rows: Vec<(i64, Vec<u8>)> = conn.fetch_all(sql).await?;
+    rows.into_iter()
+        .map(|(id, payload)| {
+            Ok(EarlierScheduled {
+                id: ClientId::new(id_from_db(id)).map_err(|_| {
+                    StoreError::Corrupt("scheduled message with client id 0".into())
+                })?,
+                payload,
+            })
+        })
+        .collect()
+}
+
+/// Moves the request of `id` from `scheduled` to `scheduled_ops` as `payload`, with its
+/// time, lease, caller and tries, in `tx`: false when it is no longer in `scheduled`.
+pub(in crate::adapters::store) async fn move_earlier(
+    mut tx: Tx<'_>,
+    id: ClientId,
+    payload: Vec<u8>,
+) -> Result<bool, StoreError> {
+    let id = id_to_db(id.get());
+    let mut conn = tx.conn();
+    let sql = Sql::new(
+        "DELETE FROM scheduled WHERE client_id = $1
+         RETURNING send_at_ms, due_ms, caller, tries, created_at_ms",
+    )
+    .bind(id);
+    let row: Option<(i64, i64, Option<String>, i64, i64)> = conn.fetch_optional(sql).await?;
+    let Some((send_at, due, caller, tries, created_at)) = row else {
+        return Ok(false);
+    };
+    let sql = Sql::new(
+        "INSERT INTO scheduled_ops (client_id, send_at_ms, due_ms, payload, caller, tries,
+                                    created_at_ms)
+         VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (client_id) DO NOTHING",
+    )
+    .bind(id)
+    .bind(send_at)
+    .bind(due)
+    .bind(payload)
+    .bind(caller)
+    .bind(tries)
+    .bind(created_at);
+    conn.execute(sql).await?;
+    tx.commit().await?;
+    Ok(true)
 }

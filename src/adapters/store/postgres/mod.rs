@@ -209,8 +209,8 @@ pub(super) const DUE_FOR_POLL_SQL: &str = "UPDATE messages SET next_poll_ms = $1
 
 /// Takes due scheduled messages (`Store::take_due_scheduled`). SKIP LOCKED: replicas
 /// taking due messages at the same time take different ones.
-pub(super) const DUE_SCHEDULED_SQL: &str = "UPDATE scheduled SET due_ms = $1, tries = tries + 1
-              WHERE client_id IN (SELECT client_id FROM scheduled WHERE due_ms <= $2
+pub(super) const DUE_SCHEDULED_SQL: &str = "UPDATE scheduled_ops SET due_ms = $1, tries = tries + 1
+              WHERE client_id IN (SELECT client_id FROM scheduled_ops WHERE due_ms <= $2
                                    ORDER BY due_ms LIMIT $3
                                    FOR UPDATE SKIP LOCKED)
              RETURNING client_id, send_at_ms, payload, caller, tries";

@@ -20,12 +20,28 @@ pub trait FromOutput: Sized {
 }
 
 /// What msgw counted for an operation before sending it: the parts of an SMS text.
+/// Only SendSms answers them; every other operation is listed, so a new one is decided
+/// here.
 pub fn counted_parts(op: &crate::core::domain::Operation) -> Option<domain::SmsEstimate> {
+    use crate::core::domain::Operation as Op;
     match op {
-        crate::core::domain::Operation::SendSms(sms) => {
-            Some(domain::estimate_sms(sms.message.as_str()))
-        }
-        _ => None,
+        Op::SendSms(sms) => Some(domain::estimate_sms(sms.message.as_str())),
+        Op::SendViber(_)
+        | Op::SendRcs(_)
+        | Op::SendTelegramOtp(_)
+        | Op::SendVoice(_)
+        | Op::SendVoiceOtp(_)
+        | Op::SendPipeline(_)
+        | Op::GetMessageStatus(_)
+        | Op::GetBalance
+        | Op::ListSenders
+        | Op::LookupHlr(_)
+        | Op::CreateSmsTemplate { .. }
+        | Op::ListSmsTemplates
+        | Op::DeleteSmsTemplates(_)
+        | Op::CreateViberTemplate { .. }
+        | Op::ListViberTemplates
+        | Op::DeleteViberTemplates(_) => None,
     }
 }
 

@@ -4,6 +4,7 @@
 
 use prost_types::Duration;
 
+use crate::core::domain::OpKind;
 use crate::core::domain::{
     ClientId, Gender, HttpUrl, Lifetime, Operation, OtpCode, Phone, Recipient, Scope, SmsFallback,
     SmsSend, TelegramOtp, Text, TextKind, ValueError, Voice, VoiceSend, estimate_sms,
@@ -16,6 +17,10 @@ mod viber;
 
 /// Converts a request of one RPC (or one batch item) into its operation.
 pub trait IntoOperation {
+    /// The kind of operation it asks for: its permission and every other fact are that
+    /// kind's, known before the request is parsed.
+    const KIND: OpKind;
+
     /// Checks every field, recording violations in `s`; `None` if any field failed.
     fn into_operation(self, s: &mut Scope<'_>) -> Option<Operation>;
 }
@@ -121,6 +126,8 @@ pub fn voice(s: &mut Scope<'_>, field: &str, v: Option<proto::VoiceProfile>) -> 
 }
 
 impl IntoOperation for proto::SendSmsRequest {
+    const KIND: OpKind = OpKind::SendSms;
+
     fn into_operation(self, s: &mut Scope<'_>) -> Option<Operation> {
         let to = recipient(self.id, &self.phone, s);
         let message = text(s, "message", TextKind::Message, &self.message);
@@ -146,6 +153,8 @@ impl IntoOperation for proto::SendSmsRequest {
 }
 
 impl IntoOperation for proto::SendTelegramOtpRequest {
+    const KIND: OpKind = OpKind::SendTelegramOtp;
+
     fn into_operation(self, s: &mut Scope<'_>) -> Option<Operation> {
         let to = recipient(self.id, &self.phone, s);
         let code = s.check("code", OtpCode::parse(&self.code));
@@ -159,6 +168,8 @@ impl IntoOperation for proto::SendTelegramOtpRequest {
 }
 
 impl IntoOperation for proto::SendVoiceRequest {
+    const KIND: OpKind = OpKind::SendVoice;
+
     fn into_operation(self, s: &mut Scope<'_>) -> Option<Operation> {
         let to = recipient(self.id, &self.phone, s);
         let message = text(s, "message", TextKind::Message, &self.message);
@@ -173,6 +184,8 @@ impl IntoOperation for proto::SendVoiceRequest {
 }
 
 impl IntoOperation for proto::SendVoiceOtpRequest {
+    const KIND: OpKind = OpKind::SendVoiceOtp;
+
     fn into_operation(self, s: &mut Scope<'_>) -> Option<Operation> {
         recipient(self.id, &self.phone, s).map(Operation::SendVoiceOtp)
     }

@@ -2,12 +2,15 @@
 //! settings.
 
 use super::{IntoOperation, recipient, text, voice};
+use crate::core::domain::OpKind;
 use crate::core::domain::{
     Operation, OtpCode, PipelineSend, PipelineStep, Scope, TextKind, ViberKind,
 };
 use crate::transport::proto;
 
 impl IntoOperation for proto::SendPipelineRequest {
+    const KIND: OpKind = OpKind::SendPipeline;
+
     fn into_operation(self, s: &mut Scope<'_>) -> Option<Operation> {
         let to = recipient(self.id, &self.phone, s);
         let steps = pipeline_steps(s, self);

@@ -2,6 +2,7 @@
 //! Viber and SMS stages.
 
 use super::{IntoOperation, lifetime, recipient, sms_fallback, text, url};
+use crate::core::domain::OpKind;
 use crate::core::domain::{
     CAROUSEL_SLIDES, Lifetime, Operation, RcsFallback, RcsSend, Scope, Slide, TextKind,
     ViberContent, ViberSend, ViberStage,
@@ -158,6 +159,8 @@ impl From<proto::viber_fallback::Content> for ViberOneof {
 }
 
 impl IntoOperation for proto::SendViberRequest {
+    const KIND: OpKind = OpKind::SendViber;
+
     fn into_operation(self, s: &mut Scope<'_>) -> Option<Operation> {
         let to = recipient(self.id, &self.phone, s);
         let signature = text(s, "signature", TextKind::Signature, &self.signature);
@@ -179,6 +182,8 @@ impl IntoOperation for proto::SendViberRequest {
 }
 
 impl IntoOperation for proto::SendRcsRequest {
+    const KIND: OpKind = OpKind::SendRcs;
+
     fn into_operation(self, s: &mut Scope<'_>) -> Option<Operation> {
         let to = recipient(self.id, &self.phone, s);
         let message = text(s, "message", TextKind::Message, &self.message);

@@ -47,7 +47,7 @@ mod streams;
 pub use callers::CallerHeld;
 pub use conn::Conn;
 pub use metrics::ConnMetrics;
-pub use streams::{MESSAGE_BLOCK, OPEN_PATH_STREAMS, Refused, Room, STREAM_COST, StreamGuard};
+pub use streams::{OPEN_PATH_STREAMS, Refused, Room, STREAM_COST, StreamGuard};
 
 use crate::core::held::HeldKind;
 

@@ -1,5 +1,6 @@
 //! The connection table: who makes room at the cap, and when; what its streams hold.
 
+use super::streams::MESSAGE_BLOCK;
 use super::*;
 use crate::core::held::HeldKind;
 use crate::process::metrics::Metrics;

@@ -29,6 +29,14 @@ pub const STREAM_COST: usize = 32 * 1024;
 /// (`MAX_STREAMS_PER_CONNECTION` there).
 pub const OPEN_PATH_STREAMS: usize = 8;
 
+/// Events loaded for a replay and answers waiting for a window come and go a message
+/// at a time, hundreds of thousands a second across a port's event streams: a stream
+/// counts them exactly on its own, and on what every stream shares (the port's
+/// budget, its connection, its caller, the gauges) in blocks of this size. So the
+/// budget counts a stream's messages as up to two blocks more than they are, never
+/// less, and a message costs no write to a counter every stream shares.
+pub const MESSAGE_BLOCK: usize = 8 * 1024;
+
 /// Why msgw refused a new stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refused {
@@ -75,10 +83,31 @@ struct Stream {
     conn: Arc<Conn>,
     guarded: bool,
     probe: bool,
-    /// What it holds, by kind (in [`HeldKind::ALL`]'s order).
+    /// What it holds, by kind (in [`HeldKind::ALL`]'s order), as counted on the
+    /// port, its connection and its caller.
     held: [AtomicUsize; HeldKind::ALL.len()],
+    /// Of the kinds counted by message, what the stream really holds and what it
+    /// has counted on the port (see [`MESSAGE_BLOCK`]).
+    messages: std::sync::Mutex<[Blocks; 2]>,
     /// Its caller, once authenticated.
     caller: OnceLock<Arc<CallerHeld>>,
+}
+
+/// What a stream holds of a kind counted by message: `used` exactly, `counted` on
+/// the port, at least `used` and less than `used` plus two [`MESSAGE_BLOCK`]s.
+#[derive(Default)]
+struct Blocks {
+    used: usize,
+    counted: usize,
+}
+
+/// Which of a stream's [`Blocks`] counts `kind`, if it is counted by message.
+fn message_slot(kind: HeldKind) -> Option<usize> {
+    match kind {
+        HeldKind::Replay => Some(0),
+        HeldKind::Answer => Some(1),
+        HeldKind::Connection | HeldKind::Stream | HeldKind::Request | HeldKind::Waiter => None,
+    }
 }
 
 /// A stream marked stalled until this is dropped.
@@ -221,6 +250,7 @@ impl Conn {
             guarded,
             probe,
             held: Default::default(),
+            messages: Default::default(),
             caller: OnceLock::new(),
         };
         stream.held[HeldKind::Stream as usize].store(fixed, Ordering::Relaxed);
@@ -360,6 +390,45 @@ impl Stream {
     }
 
     fn hold(&self, kind: HeldKind, bytes: usize) {
+        if bytes == 0 {
+            return;
+        }
+        let Some(slot) = message_slot(kind) else {
+            return self.count(kind, bytes);
+        };
+        let mut messages = self.messages();
+        let blocks = &mut messages[slot];
+        blocks.used += bytes;
+        if blocks.used > blocks.counted {
+            let more = blocks.used + MESSAGE_BLOCK - blocks.counted;
+            blocks.counted += more;
+            self.count(kind, more);
+        }
+    }
+
+    fn release(&self, kind: HeldKind, bytes: usize) {
+        if bytes == 0 {
+            return;
+        }
+        let Some(slot) = message_slot(kind) else {
+            return self.uncount(kind, bytes);
+        };
+        let mut messages = self.messages();
+        let blocks = &mut messages[slot];
+        blocks.used = blocks.used.saturating_sub(bytes);
+        if blocks.counted > blocks.used + 2 * MESSAGE_BLOCK {
+            let less = blocks.counted - (blocks.used + MESSAGE_BLOCK);
+            blocks.counted -= less;
+            self.uncount(kind, less);
+        }
+    }
+
+    fn messages(&self) -> std::sync::MutexGuard<'_, [Blocks; 2]> {
+        self.messages.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts `bytes` of `kind` on the port, the connection and the caller.
+    fn count(&self, kind: HeldKind, bytes: usize) {
         self.held[kind as usize].fetch_add(bytes, Ordering::Relaxed);
         if let Some(caller) = self.caller.get() {
             caller.add(bytes);
@@ -367,7 +436,9 @@ impl Stream {
         self.conn.table.add_held(&self.conn, kind, bytes);
     }
 
-    fn release(&self, kind: HeldKind, bytes: usize) {
+    /// Counts `bytes` of `kind` no longer held on the port, the connection and the
+    /// caller.
+    fn uncount(&self, kind: HeldKind, bytes: usize) {
         self.held[kind as usize].fetch_sub(bytes, Ordering::Relaxed);
         if let Some(caller) = self.caller.get() {
             caller.sub(bytes);
@@ -411,7 +482,7 @@ impl Drop for Stream {
         for kind in HeldKind::ALL {
             let bytes = self.held[kind as usize].load(Ordering::Relaxed);
             if bytes > 0 {
-                self.release(kind, bytes);
+                self.uncount(kind, bytes);
             }
         }
         let id = self.conn.id;
@@ -441,7 +512,12 @@ impl Account for Stream {
 
     fn try_hold(&self, kind: HeldKind, want: usize, least: usize) -> Option<usize> {
         let table = &self.conn.table;
-        let first = self.held[kind as usize].load(Ordering::Relaxed) == 0;
+        // Counted by message: the blocks stay locked until the bytes are counted.
+        let mut messages = message_slot(kind).map(|slot| (self.messages(), slot));
+        let first = match &messages {
+            Some((blocks, slot)) => blocks[*slot].used == 0,
+            None => self.held[kind as usize].load(Ordering::Relaxed) == 0,
+        };
         let room = table.budget.saturating_sub(table.held()).min(want);
         let bytes = match self.caller.get() {
             Some(caller) => caller.try_add_up_to(room, least, first)?,
@@ -449,6 +525,10 @@ impl Account for Stream {
             None if first => least,
             None => return None,
         };
+        if let Some((blocks, slot)) = &mut messages {
+            blocks[*slot].used += bytes;
+            blocks[*slot].counted += bytes;
+        }
         self.held[kind as usize].fetch_add(bytes, Ordering::Relaxed);
         table.add_held(&self.conn, kind, bytes);
         Some(bytes)

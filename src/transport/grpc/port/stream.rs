@@ -214,6 +214,13 @@ impl Sender<'_> {
         if data.is_empty() {
             return self.tx.send_data(data, end).map_err(|_| Cut::Gone);
         }
+        // The common case: the client's window has room, and the answer goes to HTTP/2
+        // at once without being held here (nor counted: HTTP/2 writes it out within
+        // the connection's window).
+        self.tx.reserve_capacity(data.len());
+        if self.tx.capacity() >= data.len() {
+            return self.tx.send_data(data, end).map_err(|_| Cut::Gone);
+        }
         self.stream.hold(HeldKind::Answer, data.len());
         let result = async {
             while !data.is_empty() {
@@ -229,7 +236,9 @@ impl Sender<'_> {
         }
         .await;
         // What could not be sent is dropped with the stream.
-        self.stream.release(HeldKind::Answer, data.len());
+        if !data.is_empty() {
+            self.stream.release(HeldKind::Answer, data.len());
+        }
         result
     }
 

@@ -13,6 +13,8 @@ pub mod hooks;
 pub(crate) mod mac;
 pub mod numbers;
 pub mod optout;
+pub(crate) mod periodic;
+pub mod ports;
 pub mod queries;
 pub mod reconcile;
 pub(crate) mod rpcs;

@@ -17,8 +17,8 @@ use std::time::Duration;
 use super::delivery::{self, Delivery};
 use super::state::State;
 use super::{Inner, lock, saved};
-use crate::adapters::store::{SandboxSave, Store, StoreError};
 use crate::core::group_commit::GroupWriter;
+use crate::core::ports::store::{SandboxSave, Store, StoreError};
 
 /// How often changes no answer waits for (deliveries moving) are saved.
 const SAVE_EVERY: Duration = Duration::from_millis(250);

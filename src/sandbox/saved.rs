@@ -13,7 +13,7 @@ use super::delivery::Delivery;
 use super::inbox::{Letter, Moment};
 use super::state::{MessageRecord, SmsTemplate, State, ViberTemplate};
 use super::status;
-use crate::adapters::store::StoreError;
+use crate::core::ports::store::StoreError;
 
 /// The account's document.
 #[derive(Serialize, Deserialize)]

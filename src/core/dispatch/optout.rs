@@ -11,8 +11,8 @@ use std::collections::HashSet;
 use super::acquire::{Entry, Slot};
 use super::claims::Owned;
 use super::envelope::Engine;
-use crate::adapters::store::Settlement;
 use crate::core::domain::{Error, Phone};
+use crate::core::ports::store::Settlement;
 
 /// Why a refused operation's claim was given back.
 const OPTED_OUT: &str = "the recipient opted out: nothing was sent";

@@ -1,8 +1,8 @@
 //! The connection table: who makes room at the cap, and when; what its streams hold.
 
 use super::*;
+use crate::base::metrics::Metrics;
 use crate::core::held::HeldKind;
-use crate::process::metrics::Metrics;
 
 /// A gRPC port's table whose connections cost nothing: these tests count streams.
 fn table(

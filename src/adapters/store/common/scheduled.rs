@@ -8,11 +8,11 @@ use chrono::{DateTime, Utc};
 
 use super::conn::{Conn, Sql, Tx};
 use crate::adapters::store::rows::{ClaimRow, from_ms, id_to_db, ms};
-use crate::adapters::store::scheduled::{
-    DueRow, DueScheduled, NewScheduled, ScheduleReply, ScheduledSummary, due_from_row,
-};
-use crate::adapters::store::{ClaimRecord, StoreError};
+use crate::adapters::store::scheduled::{DueRow, due_from_row};
 use crate::core::domain::{CallerName, ClientId};
+use crate::core::ports::store::{
+    ClaimRecord, DueScheduled, NewScheduled, ScheduleReply, ScheduledSummary, StoreError,
+};
 
 /// Claims the id as scheduled and keeps the request, in `tx`; or answers the claim the
 /// id has.

@@ -16,6 +16,7 @@ mod hlr;
 mod http;
 mod inbox;
 pub mod magic;
+mod message;
 mod ops;
 mod persist;
 mod pipeline;

@@ -14,7 +14,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::delivery::{self, Delivery};
+use super::delivery;
+use super::message::Delivery;
 use super::state::State;
 use super::{Inner, lock, saved};
 use crate::core::group_commit::GroupWriter;

@@ -23,8 +23,8 @@ use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
 use tokio::{sync::watch, time::Instant};
 
-use super::Executed;
 use super::lookups::{Resolving, lookup_later};
+use super::{Executed, duration};
 use crate::base::metrics::Metrics;
 use crate::core::domain::{
     CallerName, ClientId, Error, Idempotency, Operation, Output, SendReceipt, UnavailableCause,
@@ -478,11 +478,6 @@ pub fn settling(id: ClientId, until: DateTime<Utc>) -> Error {
             left.as_secs().max(1)
         ),
     }
-}
-
-/// A std duration as chrono's (saturating).
-pub(super) fn duration(d: Duration) -> chrono::Duration {
-    chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
 }
 
 /// The answer when the claims cannot be read or written: nothing was sent.

@@ -16,7 +16,7 @@ use tokio::{sync::SemaphorePermit, time::Instant};
 use super::acquire::{Entry, Slot, acquire, release_unwanted, unsent};
 use super::claims::{self, Claims, Owned};
 use super::coalescer::{Call, Runner, Slot as InFlight};
-use super::optout::recipients;
+use super::optout::{opted_out, recipients, refuse_opted_out};
 use super::{Executed, Tracking, upstream_error};
 use crate::base::metrics::Metrics;
 use crate::core::domain::{AnswerSource, Error, Operation, Output, UnavailableCause};
@@ -125,9 +125,12 @@ impl Runner for Engine {
         }
         // The suppression list is read beside the claims' write: one read for the group.
         let phones = recipients(&entries);
-        let ((), opted_out) = tokio::join!(acquire(claims, &mut entries), self.opted_out(phones));
+        let ((), opted_out) = tokio::join!(
+            acquire(claims, &mut entries),
+            opted_out(self.tracking.as_ref(), phones)
+        );
         let mut settlements = Vec::new();
-        self.refuse_opted_out(&mut entries, &opted_out, &mut settlements);
+        refuse_opted_out(&self.metrics, &mut entries, &opted_out, &mut settlements);
         release_unwanted(
             &mut entries,
             &calls.iter().collect::<Vec<_>>(),

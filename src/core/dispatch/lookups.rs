@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::claims::duration;
+use super::duration;
 use crate::core::domain::{ClientId, Error, UnavailableCause};
 use crate::core::ports::store::Lookups;
 

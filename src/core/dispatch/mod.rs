@@ -276,6 +276,11 @@ impl Dispatcher {
     }
 }
 
+/// A std duration as chrono's (saturating).
+fn duration(d: std::time::Duration) -> chrono::Duration {
+    chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
+}
+
 /// Maps a failed upstream request; `changes_state` says whether any operation in it
 /// could have done something that a blind retry would do twice.
 fn upstream_error(e: &UpstreamError, changes_state: bool) -> Error {

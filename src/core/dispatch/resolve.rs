@@ -12,7 +12,7 @@ use super::acquire::{Entry, Slot};
 use super::claims::{self, Owned};
 use super::envelope::{Caller, Engine, latest};
 use super::lookups::{self, Resolving};
-use super::optout::recipients;
+use super::optout::{opted_out, recipients, refuse_opted_out};
 use super::upstream_error;
 use crate::core::domain::{Error, Operation, Output};
 use crate::core::ports::gateway::{ItemOutcome, UpstreamError};
@@ -142,9 +142,10 @@ impl Engine {
         }
         if !sending_now.is_empty() {
             let phones = recipients(sending_now.iter().map(|&i| &entries[i]));
-            let opted_out = self.opted_out(phones).await;
+            let opted_out = opted_out(self.tracking.as_ref(), phones).await;
             for i in sending_now {
-                self.refuse_opted_out(
+                refuse_opted_out(
+                    &self.metrics,
                     std::slice::from_mut(&mut entries[i]),
                     &opted_out,
                     settlements,

@@ -266,17 +266,17 @@ impl Graph {
         }
         let mut edges = BTreeMap::new();
         for reference in &graph.references {
-            if let Some(to) = graph.resolve(&reference.path, 0) {
-                if to != reference.from {
-                    edges.entry((reference.from, to)).or_insert_with(|| {
-                        format!(
-                            "{}:{}: {}",
-                            graph.files[reference.from].shown,
-                            reference.line,
-                            reference.path.join("::")
-                        )
-                    });
-                }
+            if let Some(to) = graph.resolve(&reference.path, 0)
+                && to != reference.from
+            {
+                edges.entry((reference.from, to)).or_insert_with(|| {
+                    format!(
+                        "{}:{}: {}",
+                        graph.files[reference.from].shown,
+                        reference.line,
+                        reference.path.join("::")
+                    )
+                });
             }
         }
         graph.edges = edges;
@@ -394,14 +394,14 @@ impl Graph {
                         j += 2;
                     }
                     let relative = matches!(path[0].as_str(), "crate" | "super" | "self");
-                    if relative || self.is_child(&here, &path[0]) {
-                        if let Some(absolute) = self.absolute(&here, &path) {
-                            self.references.push(Reference {
-                                from: index,
-                                line,
-                                path: absolute,
-                            });
-                        }
+                    if (relative || self.is_child(&here, &path[0]))
+                        && let Some(absolute) = self.absolute(&here, &path)
+                    {
+                        self.references.push(Reference {
+                            from: index,
+                            line,
+                            path: absolute,
+                        });
                     }
                     i = j;
                     continue;
@@ -678,10 +678,10 @@ fn use_tree(tokens: &[Token], prefix: Vec<String>, out: &mut Vec<(Vec<String>, B
             _ => i += 1,
         }
     }
-    if let Some(last) = path.last().cloned() {
-        if !(path.len() == 1 && matches!(last.as_str(), "crate" | "super" | "self")) {
-            out.push((path, Binding::Name(last)));
-        }
+    if let Some(last) = path.last().cloned()
+        && !(path.len() == 1 && matches!(last.as_str(), "crate" | "super" | "self"))
+    {
+        out.push((path, Binding::Name(last)));
     }
 }
 

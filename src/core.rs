@@ -1,7 +1,8 @@
 //! What msgw does, whatever carries the calls and wherever state is kept: validated
 //! operations and their facts (with the RPC names the proto gives them), dispatch (claims, coalescing), one-time-code
 //! verification and its fraud guard, opt-outs, the event log, reconcile, waits for a final status, queries
-//! that reach the gateway once.
+//! that reach the gateway once; and its ports (`ports/`): what it needs of the store and the gateway,
+//! declared here and implemented by `adapters/`. Core names no layer above it (`tests/layers.rs`).
 
 pub(crate) mod balance;
 pub mod dispatch;
@@ -13,6 +14,8 @@ pub mod hooks;
 pub(crate) mod mac;
 pub mod numbers;
 pub mod optout;
+pub(crate) mod periodic;
+pub mod ports;
 pub mod queries;
 pub mod reconcile;
 pub(crate) mod rpcs;

@@ -7,9 +7,12 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-// The layers (docs/layout.md): transport calls core, core calls the adapters, and
-// process starts them all; the sandbox stands in for the gateway.
+// The layers (docs/layout.md), bottom first: base (metrics, option values); core (the
+// domain, its decisions and its ports); adapters (the gateway, the store) and transport
+// (gRPC, webhooks, admin), which implement and call core's ports; the sandbox; process,
+// which starts and wires them all. No layer names one above it (tests/layers.rs).
 pub mod adapters;
+pub mod base;
 pub mod core;
 pub mod process;
 pub mod sandbox;

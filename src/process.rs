@@ -1,7 +1,6 @@
 //! The process: the command line and its options, the checked configuration, startup
-//! (binding the ports, wiring the layers), and what every layer uses of the process:
-//! logs and metrics, option values, timers, what msgw reads of the machine (CPUs,
-//! memory, file limit).
+//! (binding the ports, wiring the layers), logs and traces, what msgw reads of the
+//! machine (CPUs, memory, file limit).
 
 pub mod app;
 pub mod check;
@@ -12,9 +11,6 @@ pub mod fd_limit;
 pub(crate) mod kept_secret;
 pub(crate) mod kept_upgrade;
 pub(crate) mod memory;
-pub mod metrics;
-pub(crate) mod parse;
-pub(crate) mod periodic;
 pub(crate) mod secrets;
 mod signal;
 pub mod telemetry;

@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use chrono::Utc;
 use msgw::{
-    adapters::store::{SqlStore, Store},
+    adapters::store::SqlStore,
     adapters::upstream::{canonical, parse_output, parse_webhook},
     core::domain::{
         ClientId, EventSource, MAX_DURATION_SECS, NewEvent, Operation, Text, Violations,
         representable,
     },
+    core::ports::store::Store,
     transport::grpc::convert::{FromOutput, IntoOperation},
     transport::proto::{self, BatchItem, SendSmsRequest, SendVoiceRequest, batch_item},
 };

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::core::dispatch::Dispatcher;
 use crate::core::domain::{Operation, Output};
-use crate::process::periodic::{Leased, Periodic};
+use crate::core::periodic::{Leased, Periodic};
 
 /// Reads the balance every `every` into the `msgw_balance` gauge until `stop`
 /// turns true, on the replica holding the balance lease; a zero period turns it off.

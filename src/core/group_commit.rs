@@ -8,7 +8,7 @@ use std::future::Future;
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::adapters::store::StoreError;
+use crate::core::ports::store::StoreError;
 
 type Reply<R> = oneshot::Sender<Result<R, StoreError>>;
 

@@ -10,20 +10,20 @@ use tokio::sync::watch;
 use tonic_health::ServingStatus;
 use tower_layer::Layer;
 
-use crate::adapters::store::{Retention, Store};
-use crate::adapters::upstream::{Gateway, GatewayConfig};
+use crate::adapters::upstream::{self, GatewayClient, GatewayConfig};
+use crate::base::metrics::Metrics;
 use crate::core::dispatch::{Dispatcher, Tracking};
-use crate::core::events::EventLog;
+use crate::core::events::{EventLog, Intake};
 use crate::core::hooks::{HookSigner, HookUrls};
 use crate::core::optout::Suppressions;
+use crate::core::periodic::Leased;
+use crate::core::ports::store::{Retention, Store};
 use crate::core::queries::Queries;
 use crate::core::reconcile::{ReconcileConfig, Reconciler};
 use crate::core::schedule::Scheduler;
 use crate::core::verify::{self, Codes, Verifier};
 use crate::process::config::{Config, Upstream};
 use crate::process::kept_secret;
-use crate::process::metrics::Metrics;
-use crate::process::periodic::Leased;
 use crate::sandbox::{EmbeddedSandbox, SandboxConfig};
 use crate::transport::auth::tls::TlsReloader;
 use crate::transport::auth::{AuthLayer, Authenticator};
@@ -129,7 +129,7 @@ impl Application {
         // After the sandbox's warning: that one is the first line a user sees.
         tracing::info!(store = %redact(&config.store_url), "store open");
         let metrics = Metrics::new()?;
-        let gateway = Gateway::new(
+        let gateway = GatewayClient::new(
             GatewayConfig {
                 base_url,
                 api_key,
@@ -153,12 +153,13 @@ impl Application {
             metrics.clone(),
             config.opt_out.keywords(),
         );
-        let dispatcher = Dispatcher::new(gateway, config.upstream_limits, metrics.clone())
-            .with_tracking(Tracking {
-                hooks: hooks.clone(),
-                store: store.clone(),
-                settle: config.upstream_settle,
-            });
+        let dispatcher =
+            Dispatcher::new(Arc::new(gateway), config.upstream_limits, metrics.clone())
+                .with_tracking(Tracking {
+                    hooks: hooks.clone(),
+                    store: store.clone(),
+                    settle: config.upstream_settle,
+                });
         let scheduler = Scheduler::new(dispatcher.clone(), store.clone(), events.clone());
         let queries = Arc::new(Queries::new(
             dispatcher.clone(),
@@ -260,8 +261,7 @@ impl Application {
             webhooks: WebhookState {
                 signer,
                 account_token: config.account_token,
-                events: events.clone(),
-                store: store.clone(),
+                intake: Intake::new(events.clone(), store.clone(), upstream::parse_webhook),
                 metrics,
                 body_timeout: config.webhook_limits.body_timeout,
             },

@@ -1,7 +1,7 @@
 //! The command line: `msgw serve`, `check`, `copy-store`, `guard` and `sandbox`, each
 //! flag with its environment variable (`msgw serve --help` documents each). A flag is
 //! where an option is written, once: its name, variable, default, bounds
-//! ([`crate::process::parse`]) and help. The options a subsystem uses are declared on its own
+//! ([`crate::base::parse`]) and help. The options a subsystem uses are declared on its own
 //! settings struct (`verify::Settings`, `optout::Settings`, `dispatch::Limits`, `grpc::port::PortLimits`,
 //! ...) and flattened into `serve`'s here; `config/` turns `serve`'s flags into a
 //! checked `Config`, and `msgw options` lists them for the docs' and chart's checks.
@@ -16,9 +16,9 @@ mod guard;
 
 pub use guard::{GuardAction, GuardCommandArgs};
 
+use crate::base::parse;
 use crate::core::dispatch::Limits;
 use crate::core::reconcile::ReconcileConfig;
-use crate::process::parse;
 use crate::sandbox::{DEFAULT_API_KEY, SandboxConfig, Tuning};
 use crate::transport::grpc::port::PortLimits;
 use crate::transport::http_listener::ListenerLimits;

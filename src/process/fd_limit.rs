@@ -9,11 +9,8 @@ use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
 
 /// Files kept for everything but connections: the store (SQLite's database, WAL and
 /// shared-memory files per pooled connection, or PostgreSQL's pool), the admin port
-/// ([`ADMIN_CONNECTIONS`]), certificates, the callers file, the sandbox, logs.
+/// ([`ADMIN_CONNECTIONS`](crate::transport::admin::ADMIN_CONNECTIONS)), certificates, the callers file, the sandbox, logs.
 pub const RESERVED: u64 = 256;
-
-/// Connections the admin port (`/metrics`, probes) holds at most; part of [`RESERVED`].
-pub const ADMIN_CONNECTIONS: usize = 64;
 
 /// The gRPC port's cap when nothing else is known (no file limit can be read).
 const UNLIMITED_GRPC: usize = 65_536;

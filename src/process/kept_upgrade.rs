@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use super::periodic::Periodic;
-use crate::adapters::store::{Store, StoreError};
+use crate::core::periodic::Periodic;
+use crate::core::ports::store::{Store, StoreError};
 use crate::core::schedule::{LOOK_EVERY, kept};
 use crate::transport::grpc::schedule::read_earlier_form;
 

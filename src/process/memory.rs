@@ -130,35 +130,6 @@ fn mem_total(meminfo: &str) -> Option<u64> {
     kib.checked_mul(1024)
 }
 
-/// A size in bytes: a number with an optional unit (`B`, `KiB`, `MiB`, `GiB`, or `KB`,
-/// `MB`, `GB` in powers of ten), e.g. `64MiB`; at least 1 MiB.
-pub fn parse_size(value: &str) -> Result<u64, String> {
-    const EXAMPLE: &str = "expected a size such as 64MiB, 512MB or 1GiB";
-    let value = value.trim();
-    let split = value
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(value.len());
-    let (digits, unit) = value.split_at(split);
-    let unit_bytes: u64 = match unit.trim() {
-        "" | "B" => 1,
-        "KiB" | "Ki" => 1 << 10,
-        "MiB" | "Mi" => 1 << 20,
-        "GiB" | "Gi" => 1 << 30,
-        "KB" | "K" => 1_000,
-        "MB" | "M" => 1_000_000,
-        "GB" | "G" => 1_000_000_000,
-        other => return Err(format!("unknown unit {other:?}: {EXAMPLE}")),
-    };
-    let n: u64 = digits.parse().map_err(|_| EXAMPLE.to_owned())?;
-    let bytes = n
-        .checked_mul(unit_bytes)
-        .ok_or_else(|| format!("too large: {EXAMPLE}"))?;
-    if bytes < 1 << 20 {
-        return Err(format!("must be at least 1MiB: {EXAMPLE}"));
-    }
-    Ok(bytes)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -246,19 +217,5 @@ mod tests {
         let meminfo = "MemTotal:       24576000 kB\nMemFree:        1000 kB\n";
         assert_eq!(mem_total(meminfo), Some(24_576_000 * 1024));
         assert_eq!(mem_total("MemFree: 1 kB\n"), None);
-    }
-
-    #[test]
-    fn parses_sizes_with_units() {
-        assert_eq!(parse_size("64MiB"), Ok(64 << 20));
-        assert_eq!(parse_size("64Mi"), Ok(64 << 20));
-        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
-        assert_eq!(parse_size("512MB"), Ok(512_000_000));
-        assert_eq!(parse_size("2097152"), Ok(2 << 20));
-        assert!(parse_size("1KiB").unwrap_err().contains("at least 1MiB"));
-        assert!(parse_size("64 bananas").unwrap_err().contains("64MiB"));
-        assert!(parse_size("").is_err());
-        assert!(parse_size("-5MiB").is_err());
-        assert!(parse_size("99999999999999999999GiB").is_err());
     }
 }

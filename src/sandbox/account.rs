@@ -58,7 +58,7 @@ pub fn call_otp(inner: &Arc<Inner>, f: &Fields) -> Result<Value, OpError> {
     let caller = 380_445_000_000 + phone.wrapping_add(id) % 1_000_000;
     let code = format!("{:04}", caller % 10_000);
     // What the phone shows: a missed call from a number that ends with the code.
-    plan.pieces = vec![super::inbox::Piece {
+    plan.pieces = vec![super::message::Piece {
         channel: Channel::Voice,
         sender: Some(format!("+{caller}")),
         text: Some(format!(

@@ -28,7 +28,7 @@ pub struct SandboxConfig {
 
 impl Default for SandboxConfig {
     fn default() -> Self {
-        crate::process::parse::defaults::<Tuning>().config(DEFAULT_API_KEY.to_owned())
+        crate::base::parse::defaults::<Tuning>().config(DEFAULT_API_KEY.to_owned())
     }
 }
 
@@ -37,13 +37,13 @@ impl Default for SandboxConfig {
 #[derive(Debug, Clone, clap::Args)]
 pub struct Tuning {
     /// Sandbox: delay between two status changes of a message (e.g. `1s`, `20ms`).
-    #[arg(long, env = "MSGW_SANDBOX_STEP_DELAY", default_value = "1s", value_parser = crate::process::parse::duration)]
+    #[arg(long, env = "MSGW_SANDBOX_STEP_DELAY", default_value = "1s", value_parser = crate::base::parse::duration)]
     pub sandbox_step_delay: Duration,
     /// Sandbox: attempts to deliver one webhook.
-    #[arg(long, env = "MSGW_SANDBOX_WEBHOOK_ATTEMPTS", default_value = "5", value_parser = crate::process::parse::between(1u32, 100))]
+    #[arg(long, env = "MSGW_SANDBOX_WEBHOOK_ATTEMPTS", default_value = "5", value_parser = crate::base::parse::between(1u32, 100))]
     pub sandbox_webhook_attempts: u32,
     /// Sandbox: delay before the first webhook retry; doubles on each retry.
-    #[arg(long, env = "MSGW_SANDBOX_WEBHOOK_BACKOFF", default_value = "500ms", value_parser = crate::process::parse::duration)]
+    #[arg(long, env = "MSGW_SANDBOX_WEBHOOK_BACKOFF", default_value = "500ms", value_parser = crate::base::parse::duration)]
     pub sandbox_webhook_backoff: Duration,
 }
 

@@ -8,31 +8,10 @@ use serde_json::{Value, json};
 use super::Inner;
 use super::channel::Channel;
 use super::magic::Magic;
+use super::message::{Delivery, Target};
 use super::state::MessageRecord;
 use super::status::{self, ACCEPTED, DELIVERED, EXPIRED, READ, REJECTED, REPLIED, ROUTING};
 use super::webhook;
-
-/// Where the final status of a message is posted.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum Target {
-    /// Nowhere (no `hook` given, or an operation without one).
-    None,
-    /// The send's own `hook`.
-    Hook(String),
-    /// The account's notification address, read when the status is final.
-    Account,
-}
-
-/// An accepted message whose delivery is simulated.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct Delivery {
-    pub id: u64,
-    pub msg_id: u64,
-    pub channels: Vec<Channel>,
-    pub magic: Magic,
-    pub dtmf: bool,
-    pub target: Target,
-}
 
 /// One status transition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,7 +7,7 @@ use anyhow::Context;
 use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
 
 use super::{Sandbox, SandboxConfig};
-use crate::adapters::store::Store;
+use crate::core::ports::store::Store;
 
 /// The in-process sandbox gateway and the handle that stops it.
 pub struct EmbeddedSandbox {

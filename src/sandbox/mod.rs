@@ -16,6 +16,7 @@ mod hlr;
 mod http;
 mod inbox;
 pub mod magic;
+mod message;
 mod ops;
 mod persist;
 mod pipeline;
@@ -75,7 +76,7 @@ impl Inner {
 
     /// Waits until the state as it is now is saved; at once for an account kept in
     /// memory only.
-    async fn durable(&self) -> Result<(), crate::adapters::store::StoreError> {
+    async fn durable(&self) -> Result<(), crate::core::ports::store::StoreError> {
         match &self.persistence {
             Some(persistence) => persistence.durable().await,
             None => Ok(()),
@@ -103,8 +104,8 @@ impl Sandbox {
     /// shows (see `persist.rs`).
     pub async fn kept_in(
         config: SandboxConfig,
-        store: Arc<dyn crate::adapters::store::Store>,
-    ) -> Result<Self, crate::adapters::store::StoreError> {
+        store: Arc<dyn crate::core::ports::store::Store>,
+    ) -> Result<Self, crate::core::ports::store::StoreError> {
         let state = State::new(
             billing::to_units(config.balance),
             config.account_webhook_url.clone(),

@@ -14,11 +14,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::delivery::{self, Delivery};
+use super::delivery;
+use super::message::Delivery;
 use super::state::State;
 use super::{Inner, lock, saved};
-use crate::adapters::store::{SandboxSave, Store, StoreError};
 use crate::core::group_commit::GroupWriter;
+use crate::core::ports::store::{SandboxSave, Store, StoreError};
 
 /// How often changes no answer waits for (deliveries moving) are saved.
 const SAVE_EVERY: Duration = Duration::from_millis(250);

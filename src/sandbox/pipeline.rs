@@ -6,9 +6,9 @@ use serde_json::Value;
 
 use super::Inner;
 use super::channel::Channel;
-use super::delivery::Target;
 use super::error::OpError;
 use super::fields::Fields;
+use super::message::Target;
 use super::sends::{self, SendPlan};
 use super::viber::VIBER_TYPES;
 

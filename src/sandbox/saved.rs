@@ -9,11 +9,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::channel::Channel;
-use super::delivery::Delivery;
-use super::inbox::{Letter, Moment};
+use super::message::Delivery;
+use super::message::{Letter, Moment};
 use super::state::{MessageRecord, SmsTemplate, State, ViberTemplate};
 use super::status;
-use crate::adapters::store::StoreError;
+use crate::core::ports::store::StoreError;
 
 /// The account's document.
 #[derive(Serialize, Deserialize)]

@@ -7,11 +7,12 @@ use serde_json::{Value, json};
 use super::Inner;
 use super::billing::{self, Units};
 use super::channel::Channel;
-use super::delivery::{self, Delivery, Target};
+use super::delivery;
 use super::error::OpError;
 use super::fields::Fields;
-use super::inbox::{self, Letter, Piece};
+use super::inbox;
 use super::magic::Magic;
+use super::message::{Delivery, Letter, Piece, Target};
 use super::viber;
 
 /// Bounds of `sms_lifetime` in seconds (docs/gateway.md#limits).

@@ -10,9 +10,9 @@ use serde_json::{Value, json};
 
 use super::billing::Units;
 use super::channel::Channel;
-use super::delivery::Delivery;
 use super::error::OpError;
-use super::inbox::{Letter, Moment};
+use super::message::Delivery;
+use super::message::{Letter, Moment};
 use super::status;
 
 /// First gateway message id handed out; large, like real gateway ids.

@@ -33,8 +33,8 @@ use tokio::{
 };
 use tower_service::Service;
 
-use crate::process::metrics::Metrics;
-use crate::process::parse;
+use crate::base::metrics::Metrics;
+use crate::base::parse;
 use crate::transport::auth::incoming::is_connection_error;
 use crate::transport::conn_table::{Close, Conn, ConnMetrics, StreamGuard, Table};
 use crate::transport::listen::Listeners;

@@ -156,7 +156,7 @@ async fn probe(app: &TestApp, path: &str, timeout: Duration) -> (Result<u16, Str
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probes_answer_within_a_second_while_idle_reconnecting_sockets_hold_the_admin_port() {
     let app = spawn_app().await;
-    let sockets = msgw::process::fd_limit::ADMIN_CONNECTIONS + 16;
+    let sockets = msgw::transport::admin::ADMIN_CONNECTIONS + 16;
     let flood = Flood::start(app.admin_addr, sockets);
     flood.churning(sockets, 16).await;
     let second = Duration::from_secs(1);

@@ -2,7 +2,8 @@
 
 use std::{sync::Arc, time::Duration};
 
-use msgw::adapters::store::{Retention, SqlStore, Store};
+use msgw::adapters::store::SqlStore;
+use msgw::core::ports::store::{Retention, Store};
 use msgw::transport::proto::*;
 use serde_json::json;
 use tokio_stream::StreamExt;

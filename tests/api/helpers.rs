@@ -4,7 +4,7 @@
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use msgw::{
-    adapters::store::Retention, core::dispatch::Limits, core::hooks::HookSigner,
+    core::dispatch::Limits, core::hooks::HookSigner, core::ports::store::Retention,
     core::reconcile::ReconcileConfig, sandbox::SandboxConfig, transport::grpc::port::PortLimits,
     transport::http_listener::ListenerLimits,
 };

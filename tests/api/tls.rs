@@ -230,7 +230,7 @@ async fn a_layer_reads_the_verified_client_name_from_peer_info() {
         PortLimits::default(),
         16,
         usize::MAX,
-        msgw::process::metrics::Metrics::new().unwrap(),
+        msgw::base::metrics::Metrics::new().unwrap(),
         stop,
     ));
 

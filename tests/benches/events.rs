@@ -26,8 +26,8 @@ use std::{
 
 use clap::Parser;
 use msgw::{
-    adapters::store::Retention,
     core::hooks::HookSigner,
+    core::ports::store::Retention,
     core::reconcile::ReconcileConfig,
     process::app::Application,
     process::config::{Config, Upstream},

@@ -41,8 +41,8 @@ use std::{
 use clap::Parser;
 use gateway::FakeGateway;
 use msgw::{
-    adapters::store::Retention,
     core::dispatch::Limits,
+    core::ports::store::Retention,
     core::reconcile::ReconcileConfig,
     process::app::Application,
     process::config::{Config, Upstream},

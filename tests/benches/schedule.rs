@@ -23,7 +23,7 @@ use std::{
 use chrono::{DateTime, Utc};
 use clap::Parser;
 use msgw::{
-    adapters::store::Retention,
+    core::ports::store::Retention,
     core::reconcile::ReconcileConfig,
     process::app::Application,
     process::config::{Config, Upstream},

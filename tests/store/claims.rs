@@ -3,11 +3,11 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use msgw::adapters::store::{
+use msgw::core::domain::{Channel, ClientId};
+use msgw::core::ports::store::{
     AcceptedOutcome, ClaimChange, ClaimReply, ClaimState, Fingerprint, SentMessage, Settlement,
     Store,
 };
-use msgw::core::domain::{Channel, ClientId};
 
 use crate::Fixture;
 
@@ -118,7 +118,7 @@ pub async fn retention_never_drops_a_claim_whose_outcome_is_open(fixture: Fixtur
         ])
         .await
         .unwrap();
-    let retention = msgw::adapters::store::Retention {
+    let retention = msgw::core::ports::store::Retention {
         max_age: std::time::Duration::from_secs(3600),
         max_events: 1_000_000,
         claims_max_age: std::time::Duration::from_secs(3600),

@@ -5,11 +5,12 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use chrono::Utc;
-use msgw::adapters::store::{
-    ClaimChange, Fingerprint, GuardCheck, GuardFinding, KeyCheck, Retention, SandboxSave,
-    StartOutcome, StoreError, VerificationChange, Window, copy,
-};
+use msgw::adapters::store::copy;
 use msgw::core::domain::{CallerName, ClientId, Phone};
+use msgw::core::ports::store::{
+    ClaimChange, Fingerprint, GuardCheck, GuardFinding, KeyCheck, Retention, SandboxSave,
+    StartOutcome, StoreError, VerificationChange, Window,
+};
 use sqlx::Connection;
 
 use crate::verifications::{id, limit, new, phone, start};
@@ -427,6 +428,6 @@ async fn verifications_the_guards_counts_and_the_sandbox_move_too() {
     );
 }
 
-fn new_start(n: u64, number: Phone) -> msgw::adapters::store::NewVerification {
+fn new_start(n: u64, number: Phone) -> msgw::core::ports::store::NewVerification {
     new(n, None, number, Utc::now())
 }

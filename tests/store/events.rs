@@ -4,11 +4,11 @@
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
 use chrono::{TimeZone, Utc};
-use msgw::adapters::store::{Retention, Store};
 use msgw::core::domain::{
     Cursor, DeliveryReport, EventSource, LogEvent, Media, NewEvent, Reply, ReportedStatus,
     StatusEvent,
 };
+use msgw::core::ports::store::{Retention, Store};
 
 use crate::Fixture;
 

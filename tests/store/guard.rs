@@ -6,10 +6,10 @@ use std::{sync::Arc, time::Duration};
 
 use chrono::Utc;
 use futures_util::future::join_all;
-use msgw::adapters::store::{
+use msgw::core::domain::Phone;
+use msgw::core::ports::store::{
     GuardCheck, GuardFinding, KeyCheck, Retention, StartOutcome, Store, Window,
 };
-use msgw::core::domain::Phone;
 
 use crate::Fixture;
 use crate::verifications::{check as check_code, limit, new, start as call};

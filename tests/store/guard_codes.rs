@@ -4,8 +4,8 @@
 //! approved a code passes a hold; a safe prefix is never held but its codes count.
 
 use chrono::{DateTime, Utc};
-use msgw::adapters::store::{GuardCheck, GuardFinding, KeyCheck, StartOutcome, Store, Window};
 use msgw::core::domain::Phone;
+use msgw::core::ports::store::{GuardCheck, GuardFinding, KeyCheck, StartOutcome, Store, Window};
 
 use crate::Fixture;
 use crate::guard::{approve, check, count_started, pumped, start};
@@ -202,7 +202,7 @@ pub async fn a_key_that_approved_a_code_passes_a_hold_and_a_new_key_does_not(fix
     // The trusted user's approvals count, and end the hold once the range converts:
     // 2 approved of 2 + 5 unconverted is above 20 %.
     let lift = trusting(Vec::new());
-    let judge = |_: &msgw::adapters::store::VerificationRecord| true;
+    let judge = |_: &msgw::core::ports::store::VerificationRecord| true;
     let decided = b
         .check_verification(None, pumped(8), Utc::now(), &judge, Some(&lift))
         .await

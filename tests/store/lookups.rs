@@ -2,10 +2,10 @@
 //! when the next may run are stored with the claim, for every replica.
 
 use chrono::{DateTime, Duration, Utc};
-use msgw::adapters::store::{
+use msgw::core::domain::ClientId;
+use msgw::core::ports::store::{
     ClaimChange, ClaimReply, ClaimState, Fingerprint, Lookups, Settlement,
 };
-use msgw::core::domain::ClientId;
 
 use crate::Fixture;
 

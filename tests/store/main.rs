@@ -19,7 +19,7 @@ mod verifications;
 
 use std::{sync::Arc, time::Duration};
 
-use msgw::adapters::store::Store;
+use msgw::core::ports::store::Store;
 
 /// A store under test; `open` returns another handle on it (as another replica would).
 pub struct Fixture {

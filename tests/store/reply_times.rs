@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use msgw::adapters::store::LogAppend;
+use msgw::core::ports::store::LogAppend;
 
 use crate::Fixture;
 use crate::suppressions::{ago, dated_report, listed, sent};

@@ -5,10 +5,10 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use msgw::adapters::store::{
+use msgw::core::domain::{CallerName, ClientId};
+use msgw::core::ports::store::{
     ClaimChange, ClaimReply, ClaimState, Fingerprint, NewScheduled, Retention, ScheduleReply,
 };
-use msgw::core::domain::{CallerName, ClientId};
 
 use crate::Fixture;
 

@@ -3,10 +3,10 @@
 use std::time::Duration;
 
 use chrono::Utc;
-use msgw::adapters::store::{
+use msgw::core::domain::{Channel, ClientId};
+use msgw::core::ports::store::{
     AcceptedOutcome, ClaimChange, Fingerprint, SandboxSave, SentMessage, Settlement, Store,
 };
-use msgw::core::domain::{Channel, ClientId};
 
 use crate::{Fixture, events::event};
 

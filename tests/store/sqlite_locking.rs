@@ -11,8 +11,8 @@ use std::{
 };
 
 use chrono::Utc;
-use msgw::adapters::store::{ClaimChange, Fingerprint, Retention, StartOutcome, StoreError};
 use msgw::core::domain::ClientId;
+use msgw::core::ports::store::{ClaimChange, Fingerprint, Retention, StartOutcome, StoreError};
 
 use crate::{Fixture, events::event, shared::sent, verifications};
 
@@ -79,7 +79,7 @@ async fn every_write_waits_its_turn_behind_another_connections_write() {
         matches!(&resent.outcome, StartOutcome::Resent(r) if r.last_send == id(2)),
         "{resent:?}"
     );
-    let right = |_: &msgw::adapters::store::VerificationRecord| false;
+    let right = |_: &msgw::core::ports::store::VerificationRecord| false;
     let checked = store.check_verification(None, verifications::phone(1), Utc::now(), &right, None);
     behind_another_writer(&path, "a check", checked).await;
     behind_another_writer(
@@ -143,7 +143,7 @@ async fn every_write_waits_its_turn_behind_another_connections_write() {
         "saving the sandbox's state",
         store.save_sandbox(
             "sandbox",
-            &msgw::adapters::store::SandboxSave {
+            &msgw::core::ports::store::SandboxSave {
                 account: Some("{}".into()),
                 messages: vec![(1, "{}".into())],
             },

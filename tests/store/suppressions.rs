@@ -4,12 +4,12 @@
 use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
-use msgw::adapters::store::{
-    AcceptedOutcome, ClaimChange, Fingerprint, LogAppend, SentMessage, Settlement, Store,
-};
 use msgw::core::domain::{
     CallerName, Channel, ClientId, Cursor, Keywords, LogEvent, Phone, Reason, Reply,
     SuppressionChange, SuppressionSource,
+};
+use msgw::core::ports::store::{
+    AcceptedOutcome, ClaimChange, Fingerprint, LogAppend, SentMessage, Settlement, Store,
 };
 
 use crate::Fixture;

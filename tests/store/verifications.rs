@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use futures_util::future::join_all;
-use msgw::adapters::store::{
+use msgw::core::domain::{CallerName, Channel, ClientId, Phone, VerificationStatus};
+use msgw::core::ports::store::{
     Decided, GuardCheck, NewVerification, PhoneLimit, Retention, Start, StartOutcome, Store,
     StoredCode, VerificationChange, VerificationRecord,
 };
-use msgw::core::domain::{CallerName, Channel, ClientId, Phone, VerificationStatus};
 
 use crate::Fixture;
 

@@ -1,5 +1,7 @@
 //! The gateway's JSON endpoint: builds the request envelope, posts it with reqwest,
-//! and parses the answer. The serde DTOs are private to this module.
+//! and parses the answer; [`GatewayClient`] is core's [`Gateway`] port on it, and
+//! [`parse_webhook`] the intake's reader of delivery webhooks. The serde DTOs are
+//! private to this module.
 
 mod flex;
 mod iso8601;
@@ -12,12 +14,12 @@ use std::{sync::Arc, time::Duration};
 use secrecy::{ExposeSecret, SecretString};
 use tokio::time::Instant;
 
+use crate::base::metrics::Metrics;
 use crate::core::domain::{Operation, Output};
-use crate::process::metrics::Metrics;
+use crate::core::ports::gateway::{Gateway, ItemOutcome, PayloadError, UpstreamError};
 
 pub use request::type_name;
-pub use response::PayloadError;
-pub use webhook::{WebhookError, parse_webhook};
+pub use webhook::parse_webhook;
 
 /// Where and how to reach the gateway.
 #[derive(Debug, Clone)]
@@ -33,62 +35,9 @@ pub struct GatewayConfig {
     pub connections: usize,
 }
 
-/// A failure of the whole upstream request.
-#[derive(Debug, thiserror::Error)]
-pub enum UpstreamError {
-    /// No connection could be made; the request did not leave msgw.
-    #[error("cannot connect to the gateway: {0}")]
-    Unreachable(String),
-    /// The connection failed after the request may have been sent.
-    #[error("the gateway connection failed: {0}")]
-    Transport(String),
-    /// The configured upstream timeout passed.
-    #[error("the gateway did not answer within {0:?}")]
-    Timeout(Duration),
-    /// The caller's deadline passed.
-    #[error("the caller's deadline passed before the gateway answered")]
-    Deadline,
-    /// The gateway answered with an HTTP error status.
-    #[error("the gateway answered HTTP {0}")]
-    HttpStatus(u16),
-    /// The body is not the gateway's envelope (docs/gateway.md#envelope).
-    #[error("the gateway's answer is not a valid envelope: {0}")]
-    BadEnvelope(String),
-    /// The gateway refused the key (`Access denied`).
-    #[error("Access denied")]
-    AccessDenied,
-    /// The gateway refused the whole envelope with another text.
-    #[error("the gateway refused the request: {0}")]
-    EnvelopeRejected(String),
-}
-
-impl UpstreamError {
-    /// Whether the gateway may have carried the request out: false only when it
-    /// never left msgw or the gateway refused the whole envelope.
-    pub fn may_have_arrived(&self) -> bool {
-        !matches!(
-            self,
-            Self::Unreachable(_) | Self::AccessDenied | Self::EnvelopeRejected(_)
-        )
-    }
-}
-
-/// The result of one operation inside an accepted envelope.
-#[derive(Debug)]
-// Outcomes live only between parsing and dispatch; boxing would cost an allocation per item.
-#[allow(clippy::large_enum_variant)]
-pub enum ItemOutcome {
-    /// Accepted, with its parsed output.
-    Done(Output),
-    /// Refused by the gateway with its text.
-    Rejected(String),
-    /// Accepted, but the payload could not be read.
-    BadPayload(PayloadError),
-}
-
 /// A client of the gateway's JSON endpoint over a pool of keep-alive connections.
 #[derive(Debug, Clone)]
-pub struct Gateway {
+pub struct GatewayClient {
     http: reqwest::Client,
     endpoint: url::Url,
     api_key: SecretString,
@@ -99,7 +48,7 @@ pub struct Gateway {
 /// Envelope bodies above this size are refused rather than buffered without bound.
 const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
 
-impl Gateway {
+impl GatewayClient {
     /// Builds the client; fails only on a base URL that cannot take the path.
     pub fn new(config: GatewayConfig, metrics: Arc<Metrics>) -> Result<Self, String> {
         let mut base = config.base_url;
@@ -129,38 +78,6 @@ impl Gateway {
     /// The URL msgw posts to.
     pub fn endpoint(&self) -> &url::Url {
         &self.endpoint
-    }
-
-    /// The upper bound of one request.
-    pub fn timeout(&self) -> Duration {
-        self.timeout
-    }
-
-    /// Sends `ops` as one envelope and returns one outcome per operation, in order.
-    /// `hooks[i]` is the status callback of `ops[i]` (ignored for operations without one).
-    /// The request ends at the configured timeout or at `deadline`, whichever is first.
-    pub async fn call(
-        &self,
-        ops: &[&Operation],
-        hooks: &[Option<String>],
-        deadline: Option<Instant>,
-    ) -> Result<Vec<ItemOutcome>, UpstreamError> {
-        let started = Instant::now();
-        let result = self.exchange(ops, hooks, deadline).await;
-        let operation = match ops {
-            [op] => type_name(op),
-            _ => "batch",
-        };
-        let outcome = outcome(&result);
-        self.metrics
-            .upstream_seconds
-            .with_label_values(&[operation, outcome])
-            .observe(started.elapsed().as_secs_f64());
-        self.metrics
-            .upstream_total
-            .with_label_values(&[operation, outcome])
-            .inc();
-        result
     }
 
     async fn exchange(
@@ -222,6 +139,49 @@ impl Gateway {
     }
 }
 
+#[tonic::async_trait]
+impl Gateway for GatewayClient {
+    async fn call(
+        &self,
+        ops: &[&Operation],
+        hooks: &[Option<String>],
+        deadline: Option<Instant>,
+    ) -> Result<Vec<ItemOutcome>, UpstreamError> {
+        let started = Instant::now();
+        let result = self.exchange(ops, hooks, deadline).await;
+        let operation = match ops {
+            [op] => type_name(op),
+            _ => "batch",
+        };
+        let outcome = outcome(&result);
+        self.metrics
+            .upstream_seconds
+            .with_label_values(&[operation, outcome])
+            .observe(started.elapsed().as_secs_f64());
+        self.metrics
+            .upstream_total
+            .with_label_values(&[operation, outcome])
+            .inc();
+        result
+    }
+
+    fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    fn canonical(&self, op: &Operation) -> Vec<u8> {
+        canonical(op)
+    }
+
+    fn parse_output(
+        &self,
+        op: &Operation,
+        payload: serde_json::Value,
+    ) -> Result<Output, PayloadError> {
+        parse_output(op, payload)
+    }
+}
+
 /// The operation as the gateway receives it, without its hook: the same request
 /// always gives the same bytes (fields in a fixed order, `+` stripped from phones).
 pub fn canonical(op: &Operation) -> Vec<u8> {
@@ -238,7 +198,13 @@ pub fn parse_output(op: &Operation, payload: serde_json::Value) -> Result<Output
 /// The outcome label of an upstream request.
 fn outcome(result: &Result<Vec<ItemOutcome>, UpstreamError>) -> &'static str {
     match result {
-        Ok(items) if items.iter().any(|i| matches!(i, ItemOutcome::Rejected(_))) => "rejected",
+        Ok(items)
+            if items
+                .iter()
+                .any(|i| matches!(i, ItemOutcome::Rejected(_) | ItemOutcome::NotFound(_))) =>
+        {
+            "rejected"
+        }
         Ok(items)
             if items
                 .iter()
@@ -310,7 +276,13 @@ fn interpret(
                     Err(e) => ItemOutcome::BadPayload(e),
                 }
             } else {
-                ItemOutcome::Rejected(item.error.unwrap_or_else(|| "no error text".into()))
+                let text = item.error.unwrap_or_else(|| "no error text".into());
+                match op {
+                    Operation::GetMessageStatus(_) if says_not_found(&text) => {
+                        ItemOutcome::NotFound(text)
+                    }
+                    _ => ItemOutcome::Rejected(text),
+                }
             }
         })
         .collect())
@@ -319,6 +291,6 @@ fn interpret(
 /// Whether the gateway's refusal of a `status` item says it does not know the message
 /// ("Message not found"). Any other refusal (an outage, a limit) proves nothing about
 /// whether a send arrived.
-pub fn says_not_found(error: &str) -> bool {
+fn says_not_found(error: &str) -> bool {
     error.to_ascii_lowercase().contains("not found")
 }

@@ -1,6 +1,7 @@
 //! Response envelope and payload parsing. Tolerant by design: unknown fields are
 //! ignored, ids may be numbers or strings, and every payload is also kept verbatim.
 
+use crate::core::ports::gateway::PayloadError;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::Value;
@@ -33,20 +34,9 @@ pub(super) struct ItemResult {
     pub data: Value,
 }
 
-/// A payload that does not have the shape its operation answers with.
-#[derive(Debug, thiserror::Error)]
-#[error("unexpected {operation} payload: {reason}")]
-pub struct PayloadError {
-    operation: &'static str,
-    reason: String,
-}
-
 /// Turns a successful item's payload into the output of `op`.
 pub(super) fn parse_payload(op: &Operation, data: Value) -> Result<Output, PayloadError> {
-    let fail = |reason: String| PayloadError {
-        operation: super::type_name(op),
-        reason,
-    };
+    let fail = |reason: String| PayloadError::new(super::type_name(op), reason);
     let output = match op {
         Operation::SendSms(_)
         | Operation::SendViber(_)

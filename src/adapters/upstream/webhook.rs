@@ -7,6 +7,7 @@ use serde::Deserialize;
 use super::flex;
 use super::response::{StatusPayload, timestamp};
 use crate::core::domain::{DeliveryReport, MAX_DURATION_SECS, Reply, ReportedStatus};
+use crate::core::ports::gateway::WebhookError;
 
 /// What a webhook adds to the status a `status` answer carries ([`StatusPayload`]).
 #[derive(Deserialize)]
@@ -22,11 +23,6 @@ struct WebhookExtras {
     #[serde(default, deserialize_with = "flex::opt_string")]
     request_id: Option<String>,
 }
-
-/// A webhook body that is not the gateway's status report.
-#[derive(Debug, thiserror::Error)]
-#[error("not a status webhook: {0}")]
-pub struct WebhookError(String);
 
 /// Parses a webhook body. The client id is 0 when the body does not carry one.
 pub fn parse_webhook(body: &[u8]) -> Result<DeliveryReport, WebhookError> {

@@ -9,8 +9,8 @@ use super::claims::{Claims, Decision, Owned};
 use super::coalescer::{Call, Runner};
 use super::lookups::Resolving;
 use super::{Confidential, Executed};
-use crate::adapters::store::{ClaimChange, ClaimReply, Fingerprint, Settlement};
 use crate::core::domain::{CallerName, ClientId, Error, Operation};
+use crate::core::ports::store::{ClaimChange, ClaimReply, Fingerprint, Settlement};
 
 /// Where one operation of the envelope stands.
 // Lives only during one envelope; boxing the answer would cost an allocation per operation.

@@ -23,18 +23,18 @@ use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
 use tokio::{sync::watch, time::Instant};
 
-use super::Executed;
 use super::lookups::{Resolving, lookup_later};
-use crate::adapters::store::{
-    AcceptedOutcome, ClaimChange, ClaimRecord, ClaimReply, ClaimState, Fingerprint, Settlement,
-    Store, StoreError,
-};
-use crate::adapters::upstream;
+use super::{Executed, duration};
+use crate::base::metrics::Metrics;
 use crate::core::domain::{
     CallerName, ClientId, Error, Idempotency, Operation, Output, SendReceipt, UnavailableCause,
 };
 use crate::core::group_commit::GroupWriter;
-use crate::process::metrics::Metrics;
+use crate::core::ports::gateway::Gateway;
+use crate::core::ports::store::{
+    AcceptedOutcome, ClaimChange, ClaimRecord, ClaimReply, ClaimState, Fingerprint, Settlement,
+    Store, StoreError,
+};
 
 /// How long past the upstream timeout a claim with no outcome still counts as in flight
 /// (the outcome's own commit, a busy store): after that it counts as unknown.
@@ -97,6 +97,8 @@ const SETTLE_MAX_ENVELOPES: usize = 64;
 /// The claims of keyed operations, through the store.
 #[derive(Debug, Clone)]
 pub struct Claims {
+    /// Reads stored answers back (replays).
+    gateway: Arc<dyn Gateway>,
     store: Arc<dyn Store>,
     /// Group commit of settlements: envelopes that finish while one write runs share
     /// the next.
@@ -110,8 +112,8 @@ pub struct Claims {
 }
 
 /// The fingerprint of a request: the hash of its canonical gateway operation.
-pub fn fingerprint(op: &Operation) -> Fingerprint {
-    Fingerprint(Sha256::digest(upstream::canonical(op)).into())
+pub fn fingerprint(gateway: &dyn Gateway, op: &Operation) -> Fingerprint {
+    Fingerprint(Sha256::digest(gateway.canonical(op)).into())
 }
 
 impl Claims {
@@ -119,6 +121,7 @@ impl Claims {
     /// counts as unknown; a cut request's outcome is open for `settle` after the cut.
     /// Starts the settlement writer: call inside the runtime.
     pub fn new(
+        gateway: Arc<dyn Gateway>,
         store: Arc<dyn Store>,
         stale_after: Duration,
         settle: Duration,
@@ -143,6 +146,7 @@ impl Claims {
             }
         });
         Self {
+            gateway,
             store,
             settler,
             rows,
@@ -208,7 +212,7 @@ impl Claims {
         let same = own && record.fingerprint == fingerprint;
         match &record.state {
             ClaimState::Accepted(outcome) if same => {
-                Decision::Answer(replay(op, id, outcome.clone()))
+                Decision::Answer(replay(&*self.gateway, op, id, outcome.clone()))
             }
             ClaimState::Accepted(outcome) if own => conflict(outcome.msg_id.as_ref()),
             ClaimState::Accepted(_) => conflict(None),
@@ -421,9 +425,14 @@ async fn apply(
 }
 
 /// The stored answer of an accepted operation, as its first call got it.
-pub fn replay(op: &Operation, id: ClientId, outcome: AcceptedOutcome) -> Result<Executed, Error> {
+pub fn replay(
+    gateway: &dyn Gateway,
+    op: &Operation,
+    id: ClientId,
+    outcome: AcceptedOutcome,
+) -> Result<Executed, Error> {
     let output = if !outcome.recovered {
-        upstream::parse_output(op, outcome.payload).map_err(|e| {
+        gateway.parse_output(op, outcome.payload).map_err(|e| {
             Error::Internal(format!("the stored answer of id {id} is unreadable: {e}"))
         })?
     } else if op.facts().idempotency == Idempotency::ClientIdAnswerOnce {
@@ -469,11 +478,6 @@ pub fn settling(id: ClientId, until: DateTime<Utc>) -> Error {
             left.as_secs().max(1)
         ),
     }
-}
-
-/// A std duration as chrono's (saturating).
-pub(super) fn duration(d: Duration) -> chrono::Duration {
-    chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
 }
 
 /// The answer when the claims cannot be read or written: nothing was sent.

@@ -26,9 +26,9 @@ use std::{
 
 use tokio::{sync::oneshot, time::Instant};
 
+use crate::base::metrics::Metrics;
+use crate::base::parse;
 use crate::core::domain::{CallerName, Error, Operation, UnavailableCause};
-use crate::process::metrics::Metrics;
-use crate::process::parse;
 
 /// How many gateway requests, and operations, msgw allows itself: `msgw serve`'s
 /// `--upstream-*` options.

@@ -16,9 +16,9 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::adapters::store::{AcceptedOutcome, Fingerprint, Settlement};
-use crate::adapters::upstream;
 use crate::core::domain::Operation;
+use crate::core::ports::gateway::Gateway;
+use crate::core::ports::store::{AcceptedOutcome, Fingerprint, Settlement};
 
 /// How the claims of a confidential call are kept: see the module.
 #[derive(Clone)]
@@ -38,11 +38,11 @@ impl Confidential {
         Self { key: Arc::new(key) }
     }
 
-    /// The keyed fingerprint of `op`.
-    pub fn fingerprint(&self, op: &Operation) -> Fingerprint {
+    /// The keyed fingerprint of `op` (as `gateway` receives it).
+    pub fn fingerprint(&self, gateway: &dyn Gateway, op: &Operation) -> Fingerprint {
         Fingerprint(crate::core::mac::tag(
             &self.key[..],
-            &[&upstream::canonical(op)],
+            &[&gateway.canonical(op)],
         ))
     }
 
@@ -81,7 +81,8 @@ fn without_code(payload: Value) -> (Value, bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::domain::{ClientId, OtpCode, Phone, Recipient, TelegramOtp};
+    use crate::core::domain::{ClientId, OtpCode, Output, Phone, Recipient, TelegramOtp};
+    use crate::core::ports::gateway::{ItemOutcome, PayloadError, UpstreamError};
 
     fn otp(code: &str) -> Operation {
         Operation::SendTelegramOtp(TelegramOtp {
@@ -94,16 +95,45 @@ mod tests {
         })
     }
 
+    /// A gateway that only writes operations (as their debug form).
+    #[derive(Debug)]
+    struct Writing;
+
+    #[tonic::async_trait]
+    impl Gateway for Writing {
+        async fn call(
+            &self,
+            _: &[&Operation],
+            _: &[Option<String>],
+            _: Option<tokio::time::Instant>,
+        ) -> Result<Vec<ItemOutcome>, UpstreamError> {
+            Err(UpstreamError::Unreachable("a test gateway".into()))
+        }
+
+        fn timeout(&self) -> std::time::Duration {
+            std::time::Duration::ZERO
+        }
+
+        fn canonical(&self, op: &Operation) -> Vec<u8> {
+            format!("{op:?}").into_bytes()
+        }
+
+        fn parse_output(&self, _: &Operation, _: Value) -> Result<Output, PayloadError> {
+            Err(PayloadError::new("test", "a test gateway".into()))
+        }
+    }
+
     #[test]
     fn fingerprints_tell_requests_apart_only_with_the_key() {
         let a = Confidential::new([1; 32]);
         let b = Confidential::new([2; 32]);
-        assert_eq!(a.fingerprint(&otp("123456")), a.fingerprint(&otp("123456")));
-        assert_ne!(a.fingerprint(&otp("123456")), a.fingerprint(&otp("123457")));
-        assert_ne!(a.fingerprint(&otp("123456")), b.fingerprint(&otp("123456")));
+        let print = |c: &Confidential, code| c.fingerprint(&Writing, &otp(code));
+        assert_eq!(print(&a, "123456"), print(&a, "123456"));
+        assert_ne!(print(&a, "123456"), print(&a, "123457"));
+        assert_ne!(print(&a, "123456"), print(&b, "123456"));
         assert_ne!(
-            a.fingerprint(&otp("123456")),
-            crate::core::dispatch::fingerprint(&otp("123456"))
+            print(&a, "123456"),
+            crate::core::dispatch::fingerprint(&Writing, &otp("123456"))
         );
     }
 

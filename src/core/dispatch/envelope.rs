@@ -16,12 +16,12 @@ use tokio::{sync::SemaphorePermit, time::Instant};
 use super::acquire::{Entry, Slot, acquire, release_unwanted, unsent};
 use super::claims::{self, Claims, Owned};
 use super::coalescer::{Call, Runner, Slot as InFlight};
-use super::optout::recipients;
+use super::optout::{opted_out, recipients, refuse_opted_out};
 use super::{Executed, Tracking, upstream_error};
-use crate::adapters::store::{AcceptedOutcome, SentMessage, Settlement};
-use crate::adapters::upstream::{Gateway, ItemOutcome};
+use crate::base::metrics::Metrics;
 use crate::core::domain::{AnswerSource, Error, Operation, Output, UnavailableCause};
-use crate::process::metrics::Metrics;
+use crate::core::ports::gateway::{Gateway, ItemOutcome};
+use crate::core::ports::store::{AcceptedOutcome, SentMessage, Settlement};
 
 /// The answer to one operation of a call.
 #[derive(Debug)]
@@ -43,7 +43,7 @@ pub enum Answer {
 /// Runs envelopes against the gateway, with claims and delivery tracking when set.
 #[derive(Debug)]
 pub struct Engine {
-    pub(super) gateway: Gateway,
+    pub(super) gateway: Arc<dyn Gateway>,
     pub(super) tracking: Option<Tracking>,
     pub(super) claims: Option<Claims>,
     pub(super) metrics: Arc<Metrics>,
@@ -76,11 +76,14 @@ impl Engine {
             .map(|op| {
                 let key = op.idempotency_key().filter(|_| claiming).map(|id| {
                     match (&call.confidential, call.scheduled) {
-                        (Some(confidential), _) => (id, confidential.fingerprint(&op)),
-                        (None, Some(scheduled)) => {
-                            (id, super::scheduled_fingerprint(&op, scheduled.send_at))
+                        (Some(confidential), _) => {
+                            (id, confidential.fingerprint(&*self.gateway, &op))
                         }
-                        (None, None) => (id, claims::fingerprint(&op)),
+                        (None, Some(scheduled)) => (
+                            id,
+                            super::scheduled_fingerprint(&*self.gateway, &op, scheduled.send_at),
+                        ),
+                        (None, None) => (id, claims::fingerprint(&*self.gateway, &op)),
                     }
                 });
                 Entry {
@@ -122,9 +125,12 @@ impl Runner for Engine {
         }
         // The suppression list is read beside the claims' write: one read for the group.
         let phones = recipients(&entries);
-        let ((), opted_out) = tokio::join!(acquire(claims, &mut entries), self.opted_out(phones));
+        let ((), opted_out) = tokio::join!(
+            acquire(claims, &mut entries),
+            opted_out(self.tracking.as_ref(), phones)
+        );
         let mut settlements = Vec::new();
-        self.refuse_opted_out(&mut entries, &opted_out, &mut settlements);
+        refuse_opted_out(&self.metrics, &mut entries, &opted_out, &mut settlements);
         release_unwanted(
             &mut entries,
             &calls.iter().collect::<Vec<_>>(),
@@ -316,16 +322,14 @@ impl Engine {
             let result = match outcome {
                 ItemOutcome::Done(output) => Ok(output),
                 // A status query the gateway refuses as "not found" asks for an id it
-                // does not know; any other refusal is only a refusal.
-                ItemOutcome::Rejected(text) => Err(match &entry.op {
-                    Operation::GetMessageStatus(id)
-                        if crate::adapters::upstream::says_not_found(&text) =>
-                    {
-                        Error::MessageNotFound {
-                            id: id.get(),
-                            upstream_error: text,
-                        }
-                    }
+                // does not know (the gateway adapter tells); any other refusal is only a
+                // refusal.
+                ItemOutcome::Rejected(text) => Err(Error::Rejected(text)),
+                ItemOutcome::NotFound(text) => Err(match &entry.op {
+                    Operation::GetMessageStatus(id) => Error::MessageNotFound {
+                        id: id.get(),
+                        upstream_error: text,
+                    },
                     _ => Error::Rejected(text),
                 }),
                 ItemOutcome::BadPayload(e) => Err(Error::Unavailable {

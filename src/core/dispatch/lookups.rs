@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::claims::duration;
-use crate::adapters::store::Lookups;
+use super::duration;
 use crate::core::domain::{ClientId, Error, UnavailableCause};
+use crate::core::ports::store::Lookups;
 
 /// After a `status` lookup left an outcome unknown, how long until the next may run;
 /// it doubles with each such lookup in a row.

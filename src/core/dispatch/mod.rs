@@ -20,13 +20,13 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use crate::adapters::store::Store;
-use crate::adapters::upstream::{Gateway, UpstreamError};
+use crate::base::metrics::Metrics;
 use crate::core::domain::{
     AnswerSource, CallerName, ClientId, Error, Operation, Output, UnavailableCause,
 };
 use crate::core::hooks::HookUrls;
-use crate::process::metrics::Metrics;
+use crate::core::ports::gateway::{Gateway, UpstreamError};
+use crate::core::ports::store::Store;
 
 pub use claims::{Claims, Owned, STALE_MARGIN, fingerprint};
 use coalescer::Coalescer;
@@ -71,7 +71,7 @@ pub struct Dispatcher {
 impl Dispatcher {
     /// A dispatcher over `gateway` within `limits`, without delivery tracking or
     /// idempotency.
-    pub fn new(gateway: Gateway, limits: Limits, metrics: Arc<Metrics>) -> Self {
+    pub fn new(gateway: Arc<dyn Gateway>, limits: Limits, metrics: Arc<Metrics>) -> Self {
         Self::build(
             Engine {
                 gateway,
@@ -92,6 +92,7 @@ impl Dispatcher {
             Engine {
                 gateway: self.engine.gateway.clone(),
                 claims: Some(Claims::new(
+                    self.engine.gateway.clone(),
                     tracking.store.clone(),
                     stale_after,
                     tracking.settle,
@@ -114,6 +115,11 @@ impl Dispatcher {
     /// Operations one call may hold at most: they always share one envelope.
     pub fn batch_max(&self) -> usize {
         self.coalescer.limits().batch_max
+    }
+
+    /// The gateway operations go to.
+    pub fn gateway(&self) -> &dyn Gateway {
+        &*self.engine.gateway
     }
 
     /// The claims of keyed operations, when msgw tracks them.
@@ -268,6 +274,11 @@ impl Dispatcher {
             .map(|r| r.unwrap_or_else(|| Err(Error::Internal("operation left unanswered".into()))))
             .collect())
     }
+}
+
+/// A std duration as chrono's (saturating).
+fn duration(d: std::time::Duration) -> chrono::Duration {
+    chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
 }
 
 /// Maps a failed upstream request; `changes_state` says whether any operation in it

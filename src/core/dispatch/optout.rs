@@ -8,11 +8,12 @@
 
 use std::collections::HashSet;
 
+use super::Tracking;
 use super::acquire::{Entry, Slot};
 use super::claims::Owned;
-use super::envelope::Engine;
-use crate::adapters::store::Settlement;
+use crate::base::metrics::Metrics;
 use crate::core::domain::{Error, Phone};
+use crate::core::ports::store::Settlement;
 
 /// Why a refused operation's claim was given back.
 const OPTED_OUT: &str = "the recipient opted out: nothing was sent";
@@ -27,60 +28,61 @@ pub(super) fn recipients<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> Ve
         .collect()
 }
 
-impl Engine {
-    /// Which of `phones` are on the suppression list: one store read. Without delivery
-    /// tracking msgw has no store and no list.
-    pub(super) async fn opted_out(&self, phones: Vec<Phone>) -> Result<HashSet<Phone>, Error> {
-        let Some(tracking) = &self.tracking else {
-            return Ok(HashSet::new());
-        };
-        if phones.is_empty() {
-            return Ok(HashSet::new());
-        }
-        match tracking.store.suppressed(&phones).await {
-            Ok(found) => Ok(found.into_iter().collect()),
-            Err(e) => Err(e.unavailable(
-                "msgw's store is unavailable: the suppression list could not be read, nothing was sent",
-            )),
-        }
+/// Which of `phones` are on the suppression list: one store read. Without delivery
+/// tracking msgw has no store and no list.
+pub(super) async fn opted_out(
+    tracking: Option<&Tracking>,
+    phones: Vec<Phone>,
+) -> Result<HashSet<Phone>, Error> {
+    let Some(tracking) = tracking else {
+        return Ok(HashSet::new());
+    };
+    if phones.is_empty() {
+        return Ok(HashSet::new());
     }
+    match tracking.store.suppressed(&phones).await {
+        Ok(found) => Ok(found.into_iter().collect()),
+        Err(e) => Err(e.unavailable(
+            "msgw's store is unavailable: the suppression list could not be read, nothing was sent",
+        )),
+    }
+}
 
-    /// Answers each operation about to be sent on a fresh claim (`Send`) whose number
-    /// `opted_out` holds: RECIPIENT_OPTED_OUT, its claim released. When the list could
-    /// not be read, every such operation that reaches a person fails instead: a send
-    /// never goes out unchecked.
-    pub(super) fn refuse_opted_out(
-        &self,
-        entries: &mut [Entry],
-        opted_out: &Result<HashSet<Phone>, Error>,
-        settlements: &mut Vec<(Owned, Settlement)>,
-    ) {
-        for entry in entries.iter_mut() {
-            let Slot::Send(owned) = entry.slot else {
-                continue;
-            };
-            let Some(phone) = entry.op.recipient() else {
-                continue;
-            };
-            let refusal = match opted_out {
-                Ok(numbers) if numbers.contains(&phone) => {
-                    self.metrics
-                        .opt_out_refusals_total
-                        .with_label_values(&[entry.op.rpc_name()])
-                        .inc();
-                    tracing::info!(
-                        client_id = entry.op.client_id().map(|id| id.get()),
-                        "send refused: its recipient opted out"
-                    );
-                    Error::RecipientOptedOut { phone }
-                }
-                Ok(_) => continue,
-                Err(e) => e.clone(),
-            };
-            if let Some(owned) = owned {
-                settlements.push((owned, Settlement::Released(OPTED_OUT.into())));
+/// Answers each operation about to be sent on a fresh claim (`Send`) whose number
+/// `opted_out` holds: RECIPIENT_OPTED_OUT, its claim released. When the list could
+/// not be read, every such operation that reaches a person fails instead: a send
+/// never goes out unchecked.
+pub(super) fn refuse_opted_out(
+    metrics: &Metrics,
+    entries: &mut [Entry],
+    opted_out: &Result<HashSet<Phone>, Error>,
+    settlements: &mut Vec<(Owned, Settlement)>,
+) {
+    for entry in entries.iter_mut() {
+        let Slot::Send(owned) = entry.slot else {
+            continue;
+        };
+        let Some(phone) = entry.op.recipient() else {
+            continue;
+        };
+        let refusal = match opted_out {
+            Ok(numbers) if numbers.contains(&phone) => {
+                metrics
+                    .opt_out_refusals_total
+                    .with_label_values(&[entry.op.rpc_name()])
+                    .inc();
+                tracing::info!(
+                    client_id = entry.op.client_id().map(|id| id.get()),
+                    "send refused: its recipient opted out"
+                );
+                Error::RecipientOptedOut { phone }
             }
-            entry.slot = Slot::Done(Err(refusal));
+            Ok(_) => continue,
+            Err(e) => e.clone(),
+        };
+        if let Some(owned) = owned {
+            settlements.push((owned, Settlement::Released(OPTED_OUT.into())));
         }
+        entry.slot = Slot::Done(Err(refusal));
     }
 }

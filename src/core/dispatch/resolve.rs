@@ -12,11 +12,11 @@ use super::acquire::{Entry, Slot};
 use super::claims::{self, Owned};
 use super::envelope::{Caller, Engine, latest};
 use super::lookups::{self, Resolving};
-use super::optout::recipients;
+use super::optout::{opted_out, recipients, refuse_opted_out};
 use super::upstream_error;
-use crate::adapters::store::{AcceptedOutcome, Settlement};
-use crate::adapters::upstream::{ItemOutcome, UpstreamError};
 use crate::core::domain::{Error, Operation, Output};
+use crate::core::ports::gateway::{ItemOutcome, UpstreamError};
+use crate::core::ports::store::{AcceptedOutcome, Lookups, Settlement};
 
 impl Engine {
     /// Asks the gateway's `status` for every id whose earlier outcome is unknown, in
@@ -89,14 +89,11 @@ impl Engine {
                             msg_id = report.msg_id.as_deref().unwrap_or_default(),
                             "unknown outcome resolved: the gateway has the message"
                         );
-                        Slot::Done(claims::replay(op, owned.id, outcome))
+                        Slot::Done(claims::replay(&*self.gateway, op, owned.id, outcome))
                     }
                     // The gateway does not know the id, but the earlier request may
                     // still be on its way or in its queue: nothing proves it lost yet.
-                    Some(ItemOutcome::Rejected(text))
-                        if crate::adapters::upstream::says_not_found(text)
-                            && Utc::now() < settle_until =>
-                    {
+                    Some(ItemOutcome::NotFound(_)) if Utc::now() < settle_until => {
                         unresolved(true);
                         tracing::info!(
                             client_id = owned.id.get(),
@@ -109,9 +106,7 @@ impl Engine {
                     // request never arrived, so sending now is the first send, but
                     // only inside the claim's time (the status request took some of
                     // it): past that, the claim goes back and the call claims anew.
-                    Some(ItemOutcome::Rejected(text))
-                        if crate::adapters::upstream::says_not_found(text) =>
-                    {
+                    Some(ItemOutcome::NotFound(_)) => {
                         let claimed_at = callers[entries[i].call].call.claimed_at();
                         if claimed_at.is_some_and(|at| at.elapsed() > claims::HELD_FOR) {
                             settlements.push((
@@ -147,9 +142,10 @@ impl Engine {
         }
         if !sending_now.is_empty() {
             let phones = recipients(sending_now.iter().map(|&i| &entries[i]));
-            let opted_out = self.opted_out(phones).await;
+            let opted_out = opted_out(self.tracking.as_ref(), phones).await;
             for i in sending_now {
-                self.refuse_opted_out(
+                refuse_opted_out(
+                    &self.metrics,
                     std::slice::from_mut(&mut entries[i]),
                     &opted_out,
                     settlements,
@@ -161,11 +157,7 @@ impl Engine {
 
 /// The error of a call whose earlier outcome is unknown and whose `status` query failed
 /// (the lookups of its claim now at `lookups`).
-fn still_unknown(
-    owned: Owned,
-    lookups: crate::adapters::store::Lookups,
-    e: &UpstreamError,
-) -> Error {
+fn still_unknown(owned: Owned, lookups: Lookups, e: &UpstreamError) -> Error {
     match upstream_error(e, true) {
         Error::Unavailable { detail, .. } => {
             let failed = format!("it could not be asked: {detail}");

@@ -5,16 +5,20 @@ use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
 
 use super::Executed;
-use crate::adapters::store::Fingerprint;
-use crate::adapters::upstream;
 use crate::core::domain::{ClientId, Operation, Output, SendReceipt};
+use crate::core::ports::gateway::Gateway;
+use crate::core::ports::store::Fingerprint;
 
 /// The fingerprint of a request with a `send_at`: its operation and its time, so the
 /// same message at another time is another request (a request without one keeps the
 /// fingerprint it always had).
-pub fn scheduled_fingerprint(op: &Operation, send_at: DateTime<Utc>) -> Fingerprint {
+pub fn scheduled_fingerprint(
+    gateway: &dyn Gateway,
+    op: &Operation,
+    send_at: DateTime<Utc>,
+) -> Fingerprint {
     let mut hash = Sha256::new();
-    hash.update(upstream::canonical(op));
+    hash.update(gateway.canonical(op));
     hash.update(b"\nsend_at_ms:");
     hash.update(send_at.timestamp_millis().to_be_bytes());
     Fingerprint(hash.finalize().into())

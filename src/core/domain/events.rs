@@ -2,7 +2,7 @@
 
 use chrono::{DateTime, Utc};
 
-use super::{Channel, ClientId, Reply, ReportedStatus};
+use super::{Channel, ClientId, Cursor, Reply, ReportedStatus};
 
 /// The longest duration `google.protobuf.Duration` holds (10,000 years), seconds.
 pub const MAX_DURATION_SECS: f64 = 315_576_000_000.0;
@@ -120,44 +120,6 @@ impl NewEvent {
     }
 }
 
-/// A position in the event log: every stored event has its own, and a later event a
-/// higher one. `Cursor::START` is before the first event.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Cursor(u64);
-
-impl Cursor {
-    /// Before the first event.
-    pub const START: Self = Self(0);
-
-    /// The cursor of this number (as callers and the store give it).
-    pub const fn new(n: u64) -> Self {
-        Self(n)
-    }
-
-    /// Its number.
-    pub const fn get(self) -> u64 {
-        self.0
-    }
-
-    /// The cursor just after this one.
-    #[must_use]
-    pub const fn next(self) -> Self {
-        Self(self.0.saturating_add(1))
-    }
-
-    /// The cursor just before this one (`START` stays `START`).
-    #[must_use]
-    pub const fn prev(self) -> Self {
-        Self(self.0.saturating_sub(1))
-    }
-}
-
-impl std::fmt::Display for Cursor {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
 /// An event of the log: a report with its cursor.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StatusEvent {
@@ -167,41 +129,6 @@ pub struct StatusEvent {
     pub caller: Option<super::CallerName>,
     /// The event.
     pub event: NewEvent,
-}
-
-/// An entry of the event log: a delivery status, or an opt-out change.
-#[derive(Debug, Clone, PartialEq)]
-pub enum LogEvent {
-    /// A status of a message.
-    Status(StatusEvent),
-    /// A number opted out or back in.
-    Suppression(super::SuppressionEvent),
-}
-
-impl LogEvent {
-    /// Its position in the log.
-    pub fn cursor(&self) -> Cursor {
-        match self {
-            Self::Status(e) => e.cursor,
-            Self::Suppression(e) => e.cursor,
-        }
-    }
-
-    /// The status event, if it is one.
-    pub fn status(&self) -> Option<&StatusEvent> {
-        match self {
-            Self::Status(e) => Some(e),
-            Self::Suppression(_) => None,
-        }
-    }
-
-    /// The status event, if it is one, owned.
-    pub fn into_status(self) -> Option<StatusEvent> {
-        match self {
-            Self::Status(e) => Some(e),
-            Self::Suppression(_) => None,
-        }
-    }
 }
 
 impl From<DeliveryReport> for super::StatusReport {

@@ -3,9 +3,11 @@
 //! gateway's JSON shapes.
 
 mod caller;
+mod cursor;
 mod error;
 mod events;
 mod facts;
+mod log;
 mod money;
 mod number_type;
 mod ops;
@@ -18,12 +20,13 @@ mod values;
 mod verification;
 
 pub use caller::CallerName;
+pub use cursor::Cursor;
 pub use error::{Error, FieldViolation, Scope, UnavailableCause, Violations};
 pub use events::{
-    Cursor, DeliveryReport, EventSource, LogEvent, MAX_DURATION_SECS, NewEvent, StatusEvent,
-    representable,
+    DeliveryReport, EventSource, MAX_DURATION_SECS, NewEvent, StatusEvent, representable,
 };
 pub use facts::{Facts, Idempotency, OpKind};
+pub use log::LogEvent;
 pub use money::{Money, MoneyError};
 pub use number_type::NumberType;
 pub use ops::{

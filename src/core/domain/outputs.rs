@@ -252,3 +252,16 @@ impl AnswerSource {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::AnswerSource;
+
+    #[test]
+    fn the_metrics_count_every_answer_source() {
+        assert_eq!(
+            AnswerSource::ALL.map(AnswerSource::as_str),
+            crate::base::metrics::STATUS_SOURCES
+        );
+    }
+}

@@ -16,18 +16,20 @@ use std::{collections::HashSet, sync::Arc, time::Duration};
 use chrono::Utc;
 use tokio::sync::{Mutex, broadcast, watch};
 
-use crate::adapters::store::{Appended, LogAppend, Retention, Store, StoreError};
+use crate::base::metrics::Metrics;
 use crate::core::domain::{
     CallerName, Channel, ClientId, Cursor, Error, Keywords, LogEvent, NewEvent, StatusEvent,
     SuppressionChange, UnavailableCause,
 };
 use crate::core::group_commit::GroupWriter;
 use crate::core::held::CallAccount;
-use crate::process::metrics::Metrics;
-use crate::process::periodic::{Leased, Periodic};
+use crate::core::periodic::{Leased, Periodic};
+use crate::core::ports::store::{Appended, LogAppend, Retention, Store, StoreError};
 
+mod intake;
 mod subscription;
 
+pub use intake::{Intake, Refused, Taken};
 pub use subscription::Subscription;
 
 /// Where a subscription starts.

@@ -12,9 +12,9 @@ use std::{
 use tokio::sync::{broadcast, mpsc};
 
 use super::{Filter, shutting_down, store_error};
-use crate::adapters::store::Store;
 use crate::core::domain::{Cursor, Error, LogEvent};
 use crate::core::held::{CallAccount, Held, HeldKind};
+use crate::core::ports::store::Store;
 
 /// Events fetched from the store per query while replaying: small, so that a stream
 /// that does not read holds little.

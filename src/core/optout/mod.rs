@@ -11,11 +11,11 @@ use std::sync::Arc;
 
 use chrono::{SubsecRound, Utc};
 
-use crate::adapters::store::{Appended, Store, StoreError};
 use crate::core::domain::{
     CallerName, Error, Phone, Reason, Suppression, SuppressionChange, SuppressionSource,
 };
 use crate::core::events::EventLog;
+use crate::core::ports::store::{Appended, Store, StoreError};
 pub use settings::Settings;
 
 /// Entries of a ListSuppressions page when the caller names no size.
@@ -47,7 +47,7 @@ impl Suppressions {
     }
 
     /// The metrics changes count into.
-    pub fn metrics(&self) -> &Arc<crate::process::metrics::Metrics> {
+    pub fn metrics(&self) -> &Arc<crate::base::metrics::Metrics> {
         self.events.metrics()
     }
 

@@ -1,8 +1,8 @@
 //! Which replies opt a number out or back in: `msgw serve`'s `--opt-out-keywords` and
 //! `--opt-in-keywords`, declared and checked here.
 
+use crate::base::parse;
 use crate::core::domain::Keywords;
-use crate::process::parse;
 
 /// Longest keyword, in characters.
 const MAX_KEYWORD_CHARS: usize = 64;

@@ -16,13 +16,13 @@ use std::{sync::Arc, time::Duration};
 use futures_util::FutureExt;
 use tokio::time::Instant;
 
-use crate::adapters::store::Store;
+use crate::base::metrics::Metrics;
+use crate::base::parse;
 use crate::core::dispatch::{Dispatcher, Executed};
 use crate::core::domain::{
     AnswerSource, CallerName, ClientId, Error, OpKind, Operation, Output, StatusReport, Waited,
 };
-use crate::process::metrics::Metrics;
-use crate::process::parse;
+use crate::core::ports::store::Store;
 
 use flight::Flights;
 

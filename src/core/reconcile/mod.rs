@@ -11,14 +11,14 @@ use std::{sync::Arc, time::Duration};
 use chrono::{DateTime, Utc};
 use tokio::sync::watch;
 
-use crate::adapters::store::{PendingMessage, Store};
+use crate::base::parse;
 use crate::core::dispatch::Dispatcher;
 use crate::core::domain::{
     ClientId, DeliveryReport, Error, EventSource, NewEvent, Operation, Output, StatusReport,
 };
 use crate::core::events::EventLog;
-use crate::process::parse;
-use crate::process::periodic::Periodic;
+use crate::core::periodic::Periodic;
+use crate::core::ports::store::{PendingMessage, Store};
 
 /// When and how often to poll: `msgw serve`'s `--reconcile-*` options.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Args)]
@@ -216,7 +216,7 @@ fn delivery_report(r: StatusReport) -> DeliveryReport {
     }
 }
 
-fn store_error(e: crate::adapters::store::StoreError) -> Error {
+fn store_error(e: crate::core::ports::store::StoreError) -> Error {
     e.unavailable("msgw's store is unavailable: no messages to poll this round")
 }
 

@@ -10,10 +10,12 @@ use std::time::Duration;
 use chrono::Utc;
 
 use super::{Reconciler, delivery_report, store_error};
-use crate::adapters::store::{AcceptedOutcome, ClaimChange, ClaimReply, SentMessage, Settlement};
 use crate::core::dispatch::Owned;
 use crate::core::domain::{
     ClientId, Error, EventSource, NewEvent, Operation, Output, StatusReport,
+};
+use crate::core::ports::store::{
+    AcceptedOutcome, ClaimChange, ClaimReply, SentMessage, Settlement,
 };
 
 /// How long a claim whose `status` query failed waits before reconcile asks again.

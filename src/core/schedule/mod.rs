@@ -27,7 +27,7 @@ use futures_util::future::join_all;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::adapters::store::{ClaimState, NewScheduled, ScheduleReply, Store, StoreError};
+use crate::base::metrics::Metrics;
 use crate::core::dispatch::{
     Dispatcher, Executed, ScheduledKey, scheduled_fingerprint, scheduled_receipt,
 };
@@ -36,7 +36,7 @@ use crate::core::domain::{
     StatusReport,
 };
 use crate::core::events::EventLog;
-use crate::process::metrics::Metrics;
+use crate::core::ports::store::{ClaimState, NewScheduled, ScheduleReply, Store, StoreError};
 
 pub use run::{LEASE, LOOK_EVERY, PASS_MAX};
 
@@ -159,7 +159,7 @@ impl Scheduler {
                 "a timed operation without an id: {op:?}"
             )));
         };
-        let fingerprint = scheduled_fingerprint(&op, time.send_at);
+        let fingerprint = scheduled_fingerprint(self.dispatcher.gateway(), &op, time.send_at);
         let key = ScheduledKey {
             send_at: time.send_at,
             leaving: false,

@@ -12,11 +12,11 @@ use chrono::{DateTime, Utc};
 use tokio::sync::{Semaphore, watch};
 
 use super::Scheduler;
-use crate::adapters::store::{
-    ClaimChange, ClaimReply, ClaimState, DueScheduled, Settlement, StoreError,
-};
 use crate::core::dispatch::{Owned, ScheduledKey};
 use crate::core::domain::{ClientId, Error, Operation, Output};
+use crate::core::ports::store::{
+    ClaimChange, ClaimReply, ClaimState, DueScheduled, Settlement, StoreError,
+};
 
 /// Due messages one pass takes at most (and leaves one replica sends at once).
 pub const PASS_MAX: u32 = 1000;
@@ -252,7 +252,7 @@ impl Scheduler {
 /// second); a failure is logged: the lease brings them back, and their claims answer
 /// them then.
 async fn forget_in_groups(
-    store: Arc<dyn crate::adapters::store::Store>,
+    store: Arc<dyn crate::core::ports::store::Store>,
     mut ids: tokio::sync::mpsc::UnboundedReceiver<ClientId>,
 ) {
     let mut group = Vec::with_capacity(PASS_MAX as usize);

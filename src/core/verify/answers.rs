@@ -4,9 +4,8 @@
 use chrono::Utc;
 
 use super::{Verifier, View, store_error};
-use crate::adapters::store::VerificationRecord;
-use crate::core::domain::{Error, Phone, VerificationStatus};
-use crate::transport::auth::Caller;
+use crate::core::domain::{CallerName, Error, Phone, VerificationStatus};
+use crate::core::ports::store::VerificationRecord;
 
 impl Verifier {
     fn count_check(&self, outcome: &str) {
@@ -17,7 +16,12 @@ impl Verifier {
     }
 
     /// Checks `code` against the caller's pending verification of `phone`.
-    pub async fn check(&self, caller: &Caller, phone: Phone, code: &str) -> Result<View, Error> {
+    pub async fn check(
+        &self,
+        caller: Option<&CallerName>,
+        phone: Phone,
+        code: &str,
+    ) -> Result<View, Error> {
         let now = Utc::now();
         let right = |pending: &VerificationRecord| {
             pending
@@ -28,7 +32,7 @@ impl Verifier {
         let lift = self.guard.lift_check(phone, now);
         let decided = self
             .store
-            .check_verification(caller.name.as_ref(), phone, now, &right, lift.as_ref())
+            .check_verification(caller, phone, now, &right, lift.as_ref())
             .await
             .map_err(store_error)?;
         self.count_expired(&decided.expired);
@@ -53,10 +57,10 @@ impl Verifier {
     }
 
     /// The caller's pending verification of `phone`.
-    pub async fn get(&self, caller: &Caller, phone: Phone) -> Result<View, Error> {
+    pub async fn get(&self, caller: Option<&CallerName>, phone: Phone) -> Result<View, Error> {
         let decided = self
             .store
-            .pending_verification(caller.name.as_ref(), phone, Utc::now())
+            .pending_verification(caller, phone, Utc::now())
             .await
             .map_err(store_error)?;
         self.count_expired(&decided.expired);
@@ -67,10 +71,10 @@ impl Verifier {
     }
 
     /// Cancels the caller's pending verification of `phone`.
-    pub async fn cancel(&self, caller: &Caller, phone: Phone) -> Result<View, Error> {
+    pub async fn cancel(&self, caller: Option<&CallerName>, phone: Phone) -> Result<View, Error> {
         let decided = self
             .store
-            .cancel_verification(caller.name.as_ref(), phone, Utc::now())
+            .cancel_verification(caller, phone, Utc::now())
             .await
             .map_err(store_error)?;
         self.count_expired(&decided.expired);

@@ -8,10 +8,10 @@ use rand::Rng;
 use secrecy::{ExposeSecret, SecretString};
 use subtle::ConstantTimeEq;
 
-use crate::adapters::store::StoredCode;
 use crate::core::dispatch::Confidential;
 use crate::core::domain::ClientId;
 use crate::core::mac::tag as hmac;
+use crate::core::ports::store::StoredCode;
 
 /// Digits of a code, at most (msgw's own are 4 to 8; the gateway's voice codes are 4).
 pub const MAX_DIGITS: usize = 16;
@@ -87,12 +87,12 @@ impl Codes {
         hmac(&self.guard_key, &[name.as_bytes(), &[0], value.as_bytes()]).to_vec()
     }
 
-    /// The keyed fingerprint of a StartVerification's request (its
-    /// [`super::StartVerification::canonical`] form), which its send id stays tied to:
-    /// equal requests have equal fingerprints, and the store learns nothing of the
+    /// The keyed fingerprint of a StartVerification's request, given in its
+    /// canonical form (`StartVerification::canonical`), which its send id stays tied
+    /// to: equal requests have equal fingerprints, and the store learns nothing of the
     /// request from it.
-    pub fn request_mac(&self, request: &super::StartVerification) -> Vec<u8> {
-        hmac(&self.claims_key, &[b"request\0", &request.canonical()]).to_vec()
+    pub fn request_mac(&self, canonical: &[u8]) -> Vec<u8> {
+        hmac(&self.claims_key, &[b"request\0", canonical]).to_vec()
     }
 
     /// The HMAC of `code` for verification `id` (bound to it: the same code in two

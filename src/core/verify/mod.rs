@@ -19,14 +19,13 @@ use std::{sync::Arc, time::Duration};
 use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 
-use crate::adapters::store::{
+use crate::base::metrics::Metrics;
+use crate::core::dispatch::{Confidential, Dispatcher};
+use crate::core::domain::{CallerName, Error, Output, Phone, VerificationStatus};
+use crate::core::ports::store::{
     NewVerification, PhoneLimit, Start, StartOutcome, Store, StoreError, VerificationChange,
     VerificationRecord,
 };
-use crate::core::dispatch::{Confidential, Dispatcher};
-use crate::core::domain::{Error, Output, Phone, VerificationStatus};
-use crate::process::metrics::Metrics;
-use crate::transport::auth::Caller;
 pub use code::{Code, Codes};
 use guard::CodeOutcome;
 pub use guard::Guard;
@@ -249,7 +248,7 @@ impl Verifier {
     /// follows.
     pub async fn start(
         &self,
-        caller: &Caller,
+        caller: Option<&CallerName>,
         request: &StartVerification,
         deadline: Option<Instant>,
     ) -> Result<View, Error> {
@@ -268,7 +267,7 @@ impl Verifier {
             &voiced
         };
         self.not_opted_out(request.phone).await?;
-        let name = caller.name.as_ref();
+        let name = caller;
         let now = Utc::now();
         let interval = chrono(self.settings.resend_interval);
         let code = (!request.gateway_picks_code()).then(|| Code::generate(request.digits));
@@ -292,7 +291,7 @@ impl Verifier {
             guard: self
                 .guard
                 .check(request.phone, &request.rate_limit_keys, now),
-            request_mac: self.codes.request_mac(request),
+            request_mac: self.codes.request_mac(&request.canonical()),
         };
         let decided = self
             .store
@@ -365,7 +364,7 @@ impl Verifier {
     /// Sends `record`'s code with the request's id and channels, and records the outcome.
     async fn send(
         &self,
-        caller: &Caller,
+        caller: Option<&CallerName>,
         request: &StartVerification,
         record: VerificationRecord,
         kind: Send,
@@ -389,7 +388,7 @@ impl Verifier {
         let op = request.operation(code.as_ref())?;
         let sent = self
             .dispatcher
-            .execute_confidential(op, deadline, caller.name.as_ref(), &self.confidential)
+            .execute_confidential(op, deadline, caller, &self.confidential)
             .await;
         let executed = match sent {
             Ok(executed) => executed,

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::{guard, numbers};
-use crate::process::parse;
+use crate::base::parse;
 
 /// How verifications behave.
 #[derive(Debug, Clone, PartialEq, clap::Args)]

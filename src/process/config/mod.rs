@@ -2,7 +2,7 @@
 //! of `cli.rs` become once secrets are read and the rules across options hold.
 //!
 //! Where an option is checked: its own bounds and format by its flag's parser (stated
-//! once, on the flag: [`crate::process::parse`]); everything that depends on more than one
+//! once, on the flag: [`crate::base::parse`]); everything that depends on more than one
 //! option, on a file or on the store (a queue not below the batch, the guard's grace
 //! inside its window, the secrets replicas share, caller authentication in front of a
 //! real gateway) here, in [`ServeArgs::into_config`] and nowhere else. Both end as
@@ -12,8 +12,8 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use secrecy::{ExposeSecret, SecretString};
 
-use crate::adapters::store::Retention;
 use crate::core::dispatch::Limits;
+use crate::core::ports::store::Retention;
 use crate::core::reconcile::ReconcileConfig;
 use crate::process::cli::{SecurityArgs, ServeArgs};
 use crate::sandbox::{DEFAULT_API_KEY, SandboxConfig};
@@ -106,7 +106,7 @@ pub struct Config {
 impl Config {
     /// `msgw serve` with no flags and no environment: every flag at its default.
     pub fn serve_defaults() -> anyhow::Result<Self> {
-        crate::process::parse::defaults::<ServeArgs>().into_config()
+        crate::base::parse::defaults::<ServeArgs>().into_config()
     }
 
     /// msgw on loopback ports the system chooses, with `msgw serve`'s defaults, fixed
@@ -173,10 +173,10 @@ impl ServeArgs {
         if guard.grace >= guard.window {
             refuse(Problem::value(
                 "verify_guard_grace",
-                crate::process::parse::shown(guard.grace),
+                crate::base::parse::shown(guard.grace),
                 format!(
                     "must be shorter than MSGW_VERIFY_GUARD_WINDOW ({})",
-                    crate::process::parse::shown(guard.window)
+                    crate::base::parse::shown(guard.window)
                 ),
             ));
         }

@@ -10,13 +10,13 @@ mod routes;
 
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::billing::{self, Units};
+use super::billing;
 use super::channel::Channel;
-use super::delivery::{self, Target};
+use super::delivery;
 use super::fields::Fields;
+use super::message::{Piece, Target};
 use super::state::MessageRecord;
 use super::status;
 use super::{Inner, Sandbox};
@@ -25,49 +25,6 @@ pub use routes::router;
 
 /// Messages the page and the list show at most (newest first).
 pub const SHOWN: usize = 200;
-
-/// What one send carried, as the sandbox received it; never changes.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Letter {
-    /// When it was received (RFC 3339).
-    pub received: String,
-    /// The number it was sent to.
-    pub phone: u64,
-    /// What each channel would show, in the order they are tried.
-    pub pieces: Vec<Piece>,
-    /// What it cost, in units.
-    pub cost: Units,
-    /// The one-time code it carries, as the phone shows it, if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub code: Option<String>,
-    /// Where its final status is posted.
-    pub target: Target,
-    /// Whether a voice call collects a DTMF digit.
-    #[serde(default)]
-    pub dtmf: bool,
-}
-
-/// What one channel of a message shows the recipient.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct Piece {
-    pub channel: Channel,
-    /// The sender name, for the channels that show one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sender: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub text: Option<String>,
-    /// Anything else the recipient sees: a Viber type, image, button and link.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub extras: Vec<(String, String)>,
-}
-
-/// One status a message went through.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct Moment {
-    pub time: String,
-    pub channel: Channel,
-    pub status: String,
-}
 
 /// How a message is ended by hand.
 #[derive(Debug, Clone, PartialEq, Eq)]

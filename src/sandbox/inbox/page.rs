@@ -12,7 +12,7 @@ use super::super::billing;
 use super::super::channel::Channel;
 use super::super::state::MessageRecord;
 use super::super::status;
-use super::{Letter, Piece};
+use crate::sandbox::message::{Letter, Piece};
 
 const STYLE: &str = include_str!("inbox.css");
 const SCRIPT: &str = include_str!("inbox.js");

@@ -6,7 +6,7 @@ use std::{path::PathBuf, time::Duration};
 
 use tokio::sync::watch;
 
-use crate::process::metrics::Metrics;
+use crate::base::metrics::Metrics;
 
 /// How often watched files are read for changes.
 pub const RELOAD_EVERY: Duration = Duration::from_secs(1);

@@ -18,8 +18,8 @@ use tonic_types::StatusExt;
 use super::callers::{Caller, Callers};
 use super::files;
 use super::incoming::PeerInfo;
+use crate::base::metrics::Metrics;
 use crate::core::domain::CallerName;
-use crate::process::metrics::Metrics;
 use crate::transport::conn_table::StreamGuard;
 
 /// Services anyone may call.

@@ -16,7 +16,7 @@ use tokio::sync::watch;
 use x509_parser::extensions::GeneralName;
 
 use super::files;
-use crate::process::metrics::Metrics;
+use crate::base::metrics::Metrics;
 
 /// The files of the gRPC port's TLS: the server's certificate chain and key (PEM)
 /// and, for mTLS, the CA that signs callers' certificates.

@@ -11,7 +11,7 @@ use std::{
 };
 
 use super::Table;
-use crate::process::metrics::TOP_CALLERS;
+use crate::base::metrics::TOP_CALLERS;
 
 /// Accounts kept without a live stream before unused ones are dropped.
 const KEPT_ACCOUNTS: usize = 1024;

@@ -8,8 +8,8 @@ use std::{
 use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec};
 
 use super::Close;
+use crate::base::metrics::Metrics;
 use crate::core::held::HeldKind;
-use crate::process::metrics::Metrics;
 
 /// Where a port's table counts its connections.
 #[derive(Clone)]

@@ -2,8 +2,8 @@
 
 use super::streams::MESSAGE_BLOCK;
 use super::*;
+use crate::base::metrics::Metrics;
 use crate::core::held::HeldKind;
-use crate::process::metrics::Metrics;
 
 /// A gRPC port's table whose connections cost nothing: these tests count streams.
 fn table(

@@ -8,8 +8,8 @@ use tonic::{Request, Response, Status};
 
 use super::convert::{page_size, timestamp};
 use super::handler;
-use crate::adapters::store::RangeHold;
 use crate::core::domain::{Error, Permission, Scope};
+use crate::core::ports::store::RangeHold;
 use crate::core::verify::{
     Verifier,
     guard::holds::{self, PAGE_DEFAULT, PAGE_MAX},

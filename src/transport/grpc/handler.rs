@@ -12,10 +12,10 @@ use tonic::{Request, Response, Status, metadata::MetadataValue};
 use tracing::{Instrument, field};
 
 use super::convert::{FromOutput, IntoOperation, counted_parts};
+use crate::base::metrics::Metrics;
 use crate::core::dispatch::{Dispatcher, Executed};
 use crate::core::domain::{AnswerSource, Error, Operation, SmsEstimate, Violations};
 use crate::core::held::CallAccount;
-use crate::process::metrics::Metrics;
 use crate::transport::auth::{self, Asks, Caller};
 
 /// Response metadata of an answer replayed from an earlier call with the same id.

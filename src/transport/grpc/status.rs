@@ -101,7 +101,7 @@ pub fn reason(e: &Error) -> &'static str {
 /// case, or its code's name when its status carries no reason.
 pub fn outcome(e: &Error) -> String {
     match reason(e) {
-        "" => crate::process::metrics::code_name(code(e)).to_owned(),
+        "" => crate::base::metrics::code_name(code(e)).to_owned(),
         reason => reason.to_ascii_lowercase(),
     }
 }

@@ -251,9 +251,14 @@ impl VerificationService for Verification {
         request: Request<proto::StartVerificationRequest>,
     ) -> Result<Response<proto::StartVerificationResponse>, Status> {
         let answer = self
-            .rpc(request, 1, start, |v, caller, parsed, deadline| async move {
-                v.start(&caller, &parsed, deadline).await
-            })
+            .rpc(
+                request,
+                1,
+                start,
+                |v, caller, parsed, deadline| async move {
+                    v.start(caller.name.as_ref(), &parsed, deadline).await
+                },
+            )
             .await?;
         Ok(answer.map(|v| proto::StartVerificationResponse {
             verification: Some(v),
@@ -269,7 +274,9 @@ impl VerificationService for Verification {
                 request,
                 0,
                 check,
-                |v, caller, (phone, code), _| async move { v.check(&caller, phone, &code).await },
+                |v, caller, (phone, code), _| async move {
+                    v.check(caller.name.as_ref(), phone, &code).await
+                },
             )
             .await?;
         Ok(answer.map(|v| proto::CheckVerificationResponse {
@@ -286,7 +293,7 @@ impl VerificationService for Verification {
                 request,
                 0,
                 |r, s| phone(s, &r.phone),
-                |v, caller, phone, _| async move { v.get(&caller, phone).await },
+                |v, caller, phone, _| async move { v.get(caller.name.as_ref(), phone).await },
             )
             .await?;
         Ok(answer.map(|v| proto::GetVerificationResponse {
@@ -303,7 +310,7 @@ impl VerificationService for Verification {
                 request,
                 0,
                 |r, s| phone(s, &r.phone),
-                |v, caller, phone, _| async move { v.cancel(&caller, phone).await },
+                |v, caller, phone, _| async move { v.cancel(caller.name.as_ref(), phone).await },
             )
             .await?;
         Ok(answer.map(|v| proto::CancelVerificationResponse {

@@ -13,15 +13,10 @@ use axum::{
     response::{IntoResponse, Response},
     routing::post,
 };
-use chrono::Utc;
 use secrecy::SecretString;
 
-use crate::adapters::store::Store;
-use crate::adapters::upstream::parse_webhook;
-use crate::core::domain::{ClientId, DeliveryReport, EventSource, NewEvent};
-use crate::core::events::EventLog;
-use crate::process::metrics::Metrics;
-
+use crate::base::metrics::Metrics;
+use crate::core::events::{Intake, Refused, Taken};
 use crate::core::hooks::{HookSigner, Token, same_token};
 
 /// Largest webhook body accepted; the gateway's reports are a few hundred bytes.
@@ -34,10 +29,8 @@ pub struct WebhookState {
     pub signer: HookSigner,
     /// The account-level token.
     pub account_token: SecretString,
-    /// Where events go.
-    pub events: Arc<EventLog>,
-    /// Sent messages, to find a client id by gateway id.
-    pub store: Arc<dyn Store>,
+    /// Takes the bodies into the event log.
+    pub intake: Intake,
     /// Where webhooks are counted.
     pub metrics: Arc<Metrics>,
     /// Time a client has to send a webhook's body.
@@ -80,10 +73,13 @@ impl Refusal {
     }
 }
 
-/// A webhook taken: stored as a new event, or a duplicate of a stored one.
-enum Taken {
-    Stored,
-    Duplicate,
+impl From<Refused> for Refusal {
+    fn from(refused: Refused) -> Self {
+        match refused {
+            Refused::Unreadable(why) => Self::new(StatusCode::BAD_REQUEST, why),
+            Refused::StoreUnavailable => Self::store_unavailable(),
+        }
+    }
 }
 
 /// The HTTP answer of a webhook, counted in `msgw_webhooks_total`.
@@ -167,8 +163,7 @@ async fn take_status(state: &WebhookState, token: &str, body: Body) -> Result<Ta
         Token::Legacy => None,
     };
     let body = body_bytes(state, body).await?;
-    let mut report =
-        parse_webhook(&body).map_err(|e| Refusal::new(StatusCode::BAD_REQUEST, e.to_string()))?;
+    let mut report = state.intake.read(&body)?;
     match proven {
         // The token names the message; a body naming another one is not its report.
         Some(id) if report.client_id.is_some_and(|named| named != id) => {
@@ -176,7 +171,7 @@ async fn take_status(state: &WebhookState, token: &str, body: Body) -> Result<Ta
         }
         Some(id) => report.client_id = Some(id),
         None => {
-            resolve_client_id(state, &mut report).await?;
+            state.intake.resolve_client_id(&mut report).await?;
             let signed = report
                 .client_id
                 .is_some_and(|id| state.signer.verify_legacy(id, token));
@@ -185,7 +180,7 @@ async fn take_status(state: &WebhookState, token: &str, body: Body) -> Result<Ta
             }
         }
     }
-    record(state, report).await
+    state.intake.record(report).await.map_err(Refusal::from)
 }
 
 async fn account_webhook(
@@ -201,9 +196,8 @@ async fn take_account(state: &WebhookState, token: &str, body: Body) -> Result<T
         return Err(Refusal::unauthorized());
     }
     let body = body_bytes(state, body).await?;
-    let mut report =
-        parse_webhook(&body).map_err(|e| Refusal::new(StatusCode::BAD_REQUEST, e.to_string()))?;
-    resolve_client_id(state, &mut report).await?;
+    let mut report = state.intake.read(&body)?;
+    state.intake.resolve_client_id(&mut report).await?;
     if report.client_id.is_none() {
         // Never stored under a made-up id. Not found rather than refused: a status can
         // arrive a moment before msgw has recorded the send, and the gateway retries.
@@ -218,52 +212,5 @@ async fn take_account(state: &WebhookState, token: &str, body: Body) -> Result<T
             ),
         });
     }
-    record(state, report).await
-}
-
-/// Fills in the client id from msgw's records when the body carries only `msg_id`.
-async fn resolve_client_id(
-    state: &WebhookState,
-    report: &mut DeliveryReport,
-) -> Result<(), Refusal> {
-    if report.client_id.is_some() {
-        return Ok(());
-    }
-    let Some(msg_id) = report.msg_id.as_deref() else {
-        return Ok(());
-    };
-    match state.store.client_id_of(msg_id).await {
-        Ok(id) => {
-            report.client_id = id;
-            Ok(())
-        }
-        Err(e) => {
-            tracing::error!(error = %e, "webhook: store lookup failed");
-            Err(Refusal::store_unavailable())
-        }
-    }
-}
-
-async fn record(state: &WebhookState, report: DeliveryReport) -> Result<Taken, Refusal> {
-    let client_id = report.client_id.map(ClientId::get);
-    let event = NewEvent {
-        report,
-        received_at: Utc::now(),
-        source: EventSource::Webhook,
-    };
-    match state.events.append(event).await {
-        Ok(Some(stored)) => {
-            tracing::debug!(client_id, cursor = stored.cursor.get(), "webhook stored");
-            Ok(Taken::Stored)
-        }
-        Ok(None) => {
-            tracing::debug!(client_id, "webhook duplicate");
-            Ok(Taken::Duplicate)
-        }
-        Err(e) => {
-            // Not acknowledged, so the gateway sends it again.
-            tracing::error!(client_id, error = %e, "webhook: store append failed");
-            Err(Refusal::store_unavailable())
-        }
-    }
+    state.intake.record(report).await.map_err(Refusal::from)
 }

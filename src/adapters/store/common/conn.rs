@@ -204,7 +204,7 @@ impl Conn<'_> {
     ) -> Result<T, StoreError> {
         self.fetch_optional(sql)
             .await?
-            .ok_or(StoreError::Database(sqlx::Error::RowNotFound))
+            .ok_or_else(|| sqlx::Error::RowNotFound.into())
     }
 
     /// Runs `sql`; its rows.

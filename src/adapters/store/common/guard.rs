@@ -7,13 +7,12 @@
 use chrono::{DateTime, Utc};
 
 use super::conn::{Conn, Lock, Sql};
-use crate::adapters::store::StoreError;
-use crate::adapters::store::guard::{
-    Figures, GuardCheck, GuardFinding, HoldRow, KeyCheck, RangeHold, Scope, ScopeKind, Window,
-    key_lock,
-};
+use crate::adapters::store::guard::{HoldRow, key_lock};
 use crate::adapters::store::rows::{from_ms, id_to_db, ms};
 use crate::core::domain::ClientId;
+use crate::core::ports::store::{
+    Figures, GuardCheck, GuardFinding, KeyCheck, RangeHold, Scope, ScopeKind, StoreError, Window,
+};
 
 /// The hold of a range, whatever its state (`$1` range).
 const HOLD_SQL: &str = "SELECT * FROM guard_holds WHERE range_prefix = $1";

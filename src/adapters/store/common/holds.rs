@@ -4,9 +4,9 @@
 use chrono::{DateTime, Utc};
 
 use super::conn::{Conn, Sql};
-use crate::adapters::store::StoreError;
-use crate::adapters::store::guard::{HoldRow, RangeHold};
+use crate::adapters::store::guard::HoldRow;
 use crate::adapters::store::rows::ms;
+use crate::core::ports::store::{RangeHold, StoreError};
 
 /// Ranges held at `$1`, in range order after `$2`, at most `$3`.
 const HELD_SQL: &str = "SELECT * FROM guard_holds

@@ -10,12 +10,12 @@ use chrono::{DateTime, Utc};
 
 use super::conn::{Conn, Sql, Tx};
 use crate::adapters::store::rows::{ClaimRow, from_ms, id_from_db, id_to_db, ms};
-use crate::adapters::store::scheduled::{
-    DueRow, DueScheduled, EarlierScheduled, NewScheduled, ScheduleReply, ScheduledSummary,
-    due_from_row,
-};
-use crate::adapters::store::{ClaimRecord, StoreError};
+use crate::adapters::store::scheduled::{DueRow, due_from_row};
 use crate::core::domain::{CallerName, ClientId};
+use crate::core::ports::store::{
+    ClaimRecord, DueScheduled, EarlierScheduled, NewScheduled, ScheduleReply, ScheduledSummary,
+    StoreError,
+};
 
 /// Drops what is kept of `id` (`$1`): this version's request, and an earlier version's
 /// until it is moved.

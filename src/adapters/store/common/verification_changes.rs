@@ -4,11 +4,9 @@
 
 use super::conn::{Conn, Lock, Sql};
 use super::guard;
-use super::verifications::record;
-use crate::adapters::store::StoreError;
-use crate::adapters::store::verifications::{
-    VerificationChange, VerificationRecord, VerificationRow, at, client_id_to_db,
-};
+use super::verifications::{CANCEL_SQL, record};
+use crate::adapters::store::verifications::{VerificationRow, at, client_id_to_db};
+use crate::core::ports::store::{StoreError, VerificationChange, VerificationRecord};
 
 /// Keeps a voice call's code: `$1` id, `$2` send, `$3` mac, `$4` sealed, `$5` nonce.
 const SET_CODE_SQL: &str = "UPDATE verifications
@@ -18,12 +16,6 @@ const SET_CODE_SQL: &str = "UPDATE verifications
 
 /// Marks a send accepted (`$1`).
 const SENT_SQL: &str = "UPDATE verification_sends SET sent = TRUE WHERE client_id = $1";
-
-/// Cancels (`$1` id, `$2` now).
-pub(super) const CANCEL_SQL: &str =
-    "UPDATE verifications SET status = 'canceled', updated_at_ms = $2
-     WHERE id = $1 AND status = 'pending'
-     RETURNING *";
 
 /// Forgets a verification (`$1`) and its sends.
 const FORGET_SQL: [&str; 2] = [

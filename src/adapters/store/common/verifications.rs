@@ -9,13 +9,20 @@ use chrono::{DateTime, Utc};
 
 use super::conn::{Conn, Lock, Sql};
 use super::guard;
-use crate::adapters::store::StoreError;
-use crate::adapters::store::guard::{GuardCheck, GuardFinding};
 use crate::adapters::store::verifications::{
-    CodeCheck, Decided, NewVerification, Start, StartOutcome, VerificationRecord, VerificationRow,
-    at, caller_to_db, channels_to_db, client_id_to_db, phone_to_db,
+    VerificationRow, at, caller_to_db, channels_to_db, client_id_to_db, phone_to_db,
 };
 use crate::core::domain::{CallerName, ClientId, Phone};
+use crate::core::ports::store::{
+    CodeCheck, Decided, GuardCheck, GuardFinding, NewVerification, Start, StartOutcome, StoreError,
+    VerificationRecord,
+};
+
+/// Cancels (`$1` id, `$2` now): a caller's cancel, and a change after a send.
+pub(super) const CANCEL_SQL: &str =
+    "UPDATE verifications SET status = 'canceled', updated_at_ms = $2
+     WHERE id = $1 AND status = 'pending'
+     RETURNING *";
 
 /// New verifications of a number in the window (`$1` phone, `$2` since): how many,
 /// and when the oldest started.
@@ -396,7 +403,7 @@ pub(in crate::adapters::store) async fn cancel(
 ) -> Result<Decided<Option<VerificationRecord>>, StoreError> {
     let mut decided = look(conn, caller, phone, now).await?;
     if let Some(pending) = &decided.outcome {
-        let sql = Sql::new(super::verification_changes::CANCEL_SQL)
+        let sql = Sql::new(CANCEL_SQL)
             .bind(client_id_to_db(pending.id))
             .bind(at(now));
         decided.outcome = record(conn.fetch_optional(sql).await?)?;

@@ -110,7 +110,7 @@ impl SendPath {
         .await
         {
             Ok(conn) => Ok(conn?),
-            Err(_) => Err(StoreError::Database(sqlx::Error::PoolTimedOut)),
+            Err(_) => Err(sqlx::Error::PoolTimedOut.into()),
         }
     }
 
@@ -127,11 +127,12 @@ impl SendPath {
 /// Whether `e` says the connection is gone (the statement may or may not have run), not
 /// that the statement failed.
 fn is_connection_error(e: &StoreError) -> bool {
-    match e {
-        StoreError::Database(
-            sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::Protocol(_),
-        ) => true,
-        StoreError::Database(sqlx::Error::Database(e)) => e.code().is_some_and(|code| {
+    let StoreError::Database(driver) = e else {
+        return false;
+    };
+    match driver.get::<sqlx::Error>() {
+        Some(sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::Protocol(_)) => true,
+        Some(sqlx::Error::Database(e)) => e.code().is_some_and(|code| {
             // Class 08: connection exception; 57P01..03: the server is shutting down
             // or cannot take connections now.
             code.starts_with("08") || matches!(&*code, "57P01" | "57P02" | "57P03")

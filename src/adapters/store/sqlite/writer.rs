@@ -206,7 +206,10 @@ fn write(db: &rusqlite::Connection, jobs: Vec<Job>) -> bool {
 /// Whether `e` is the write lock not had within the busy timeout (another writer, or
 /// another process, held it).
 fn waited_for_lock(e: &StoreError) -> bool {
-    let StoreError::Embedded(rusqlite::Error::SqliteFailure(failure, _)) = e else {
+    let StoreError::Embedded(driver) = e else {
+        return false;
+    };
+    let Some(rusqlite::Error::SqliteFailure(failure, _)) = driver.get::<rusqlite::Error>() else {
         return false;
     };
     matches!(
@@ -261,11 +264,11 @@ mod tests {
         let writer = rusqlite::Connection::open(&path).unwrap();
         writer.busy_timeout(std::time::Duration::ZERO).unwrap();
         let busy = writer.execute_batch("BEGIN IMMEDIATE").unwrap_err();
-        assert!(waited_for_lock(&StoreError::Embedded(busy)));
+        assert!(waited_for_lock(&busy.into()));
         let other = writer
             .execute_batch("INSERT INTO missing VALUES (1)")
             .unwrap_err();
-        assert!(!waited_for_lock(&StoreError::Embedded(other)));
+        assert!(!waited_for_lock(&other.into()));
         assert!(!waited_for_lock(&StoreError::Corrupt("x".into())));
     }
 

@@ -4,8 +4,8 @@
 use chrono::{DateTime, Utc};
 
 use super::super::store_error;
-use crate::adapters::store::{RangeHold, Store};
 use crate::core::domain::{Error, ValueError};
+use crate::core::ports::store::{RangeHold, Store};
 
 /// Ranges a page lists when the request names no size, and at most.
 pub const PAGE_DEFAULT: u32 = 100;

@@ -5,7 +5,7 @@
 //! a code before pass such a hold, limits the codes per caller-supplied key of the end
 //! user (IP, user) and per calling code, and in shadow mode decides and counts without
 //! refusing. Its counters live in the store and are read and written in the
-//! transaction that sends the code ([`crate::adapters::store::GuardCheck`]), so replicas
+//! transaction that sends the code ([`crate::core::ports::store::GuardCheck`]), so replicas
 //! share them.
 
 pub mod countries;
@@ -20,9 +20,11 @@ pub use settings::{CountryLimits, KeyLimits, Mode, Rate, SafePrefixes, Settings}
 
 use super::chrono;
 use super::code::Codes;
-use crate::adapters::store::{BURST, GuardCheck, GuardFinding, KeyCheck, RangeHold, Store, Window};
+use crate::base::metrics::Metrics;
 use crate::core::domain::{Error, Phone};
-use crate::process::metrics::Metrics;
+use crate::core::ports::store::{
+    BURST, GuardCheck, GuardFinding, KeyCheck, RangeHold, Store, Window,
+};
 
 /// Caller-supplied rate-limit keys of a start: key name → value (the end user behind
 /// the call, which msgw cannot see).
@@ -261,7 +263,7 @@ impl Guard {
         if self.settings.mode == Mode::Off {
             return;
         }
-        let mut every = crate::process::periodic::Periodic::new(HELD_GAUGE_EVERY, stop);
+        let mut every = crate::core::periodic::Periodic::new(HELD_GAUGE_EVERY, stop);
         while every.next().await {
             self.refresh_held(store.as_ref(), Utc::now()).await;
         }

@@ -6,7 +6,7 @@
 use std::{fmt, str::FromStr, time::Duration};
 
 use super::{BURST, countries};
-use crate::process::parse;
+use crate::base::parse;
 
 /// What the guard does with what it decides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]

@@ -207,6 +207,6 @@ fn the_listing_reads_bounds_kinds_and_values_from_the_flags() {
 #[test]
 fn every_option_has_a_default_or_is_optional() {
     // What the settings structs' `Default` impls rely on.
-    let _: crate::process::cli::ServeArgs = crate::process::parse::defaults();
+    let _: crate::process::cli::ServeArgs = crate::base::parse::defaults();
     assert!(crate::process::config::Config::serve_defaults().is_ok());
 }

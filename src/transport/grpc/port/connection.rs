@@ -28,7 +28,7 @@ use tokio::{
 
 use super::stream::{self, Shared};
 use super::{CLOSE_GRACE, GrpcRoutes, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, PortLimits};
-use crate::process::metrics::Metrics;
+use crate::base::metrics::Metrics;
 use crate::transport::auth::incoming::{GrpcConn, is_connection_error};
 use crate::transport::auth::tls::TlsReloader;
 use crate::transport::conn_table::{Close, Conn};

@@ -30,8 +30,8 @@ use hyper::body::{Body as HttpBody, Bytes};
 
 use tokio::{sync::watch, time::Instant};
 
-use crate::process::metrics::Metrics;
-use crate::process::parse;
+use crate::base::metrics::Metrics;
+use crate::base::parse;
 use crate::transport::auth::incoming::is_connection_error;
 use crate::transport::auth::tls::TlsReloader;
 use crate::transport::conn_table::{ConnMetrics, Table};
@@ -114,7 +114,7 @@ pub struct PortLimits {
     /// unsent answers), e.g. `64MiB`. At the budget new streams get RESOURCE_EXHAUSTED
     /// and the connection holding the most is closed. Default: a quarter of the memory
     /// limit (the cgroup's `memory.max`, else the machine's memory).
-    #[arg(long = "grpc-memory-budget", env = "MSGW_GRPC_MEMORY_BUDGET", value_parser = crate::process::memory::parse_size)]
+    #[arg(long = "grpc-memory-budget", env = "MSGW_GRPC_MEMORY_BUDGET", value_parser = crate::base::parse::size)]
     pub memory_budget: Option<u64>,
     /// gRPC port: the share of the memory budget one caller's streams may hold (every
     /// caller without a token counts as one, `anonymous`), from 0 to 1. Beyond it the

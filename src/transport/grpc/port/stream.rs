@@ -16,8 +16,8 @@ use tonic::body::Body;
 
 use super::received::Received;
 use super::{GrpcRoutes, STREAM_WINDOW};
+use crate::base::metrics::Metrics;
 use crate::core::held::HeldKind;
-use crate::process::metrics::Metrics;
 use crate::transport::auth::incoming::PeerInfo;
 use crate::transport::conn_table::{Conn, Refused, StreamGuard};
 use crate::transport::grpc::deadline::parse_grpc_timeout;

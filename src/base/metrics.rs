@@ -27,7 +27,7 @@ const ENVELOPE_BUCKETS: &[f64] = &[1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0
 
 mod queries;
 
-pub use queries::QueryMetrics;
+pub use queries::{QueryMetrics, STATUS_SOURCES};
 
 /// Every metric msgw exports.
 pub struct Metrics {

@@ -133,6 +133,35 @@ pub fn defaults<T: clap::Args + clap::FromArgMatches>() -> T {
         .unwrap_or_else(|e| panic!("a flag without a default is required: {e}"))
 }
 
+/// A size in bytes: a number with an optional unit (`B`, `KiB`, `MiB`, `GiB`, or `KB`,
+/// `MB`, `GB` in powers of ten), e.g. `64MiB`; at least 1 MiB.
+pub fn size(value: &str) -> Result<u64, String> {
+    const EXAMPLE: &str = "expected a size such as 64MiB, 512MB or 1GiB";
+    let value = value.trim();
+    let split = value
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(value.len());
+    let (digits, unit) = value.split_at(split);
+    let unit_bytes: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" | "Ki" => 1 << 10,
+        "MiB" | "Mi" => 1 << 20,
+        "GiB" | "Gi" => 1 << 30,
+        "KB" | "K" => 1_000,
+        "MB" | "M" => 1_000_000,
+        "GB" | "G" => 1_000_000_000,
+        other => return Err(format!("unknown unit {other:?}: {EXAMPLE}")),
+    };
+    let n: u64 = digits.parse().map_err(|_| EXAMPLE.to_owned())?;
+    let bytes = n
+        .checked_mul(unit_bytes)
+        .ok_or_else(|| format!("too large: {EXAMPLE}"))?;
+    if bytes < 1 << 20 {
+        return Err(format!("must be at least 1MiB: {EXAMPLE}"));
+    }
+    Ok(bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -156,5 +185,19 @@ mod tests {
         assert!(duration("100000000000d").unwrap_err().contains("3650d"));
         assert!(http_url("ftp://example.com").is_err());
         assert!(share("1.5").is_err());
+    }
+
+    #[test]
+    fn parses_sizes_with_units() {
+        assert_eq!(size("64MiB"), Ok(64 << 20));
+        assert_eq!(size("64Mi"), Ok(64 << 20));
+        assert_eq!(size("1GiB"), Ok(1 << 30));
+        assert_eq!(size("512MB"), Ok(512_000_000));
+        assert_eq!(size("2097152"), Ok(2 << 20));
+        assert!(size("1KiB").unwrap_err().contains("at least 1MiB"));
+        assert!(size("64 bananas").unwrap_err().contains("64MiB"));
+        assert!(size("").is_err());
+        assert!(size("-5MiB").is_err());
+        assert!(size("99999999999999999999GiB").is_err());
     }
 }

@@ -36,7 +36,7 @@ impl Periodic {
 /// holding the store's lease `name`, renewed every round; when that replica stops,
 /// another takes over once the lease (two periods) runs out.
 pub struct Leased {
-    store: std::sync::Arc<dyn crate::adapters::store::Store>,
+    store: std::sync::Arc<dyn crate::core::ports::store::Store>,
     name: &'static str,
     replica: String,
     ttl: Duration,
@@ -45,7 +45,7 @@ pub struct Leased {
 impl Leased {
     /// The lease `name`, held by `replica` for two periods at a time.
     pub fn new(
-        store: std::sync::Arc<dyn crate::adapters::store::Store>,
+        store: std::sync::Arc<dyn crate::core::ports::store::Store>,
         name: &'static str,
         replica: String,
         period: Duration,

@@ -39,6 +39,7 @@ use std::{
 
 use tokio::{sync::Notify, time::Instant};
 
+mod by_message;
 mod callers;
 mod conn;
 mod metrics;

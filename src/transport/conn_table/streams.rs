@@ -14,6 +14,7 @@ use std::{
 
 use tokio::{sync::futures::OwnedNotified, time::Instant};
 
+use super::by_message::ByMessage;
 use super::{CallerHeld, Close, Conn, Inner, Table};
 use crate::core::held::{Account, HeldKind};
 
@@ -28,14 +29,6 @@ pub const STREAM_COST: usize = 32 * 1024;
 /// to it, and msgw's own services may have as many as the gRPC port allows
 /// (`MAX_STREAMS_PER_CONNECTION` there).
 pub const OPEN_PATH_STREAMS: usize = 8;
-
-/// Events loaded for a replay and answers waiting for a window come and go a message
-/// at a time, hundreds of thousands a second across a port's event streams: a stream
-/// counts them exactly on its own, and on what every stream shares (the port's
-/// budget, its connection, its caller, the gauges) in blocks of this size. So the
-/// budget counts a stream's messages as up to two blocks more than they are, never
-/// less, and a message costs no write to a counter every stream shares.
-pub const MESSAGE_BLOCK: usize = 8 * 1024;
 
 /// Why msgw refused a new stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,27 +80,10 @@ struct Stream {
     /// port, its connection and its caller.
     held: [AtomicUsize; HeldKind::ALL.len()],
     /// Of the kinds counted by message, what the stream really holds and what it
-    /// has counted on the port (see [`MESSAGE_BLOCK`]).
-    messages: std::sync::Mutex<[Blocks; 2]>,
+    /// has counted on the port.
+    messages: ByMessage,
     /// Its caller, once authenticated.
     caller: OnceLock<Arc<CallerHeld>>,
-}
-
-/// What a stream holds of a kind counted by message: `used` exactly, `counted` on
-/// the port, at least `used` and less than `used` plus two [`MESSAGE_BLOCK`]s.
-#[derive(Default)]
-struct Blocks {
-    used: usize,
-    counted: usize,
-}
-
-/// Which of a stream's [`Blocks`] counts `kind`, if it is counted by message.
-fn message_slot(kind: HeldKind) -> Option<usize> {
-    match kind {
-        HeldKind::Replay => Some(0),
-        HeldKind::Answer => Some(1),
-        HeldKind::Connection | HeldKind::Stream | HeldKind::Request | HeldKind::Waiter => None,
-    }
 }
 
 /// A stream marked stalled until this is dropped.
@@ -390,41 +366,17 @@ impl Stream {
     }
 
     fn hold(&self, kind: HeldKind, bytes: usize) {
-        if bytes == 0 {
-            return;
-        }
-        let Some(slot) = message_slot(kind) else {
-            return self.count(kind, bytes);
-        };
-        let mut messages = self.messages();
-        let blocks = &mut messages[slot];
-        blocks.used += bytes;
-        if blocks.used > blocks.counted {
-            let more = blocks.used + MESSAGE_BLOCK - blocks.counted;
-            blocks.counted += more;
+        let more = self.messages.hold(kind, bytes).unwrap_or(bytes);
+        if more > 0 {
             self.count(kind, more);
         }
     }
 
     fn release(&self, kind: HeldKind, bytes: usize) {
-        if bytes == 0 {
-            return;
-        }
-        let Some(slot) = message_slot(kind) else {
-            return self.uncount(kind, bytes);
-        };
-        let mut messages = self.messages();
-        let blocks = &mut messages[slot];
-        blocks.used = blocks.used.saturating_sub(bytes);
-        if blocks.counted > blocks.used + 2 * MESSAGE_BLOCK {
-            let less = blocks.counted - (blocks.used + MESSAGE_BLOCK);
-            blocks.counted -= less;
+        let less = self.messages.release(kind, bytes).unwrap_or(bytes);
+        if less > 0 {
             self.uncount(kind, less);
         }
-    }
-
-    fn messages(&self) -> std::sync::MutexGuard<'_, [Blocks; 2]> {
-        self.messages.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Counts `bytes` of `kind` on the port, the connection and the caller.
@@ -512,12 +464,10 @@ impl Account for Stream {
 
     fn try_hold(&self, kind: HeldKind, want: usize, least: usize) -> Option<usize> {
         let table = &self.conn.table;
-        // Counted by message: the blocks stay locked until the bytes are counted.
-        let mut messages = message_slot(kind).map(|slot| (self.messages(), slot));
-        let first = match &messages {
-            Some((blocks, slot)) => blocks[*slot].used == 0,
-            None => self.held[kind as usize].load(Ordering::Relaxed) == 0,
-        };
+        let first = self
+            .messages
+            .holds_none(kind)
+            .unwrap_or_else(|| self.held[kind as usize].load(Ordering::Relaxed) == 0);
         let room = table.budget.saturating_sub(table.held()).min(want);
         let bytes = match self.caller.get() {
             Some(caller) => caller.try_add_up_to(room, least, first)?,
@@ -525,10 +475,7 @@ impl Account for Stream {
             None if first => least,
             None => return None,
         };
-        if let Some((blocks, slot)) = &mut messages {
-            blocks[*slot].used += bytes;
-            blocks[*slot].counted += bytes;
-        }
+        self.messages.hold_counted(kind, bytes);
         self.held[kind as usize].fetch_add(bytes, Ordering::Relaxed);
         table.add_held(&self.conn, kind, bytes);
         Some(bytes)

@@ -1,6 +1,6 @@
 //! The connection table: who makes room at the cap, and when; what its streams hold.
 
-use super::streams::MESSAGE_BLOCK;
+use super::by_message::MESSAGE_BLOCK;
 use super::*;
 use crate::base::metrics::Metrics;
 use crate::core::held::HeldKind;

@@ -1,0 +1,115 @@
+//! What a stream holds a message at a time: events loaded for a replay and answers
+//! waiting for a window come and go hundreds of thousands a second across a port's
+//! event streams. A stream counts them exactly on its own, and on what every stream
+//! shares (the port's budget, its connection, its caller, the gauges) in blocks of
+//! [`MESSAGE_BLOCK`], so that a message costs no write to a counter every stream
+//! shares. The budget then counts a stream's messages as up to two blocks more than
+//! they are, never less.
+
+use std::sync::{Mutex, MutexGuard};
+
+use crate::core::held::HeldKind;
+
+/// The block in which a stream's messages are counted on what streams share.
+pub const MESSAGE_BLOCK: usize = 8 * 1024;
+
+/// A stream's kinds counted by message: of each, what it holds and what it has
+/// counted on what streams share.
+#[derive(Default)]
+pub(super) struct ByMessage(Mutex<[Blocks; 2]>);
+
+/// Of one kind: `used` exactly, `counted` at least `used` and less than `used` plus two
+/// [`MESSAGE_BLOCK`]s.
+#[derive(Default)]
+struct Blocks {
+    used: usize,
+    counted: usize,
+}
+
+/// Where `kind` is kept, if it is counted by message.
+fn slot(kind: HeldKind) -> Option<usize> {
+    match kind {
+        HeldKind::Replay => Some(0),
+        HeldKind::Answer => Some(1),
+        HeldKind::Connection | HeldKind::Stream | HeldKind::Request | HeldKind::Waiter => None,
+    }
+}
+
+impl ByMessage {
+    /// Takes `bytes` more of `kind`: what to count on what streams share now (a block
+    /// ahead once it holds more than it counted, else nothing). `None`: `kind` is not
+    /// counted by message, and all of `bytes` is to be counted.
+    pub(super) fn hold(&self, kind: HeldKind, bytes: usize) -> Option<usize> {
+        let slot = slot(kind)?;
+        let mut blocks = self.lock();
+        let b = &mut blocks[slot];
+        b.used += bytes;
+        let more = if b.used > b.counted {
+            b.used + MESSAGE_BLOCK - b.counted
+        } else {
+            0
+        };
+        b.counted += more;
+        Some(more)
+    }
+
+    /// Lets go of `bytes` of `kind`: what to count no longer (down to a block ahead
+    /// once it counts two more than it holds, else nothing). `None`: `kind` is not
+    /// counted by message, and all of `bytes` is to be let go of.
+    pub(super) fn release(&self, kind: HeldKind, bytes: usize) -> Option<usize> {
+        let slot = slot(kind)?;
+        let mut blocks = self.lock();
+        let b = &mut blocks[slot];
+        b.used = b.used.saturating_sub(bytes);
+        let less = if b.counted > b.used + 2 * MESSAGE_BLOCK {
+            b.counted - (b.used + MESSAGE_BLOCK)
+        } else {
+            0
+        };
+        b.counted -= less;
+        Some(less)
+    }
+
+    /// Whether the stream holds nothing of `kind` (`None`: not counted by message).
+    pub(super) fn holds_none(&self, kind: HeldKind) -> Option<bool> {
+        Some(self.lock()[slot(kind)?].used == 0)
+    }
+
+    /// Takes `bytes` more of `kind`, counted exactly (a reservation made against the
+    /// budget); nothing when `kind` is not counted by message.
+    pub(super) fn hold_counted(&self, kind: HeldKind, bytes: usize) {
+        if let Some(slot) = slot(kind) {
+            let mut blocks = self.lock();
+            blocks[slot].used += bytes;
+            blocks[slot].counted += bytes;
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, [Blocks; 2]> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_a_block_ahead_and_gives_back_only_past_two() {
+        let m = ByMessage::default();
+        assert_eq!(m.hold(HeldKind::Stream, 100), None, "not by message");
+        assert_eq!(m.hold(HeldKind::Replay, 300), Some(300 + MESSAGE_BLOCK));
+        assert_eq!(m.hold(HeldKind::Replay, 300), Some(0), "within the block");
+        assert_eq!(m.release(HeldKind::Replay, 600), Some(0), "one block ahead");
+        assert_eq!(m.holds_none(HeldKind::Replay), Some(true));
+        assert_eq!(
+            m.hold(HeldKind::Answer, 3 * MESSAGE_BLOCK),
+            Some(4 * MESSAGE_BLOCK)
+        );
+        assert_eq!(
+            m.release(HeldKind::Answer, 3 * MESSAGE_BLOCK),
+            Some(3 * MESSAGE_BLOCK),
+            "back to one block ahead"
+        );
+    }
+}

@@ -7,6 +7,8 @@ pub mod check;
 pub mod cli;
 pub mod config;
 pub mod cpus;
+#[cfg(test)]
+mod event_log_tests;
 pub mod fd_limit;
 pub(crate) mod kept_secret;
 pub(crate) mod kept_upgrade;

@@ -147,12 +147,14 @@ impl Application {
             tracing::info!("{note}");
         }
 
-        let events = EventLog::new(
+        let events = EventLog::open(
             store.clone(),
             config.event_fan_out,
             metrics.clone(),
             config.opt_out.keywords(),
-        );
+        )
+        .await
+        .context("cannot read where the event log stands")?;
         let dispatcher =
             Dispatcher::new(Arc::new(gateway), config.upstream_limits, metrics.clone())
                 .with_tracking(Tracking {

@@ -105,18 +105,16 @@ pub struct EventLog {
 /// The live channel and the newest cursor published on it.
 struct Tail {
     channel: broadcast::Sender<Arc<LogEvent>>,
-    /// `None` until the follower has read where the log stands.
-    published: Mutex<Option<Cursor>>,
+    /// Read from the store before the log takes its first append: an append is either
+    /// at or before it (and replayed from the store) or published after it.
+    published: Mutex<Cursor>,
 }
 
 impl Tail {
     /// Publishes this replica's own appended events that are next in line; anything
     /// after a gap is left to [`follow_store`], which reads it from the store.
     async fn publish_appended(&self, stored: &[LogEvent]) {
-        let mut published = self.published.lock().await;
-        let Some(last) = published.as_mut() else {
-            return;
-        };
+        let mut last = self.published.lock().await;
         for e in stored {
             if e.cursor() <= *last {
                 continue;
@@ -133,19 +131,11 @@ impl Tail {
     /// Reads from the store and publishes everything up to `target`. The store is read
     /// without holding the tail, so this replica's own appends are not held up by it.
     async fn catch_up(&self, store: &dyn Store, target: Cursor) -> Result<(), StoreError> {
-        let known = *self.published.lock().await;
-        let mut last = match known {
-            Some(last) => last,
-            None => {
-                let latest = store.latest_cursor().await?;
-                *self.published.lock().await.get_or_insert(latest)
-            }
-        };
+        let mut last = *self.published.lock().await;
         while last < target {
             let page = store.events_after(last, CATCH_UP_PAGE).await?;
             let short = page.len() < CATCH_UP_PAGE as usize;
-            let mut published = self.published.lock().await;
-            let current = published.get_or_insert(last);
+            let mut current = self.published.lock().await;
             // Own appends may have gone out meanwhile: publish only what lies beyond.
             // Cursors the store skips were pruned: nothing to wait for.
             for e in page {
@@ -205,18 +195,22 @@ fn shutting_down() -> Error {
 }
 
 impl EventLog {
-    /// An event log over `store`; `fan_out` events are kept in memory for live
-    /// subscribers; replies that are `keywords` change the suppression list.
-    pub fn new(
+    /// The event log over `store`, from where the store stands; `fan_out` events are
+    /// kept in memory for live subscribers; replies that are `keywords` change the
+    /// suppression list.
+    pub async fn open(
         store: Arc<dyn Store>,
         fan_out: usize,
         metrics: Arc<Metrics>,
         keywords: Keywords,
-    ) -> Arc<Self> {
+    ) -> Result<Arc<Self>, StoreError> {
+        // Before the writer starts: an own append stored before the tail was known
+        // would be counted as published without ever going out live.
+        let latest = store.latest_cursor().await?;
         let (channel, _) = broadcast::channel(fan_out.max(16));
         let live = Arc::new(Tail {
             channel,
-            published: Mutex::new(None),
+            published: Mutex::new(latest),
         });
         let (closing, _) = watch::channel(false);
         let writer = GroupWriter::spawn(MAX_GROUP, {
@@ -228,14 +222,14 @@ impl EventLog {
             live.clone(),
             closing.subscribe(),
         ));
-        Arc::new(Self {
+        Ok(Arc::new(Self {
             store,
             live,
             writer,
             keywords,
             closing,
             metrics,
-        })
+        }))
     }
 
     /// Durably appends an event, with the suppression list changes its keyword replies
@@ -435,4 +429,13 @@ fn scopeguard(f: impl FnOnce()) -> impl Drop {
         }
     }
     Guard(Some(f))
+}
+
+impl EventLog {
+    /// What the log publishes live from now on, as a subscriber's pump receives it
+    /// (for tests of how the log starts).
+    #[cfg(test)]
+    pub(crate) fn live_receiver(&self) -> broadcast::Receiver<Arc<LogEvent>> {
+        self.live.channel.subscribe()
+    }
 }

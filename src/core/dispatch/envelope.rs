@@ -17,11 +17,12 @@ use super::acquire::{Entry, Slot, acquire, release_unwanted, unsent};
 use super::claims::{self, Claims, Owned};
 use super::coalescer::{Call, Runner, Slot as InFlight};
 use super::optout::{opted_out, recipients, refuse_opted_out};
+use super::settlement;
 use super::{Executed, Tracking, upstream_error};
 use crate::base::metrics::Metrics;
 use crate::core::domain::{AnswerSource, Error, Operation, Output, UnavailableCause};
 use crate::core::ports::gateway::{Gateway, ItemOutcome};
-use crate::core::ports::store::{AcceptedOutcome, SentMessage, Settlement};
+use crate::core::ports::store::{SentMessage, Settlement};
 
 /// The answer to one operation of a call.
 #[derive(Debug)]
@@ -348,7 +349,11 @@ impl Engine {
                     .inc_by(u64::from(receipt.parts));
             }
             if let Slot::Send(Some(owned)) = entry.slot {
-                let settlement = self.settlement(&entry.op, &result);
+                let settlement = settlement::of(
+                    &result,
+                    || self.settle_until(),
+                    |msg_id| self.sent_message(&entry.op, msg_id),
+                );
                 let settlement = match &entry.confidential {
                     Some(confidential) => confidential.at_rest(settlement),
                     None => settlement,
@@ -363,88 +368,6 @@ impl Engine {
             }));
         }
         recording
-    }
-
-    /// How a keyed operation's claim ends, given the gateway's answer.
-    fn settlement(&self, op: &Operation, result: &Result<Output, Error>) -> Settlement {
-        match result {
-            Ok(Output::Sent(receipt)) => Settlement::Accepted(
-                AcceptedOutcome {
-                    msg_id: Some(receipt.msg_id.clone()),
-                    parts: receipt.parts,
-                    payload: receipt.raw.clone(),
-                    recovered: false,
-                },
-                self.sent_message(op, &receipt.msg_id),
-            ),
-            Ok(Output::VoiceOtp(call)) => Settlement::Accepted(
-                AcceptedOutcome {
-                    msg_id: None,
-                    parts: 0,
-                    payload: call.raw.clone(),
-                    recovered: false,
-                },
-                None,
-            ),
-            // A keyed operation answered with what no send answers: what happened is
-            // not known, so the claim is not released.
-            Ok(
-                Output::Status(_)
-                | Output::Waited(_)
-                | Output::Balance(_)
-                | Output::Senders { .. }
-                | Output::Hlr(_)
-                | Output::SmsTemplate(_)
-                | Output::SmsTemplates { .. }
-                | Output::ViberTemplate(_)
-                | Output::ViberTemplates { .. }
-                | Output::Deleted { .. },
-            ) => self.unknown(),
-            // The gateway refused it: nothing was sent, the id may be used again.
-            Err(Error::Rejected(text)) => Settlement::Released(text.clone()),
-            // Anything else may have left with the request: released only by a
-            // `status` lookup, never by a guess (a released claim may be sent twice).
-            Err(
-                Error::InvalidArgument(_)
-                | Error::TooManyParts { .. }
-                | Error::AccessDenied
-                | Error::Unavailable { .. }
-                | Error::DeadlineExceeded { .. }
-                | Error::MessageNotFound { .. }
-                | Error::IdConflict { .. }
-                | Error::MessageCanceled { .. }
-                | Error::AlreadySent { .. }
-                | Error::NoSuchMessage { .. }
-                | Error::SendInProgress { .. }
-                | Error::ResultLost(_)
-                | Error::Overloaded { .. }
-                | Error::CursorOutOfRange { .. }
-                | Error::PermissionDenied(_)
-                | Error::RateLimited { .. }
-                | Error::QueryRateLimited { .. }
-                | Error::VerificationNotFound
-                | Error::PhoneRateLimited { .. }
-                | Error::DestinationNotAllowed
-                | Error::ResendTooSoon { .. }
-                | Error::SendsExhausted
-                | Error::SuspectedFraud { .. }
-                | Error::RangeNotHeld { .. }
-                | Error::KeyRateLimited { .. }
-                | Error::CountryRateLimited { .. }
-                | Error::RecipientOptedOut { .. }
-                | Error::PhoneNotSuppressed { .. }
-                | Error::NewerDecision { .. }
-                | Error::NumberTypeNotAllowed { .. }
-                | Error::Internal(_),
-            ) => self.unknown(),
-        }
-    }
-
-    /// An unknown outcome, whose settle window starts now.
-    fn unknown(&self) -> Settlement {
-        Settlement::Unknown {
-            settle_until: self.settle_until(),
-        }
     }
 
     /// The end of the settle window of a request cut now.

@@ -15,6 +15,7 @@ mod lookups;
 mod optout;
 mod resolve;
 mod scheduled;
+mod settlement;
 
 use std::sync::Arc;
 

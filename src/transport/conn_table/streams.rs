@@ -79,8 +79,8 @@ struct Stream {
     /// What it holds, by kind (in [`HeldKind::ALL`]'s order), as counted on the
     /// port, its connection and its caller.
     held: [AtomicUsize; HeldKind::ALL.len()],
-    /// Of the kinds counted by message, what the stream really holds and what it
-    /// has counted on the port.
+    /// Of the events on their way to its client, what the stream really holds and
+    /// what it has counted on the port.
     messages: ByMessage,
     /// Its caller, once authenticated.
     caller: OnceLock<Arc<CallerHeld>>,

@@ -108,13 +108,14 @@ mod tests {
         assert_eq!(m.hold(HeldKind::Replay, 300), Some(0), "within the block");
         assert_eq!(m.release(HeldKind::Replay, 600), Some(0), "one block ahead");
         assert_eq!(m.holds_none(HeldKind::Replay), Some(true));
+        // 300 + a block counted: three blocks more take it to a block ahead of them.
         assert_eq!(
             m.hold(HeldKind::Replay, 3 * MESSAGE_BLOCK),
-            Some(2 * MESSAGE_BLOCK)
+            Some(3 * MESSAGE_BLOCK - 300)
         );
         assert_eq!(
             m.release(HeldKind::Replay, 3 * MESSAGE_BLOCK),
-            Some(2 * MESSAGE_BLOCK),
+            Some(3 * MESSAGE_BLOCK),
             "back to one block ahead"
         );
     }

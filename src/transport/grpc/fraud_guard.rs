@@ -14,7 +14,7 @@ use crate::core::verify::{
     Verifier,
     guard::holds::{self, PAGE_DEFAULT, PAGE_MAX},
 };
-use crate::transport::auth::{Asks, Caller};
+use crate::transport::auth::Caller;
 use crate::transport::proto::{self, fraud_guard_service_server::FraudGuardService};
 
 /// The FraudGuardService handlers.
@@ -42,18 +42,12 @@ impl FraudGuard {
     {
         let verifier = self.verifier.clone();
         let metrics = verifier.metrics().clone();
-        handler::pipeline(
+        handler::checked_query(
             &metrics,
             request,
-            |_| Asks::Rpc {
-                permission: Permission::Admin,
-                sends: 0,
-            },
-            handler::checked(parse),
-            |parsed, call| async move {
-                let response = work(verifier, call.caller, parsed).await?;
-                Ok((response, handler::Provenance::default()))
-            },
+            Permission::Admin,
+            parse,
+            |caller, parsed| work(verifier, caller, parsed),
         )
         .await
     }

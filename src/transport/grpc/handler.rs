@@ -14,7 +14,7 @@ use tracing::{Instrument, field};
 use super::convert::{FromOutput, IntoOperation, counted_parts};
 use crate::base::metrics::Metrics;
 use crate::core::dispatch::{Dispatcher, Executed};
-use crate::core::domain::{AnswerSource, Error, Operation, SmsEstimate, Violations};
+use crate::core::domain::{AnswerSource, Error, Operation, Permission, SmsEstimate, Violations};
 use crate::core::held::CallAccount;
 use crate::transport::auth::{self, Asks, Caller};
 
@@ -186,6 +186,35 @@ where
         let parsed = parse(request.into_inner())?;
         run(parsed, call).await
     })
+    .await
+}
+
+/// A [`pipeline`] for an RPC that needs `permission`, sends nothing (one query of the
+/// caller's rate), reads its request field by field with `check` and answers with what
+/// `work` gives the caller: the suppression list's and the fraud guard's RPCs.
+pub async fn checked_query<Req, Parsed, Resp, Fut>(
+    metrics: &Metrics,
+    request: Request<Req>,
+    permission: Permission,
+    check: impl FnOnce(Req, &mut crate::core::domain::Scope<'_>) -> Option<Parsed>,
+    work: impl FnOnce(Arc<Caller>, Parsed) -> Fut,
+) -> Result<Response<Resp>, Status>
+where
+    Fut: Future<Output = Result<Resp, Error>>,
+{
+    pipeline(
+        metrics,
+        request,
+        |_| Asks::Rpc {
+            permission,
+            sends: 0,
+        },
+        checked(check),
+        |parsed, call| async move {
+            let response = work(call.caller, parsed).await?;
+            Ok((response, Provenance::default()))
+        },
+    )
     .await
 }
 

@@ -12,7 +12,7 @@ use crate::core::domain::{
     SuppressionSource,
 };
 use crate::core::optout::{PAGE_DEFAULT, PAGE_MAX, Suppressions};
-use crate::transport::auth::{Asks, Caller};
+use crate::transport::auth::Caller;
 use crate::transport::proto::{self, suppression_service_server::SuppressionService};
 
 /// The SuppressionService handlers.
@@ -41,18 +41,12 @@ impl SuppressionList {
     {
         let list = self.list.clone();
         let metrics = list.metrics().clone();
-        handler::pipeline(
+        handler::checked_query(
             &metrics,
             request,
-            |_| Asks::Rpc {
-                permission: Permission::Suppressions,
-                sends: 0,
-            },
-            handler::checked(parse),
-            |parsed, call| async move {
-                let response = work(list, call.caller, parsed).await?;
-                Ok((response, handler::Provenance::default()))
-            },
+            Permission::Suppressions,
+            parse,
+            |caller, parsed| work(list, caller, parsed),
         )
         .await
     }

@@ -38,9 +38,14 @@ fn by_message(kind: HeldKind) -> bool {
     }
 }
 
+/// `bytes` rounded up to whole [`MESSAGE_BLOCK`]s.
+fn whole_blocks(bytes: usize) -> usize {
+    bytes.div_ceil(MESSAGE_BLOCK) * MESSAGE_BLOCK
+}
+
 impl ByMessage {
-    /// Takes `bytes` more of `kind`: what to count on what streams share now (a block
-    /// ahead once it holds more than it counted, else nothing). `None`: `kind` is not
+    /// Takes `bytes` more of `kind`: what to count on what streams share now (up to
+    /// the next whole block once it holds more than it counted, else nothing). `None`: `kind` is not
     /// counted by message, and all of `bytes` is to be counted.
     pub(super) fn hold(&self, kind: HeldKind, bytes: usize) -> Option<usize> {
         if !by_message(kind) {
@@ -49,7 +54,7 @@ impl ByMessage {
         let mut b = self.lock();
         b.used += bytes;
         let more = if b.used > b.counted {
-            b.used + MESSAGE_BLOCK - b.counted
+            whole_blocks(b.used) - b.counted
         } else {
             0
         };
@@ -57,8 +62,9 @@ impl ByMessage {
         Some(more)
     }
 
-    /// Lets go of `bytes` of `kind`: what to count no longer (down to a block ahead
-    /// once it counts two more than it holds, else nothing). `None`: `kind` is not
+    /// Lets go of `bytes` of `kind`: what to count no longer (down to the whole blocks
+    /// it holds once it counts two blocks more, else nothing: a reservation given back
+    /// and a stream that holds nothing count nothing). `None`: `kind` is not
     /// counted by message, and all of `bytes` is to be let go of.
     pub(super) fn release(&self, kind: HeldKind, bytes: usize) -> Option<usize> {
         if !by_message(kind) {
@@ -66,8 +72,8 @@ impl ByMessage {
         }
         let mut b = self.lock();
         b.used = b.used.saturating_sub(bytes);
-        let less = if b.counted > b.used + 2 * MESSAGE_BLOCK {
-            b.counted - (b.used + MESSAGE_BLOCK)
+        let less = if b.counted >= b.used + 2 * MESSAGE_BLOCK {
+            b.counted - whole_blocks(b.used)
         } else {
             0
         };
@@ -104,19 +110,21 @@ mod tests {
         let m = ByMessage::default();
         assert_eq!(m.hold(HeldKind::Stream, 100), None, "not by message");
         assert_eq!(m.hold(HeldKind::Answer, 100), None, "answers are exact");
-        assert_eq!(m.hold(HeldKind::Replay, 300), Some(300 + MESSAGE_BLOCK));
+        assert_eq!(m.hold(HeldKind::Replay, 300), Some(MESSAGE_BLOCK));
         assert_eq!(m.hold(HeldKind::Replay, 300), Some(0), "within the block");
         assert_eq!(m.release(HeldKind::Replay, 600), Some(0), "one block ahead");
+        assert_eq!(m.hold(HeldKind::Replay, 300), Some(0));
+        assert_eq!(m.release(HeldKind::Replay, 300), Some(0));
         assert_eq!(m.holds_none(HeldKind::Replay), Some(true));
-        // 300 + a block counted: three blocks more take it to a block ahead of them.
+        // A block counted: three blocks more are counted as three whole blocks.
         assert_eq!(
             m.hold(HeldKind::Replay, 3 * MESSAGE_BLOCK),
-            Some(3 * MESSAGE_BLOCK - 300)
+            Some(2 * MESSAGE_BLOCK)
         );
         assert_eq!(
             m.release(HeldKind::Replay, 3 * MESSAGE_BLOCK),
             Some(3 * MESSAGE_BLOCK),
-            "back to one block ahead"
+            "holding nothing, it counts nothing"
         );
     }
 }

@@ -9,7 +9,7 @@ pub mod config;
 pub mod cpus;
 #[cfg(test)]
 mod event_log_tests;
-pub mod fd_limit;
+pub(crate) mod fd_limit;
 pub(crate) mod kept_secret;
 pub(crate) mod kept_upgrade;
 pub(crate) mod memory;

@@ -15,7 +15,7 @@ mod fields;
 mod hlr;
 mod http;
 mod inbox;
-pub mod magic;
+pub(crate) mod magic;
 mod message;
 mod ops;
 mod persist;

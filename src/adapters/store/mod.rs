@@ -2,7 +2,7 @@
 //! (`core/ports/store`), over either database: SQLite (the embedded default, one
 //! replica) or PostgreSQL (several replicas share it).
 //!
-//! - `claims.rs`, `verifications.rs`, `guard.rs`, `scheduled.rs`, `rows.rs`: how the
+//! - `claim_groups.rs`, `verifications.rs`, `guard.rs`, `scheduled.rs`, `rows.rs`: how the
 //!   records of core's port are stored, and how a row reads back;
 //! - `common/`: the SQL both databases speak, as plain functions over a connection of
 //!   either (`common/conn.rs`);
@@ -11,7 +11,7 @@
 //! - `sql_store.rs`: the `Store` methods, each written once;
 //! - `copy.rs`: `msgw copy-store`; `migrations/`: each database's schema.
 
-mod claims;
+mod claim_groups;
 mod common;
 pub mod copy;
 mod guard;

@@ -12,8 +12,8 @@ use tokio::sync::watch;
 
 use super::common::conn::{Pooled, Tx};
 use super::common::{
-    claims, events, guard, holds, sandbox, scheduled, suppressions, upkeep, verification_changes,
-    verifications,
+    claim_sql as claims, events, guard, holds, sandbox, scheduled, suppressions, upkeep,
+    verification_changes, verifications,
 };
 use super::postgres::{self, PgDb};
 use super::sqlite::{self, SqliteDb};

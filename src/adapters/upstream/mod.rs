@@ -155,10 +155,12 @@ impl Gateway for GatewayClient {
         };
         let outcome = outcome(&result);
         self.metrics
+            .dispatch
             .upstream_seconds
             .with_label_values(&[operation, outcome])
             .observe(started.elapsed().as_secs_f64());
         self.metrics
+            .dispatch
             .upstream_total
             .with_label_values(&[operation, outcome])
             .inc();
@@ -201,7 +203,7 @@ fn outcome(result: &Result<Vec<ItemOutcome>, UpstreamError>) -> &'static str {
         Ok(items)
             if items
                 .iter()
-                .any(|i| matches!(i, ItemOutcome::Rejected(_) | ItemOutcome::NotFound(_))) =>
+                .any(|i| matches!(i, ItemOutcome::Rejected(_) | ItemOutcome::NotFound { .. })) =>
         {
             "rejected"
         }
@@ -278,8 +280,8 @@ fn interpret(
             } else {
                 let text = item.error.unwrap_or_else(|| "no error text".into());
                 match op {
-                    Operation::GetMessageStatus(_) if says_not_found(&text) => {
-                        ItemOutcome::NotFound(text)
+                    Operation::GetMessageStatus(id) if says_not_found(&text) => {
+                        ItemOutcome::NotFound { id: *id, text }
                     }
                     _ => ItemOutcome::Rejected(text),
                 }

@@ -5,8 +5,8 @@
 use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 
-use super::claims::{Claims, Decision, Owned};
 use super::coalescer::{Call, Runner};
+use super::exactly_once::{Claims, Decision, Owned};
 use super::lookups::Resolving;
 use super::{Confidential, Executed};
 use crate::core::domain::{CallerName, ClientId, Error, Operation};
@@ -114,7 +114,7 @@ async fn apply(
     match claims.apply(changes).await {
         Ok(replies) => indices.iter().copied().zip(replies).collect(),
         Err(e) => {
-            let error = super::claims::store_error(e);
+            let error = super::exactly_once::store_error(e);
             for &i in indices {
                 entries[i].slot = Slot::Done(Err(error.clone()));
             }

@@ -211,7 +211,7 @@ impl<R: Runner> Coalescer<R> {
             let mut state = self.lock();
             if state.queued_ops + size > self.limits.queue_max {
                 drop(state);
-                self.metrics.queue_rejected.inc();
+                self.metrics.dispatch.queue_rejected.inc();
                 return Err(Error::Overloaded {
                     retry_after: Duration::from_millis(100),
                 });
@@ -238,7 +238,10 @@ impl<R: Runner> Coalescer<R> {
                 state.ready_ops += call.ops.len();
                 state.queue.push_back(call);
             }
-            self.metrics.queue_depth.set(gauge(state.queued_ops));
+            self.metrics
+                .dispatch
+                .queue_depth
+                .set(gauge(state.queued_ops));
             seq
         };
         self.prepare_next();
@@ -284,7 +287,10 @@ impl<R: Runner> Coalescer<R> {
                 let (envelope, discarded, expired) = self.take(&mut state);
                 if !envelope.is_empty() {
                     state.in_flight += 1;
-                    self.metrics.requests_in_flight.set(gauge(state.in_flight));
+                    self.metrics
+                        .dispatch
+                        .requests_in_flight
+                        .set(gauge(state.in_flight));
                 }
                 (envelope, discarded, expired)
             };
@@ -298,7 +304,10 @@ impl<R: Runner> Coalescer<R> {
                 return;
             }
             let size = envelope.iter().map(|c| c.ops.len()).sum::<usize>();
-            self.metrics.envelope_operations.observe(size as f64);
+            self.metrics
+                .dispatch
+                .envelope_operations
+                .observe(size as f64);
             let this = self.clone();
             tokio::spawn(async move {
                 // Dropped by the runner, or with this task even if the runner panics.
@@ -339,12 +348,16 @@ impl<R: Runner> Coalescer<R> {
                 continue;
             }
             self.metrics
+                .dispatch
                 .queue_seconds
                 .observe((now - call.since).as_secs_f64());
             size += n;
             envelope.push(call);
         }
-        self.metrics.queue_depth.set(gauge(state.queued_ops));
+        self.metrics
+            .dispatch
+            .queue_depth
+            .set(gauge(state.queued_ops));
         (envelope, discarded, expired)
     }
 
@@ -366,7 +379,10 @@ impl<R: Runner> Coalescer<R> {
             };
             if let Some(call) = &call {
                 state.queued_ops -= call.ops.len();
-                self.metrics.queue_depth.set(gauge(state.queued_ops));
+                self.metrics
+                    .dispatch
+                    .queue_depth
+                    .set(gauge(state.queued_ops));
             }
             call
         };
@@ -413,6 +429,7 @@ impl<R: Runner> Drop for Slot<R> {
             state.in_flight -= 1;
             self.0
                 .metrics
+                .dispatch
                 .requests_in_flight
                 .set(gauge(state.in_flight));
         }
@@ -445,5 +462,5 @@ mod prepare;
 #[cfg(test)]
 mod tests;
 
-pub use call::Call;
+pub use call::{Call, latest};
 use call::{Leave, Phase};

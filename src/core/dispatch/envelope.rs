@@ -11,12 +11,13 @@
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use tokio::{sync::SemaphorePermit, time::Instant};
+use tokio::sync::SemaphorePermit;
 
 use super::acquire::{Entry, Slot, acquire, release_unwanted, unsent};
-use super::claims::{self, Claims, Owned};
-use super::coalescer::{Call, Runner, Slot as InFlight};
+use super::coalescer::{Call, Runner, Slot as InFlight, latest};
+use super::exactly_once::{self, Claims, Owned};
 use super::optout::{opted_out, recipients, refuse_opted_out};
+use super::resolve::{Resolver, resolve_unknown};
 use super::settlement;
 use super::{Executed, Tracking, upstream_error};
 use crate::base::metrics::Metrics;
@@ -84,7 +85,7 @@ impl Engine {
                             id,
                             super::scheduled_fingerprint(&*self.gateway, &op, scheduled.send_at),
                         ),
-                        (None, None) => (id, claims::fingerprint(&*self.gateway, &op)),
+                        (None, None) => (id, exactly_once::fingerprint(&*self.gateway, &op)),
                     }
                 });
                 Entry {
@@ -168,7 +169,7 @@ impl Runner for Engine {
     /// never saw the id, send it. So a claimed call leaves well inside that margin, or
     /// not with that claim: its request, however long, ends before anyone may take over.
     fn held_for(&self) -> Option<std::time::Duration> {
-        self.claims.as_ref().map(|_| claims::HELD_FOR)
+        self.claims.as_ref().map(|_| exactly_once::HELD_FOR)
     }
 
     fn expires(&self, call: &Call<Self>) -> bool {
@@ -226,8 +227,12 @@ impl Runner for Engine {
         if self.claims.is_some() {
             let calls: Vec<&Call<Engine>> = callers.iter().map(|c| &c.call).collect();
             release_unwanted(&mut entries, &calls, &mut settlements);
-            self.resolve_unknown(&mut entries, &callers, &mut settlements)
-                .await;
+            let parts = Resolver {
+                gateway: &*self.gateway,
+                tracking: self.tracking.as_ref(),
+                metrics: &self.metrics,
+            };
+            resolve_unknown(parts, &mut entries, &calls, &mut settlements).await;
         }
         // Held while the outcomes are recorded.
         let _recording = self
@@ -287,7 +292,7 @@ impl Engine {
         let deadline = if batch.iter().any(|op| op.changes_state()) {
             None
         } else {
-            latest(sending.iter().map(|&i| &callers[entries[i].call]))
+            latest(sending.iter().map(|&i| &callers[entries[i].call].call))
         };
         let answered = self.gateway.call(&batch, &hooks, deadline).await;
         // The gateway request is over: the next envelope may go while this one records.
@@ -326,12 +331,9 @@ impl Engine {
                 // does not know (the gateway adapter tells); any other refusal is only a
                 // refusal.
                 ItemOutcome::Rejected(text) => Err(Error::Rejected(text)),
-                ItemOutcome::NotFound(text) => Err(match &entry.op {
-                    Operation::GetMessageStatus(id) => Error::MessageNotFound {
-                        id: id.get(),
-                        upstream_error: text,
-                    },
-                    _ => Error::Rejected(text),
+                ItemOutcome::NotFound { id, text } => Err(Error::MessageNotFound {
+                    id: id.get(),
+                    upstream_error: text,
                 }),
                 ItemOutcome::BadPayload(e) => Err(Error::Unavailable {
                     cause: UnavailableCause::BadResponse,
@@ -344,6 +346,7 @@ impl Engine {
                 && let Some((_, channel, _)) = entry.op.delivery()
             {
                 self.metrics
+                    .dispatch
                     .billed_parts_total
                     .with_label_values(&[channel.as_str()])
                     .inc_by(u64::from(receipt.parts));
@@ -378,28 +381,9 @@ impl Engine {
     }
 
     /// The message reconcile tracks for an accepted send, when msgw tracks deliveries.
-    pub(super) fn sent_message(&self, op: &Operation, msg_id: &str) -> Option<SentMessage> {
-        self.tracking.as_ref()?;
-        let (client_id, channel, lifetime) = op.delivery()?;
-        Some(SentMessage {
-            client_id,
-            msg_id: msg_id.to_owned(),
-            channel,
-            sent_at: Utc::now(),
-            lifetime,
-            phone: op.recipient(),
-        })
+    fn sent_message(&self, op: &Operation, msg_id: &str) -> Option<SentMessage> {
+        settlement::tracked(self.tracking.is_some(), op, msg_id)
     }
-}
-
-/// The latest deadline among `callers`: `None` when one of them has none.
-pub(super) fn latest<'a>(callers: impl Iterator<Item = &'a Caller>) -> Option<Instant> {
-    callers
-        .map(|c| c.call.deadline)
-        .try_fold(None, |latest: Option<Instant>, d| {
-            d.map(|d| Some(latest.map_or(d, |l| l.max(d))))
-        })
-        .flatten()
 }
 
 /// The answer to one operation, from where it stands.

@@ -7,10 +7,10 @@
 //! number that opted out (`optout`).
 
 mod acquire;
-mod claims;
 mod coalescer;
 mod confidential;
 mod envelope;
+mod exactly_once;
 mod lookups;
 mod optout;
 mod resolve;
@@ -29,11 +29,11 @@ use crate::core::hooks::HookUrls;
 use crate::core::ports::gateway::{Gateway, UpstreamError};
 use crate::core::ports::store::Store;
 
-pub use claims::{Claims, Owned, STALE_MARGIN, fingerprint};
 use coalescer::Coalescer;
 pub use coalescer::Limits;
 pub use confidential::Confidential;
 use envelope::{Answer, Engine};
+pub use exactly_once::{Claims, Owned, STALE_MARGIN, fingerprint};
 pub use lookups::{LOOKUP_BACKOFF_FIRST, LOOKUP_BACKOFF_MAX};
 pub use scheduled::{ScheduledKey, scheduled_fingerprint, scheduled_receipt};
 
@@ -260,7 +260,7 @@ impl Dispatcher {
             if !claims.wait(settled, stale_at, deadline).await {
                 for (i, op) in pending.drain(..) {
                     results[i] = Some(Err(match op.idempotency_key() {
-                        Some(id) => claims::in_progress(id, stale_at),
+                        Some(id) => exactly_once::in_progress(id, stale_at),
                         // Sent round again (its call waited too long for a slot):
                         // nothing of it left msgw.
                         None => Error::DeadlineExceeded {

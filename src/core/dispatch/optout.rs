@@ -10,7 +10,7 @@ use std::collections::HashSet;
 
 use super::Tracking;
 use super::acquire::{Entry, Slot};
-use super::claims::Owned;
+use super::exactly_once::Owned;
 use crate::base::metrics::Metrics;
 use crate::core::domain::{Error, Phone};
 use crate::core::ports::store::Settlement;
@@ -68,6 +68,7 @@ pub(super) fn refuse_opted_out(
         let refusal = match opted_out {
             Ok(numbers) if numbers.contains(&phone) => {
                 metrics
+                    .events
                     .opt_out_refusals_total
                     .with_label_values(&[entry.op.rpc_name()])
                     .inc();

@@ -5,7 +5,7 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::core::domain::{Error, Output};
+use crate::core::domain::{Error, Operation, Output};
 use crate::core::ports::store::{AcceptedOutcome, SentMessage, Settlement};
 
 /// How a keyed operation's claim ends, given the gateway's answer: an accepted send
@@ -90,4 +90,21 @@ pub(super) fn of(
             | Error::Internal(_),
         ) => unknown(),
     }
+}
+
+/// The message reconcile tracks for an accepted send of `op` (gateway id `msg_id`),
+/// when msgw tracks deliveries (`tracking`) and `op` is a send that has them.
+pub(super) fn tracked(tracking: bool, op: &Operation, msg_id: &str) -> Option<SentMessage> {
+    if !tracking {
+        return None;
+    }
+    let (client_id, channel, lifetime) = op.delivery()?;
+    Some(SentMessage {
+        client_id,
+        msg_id: msg_id.to_owned(),
+        channel,
+        sent_at: Utc::now(),
+        lifetime,
+        phone: op.recipient(),
+    })
 }

@@ -272,9 +272,9 @@ impl EventLog {
         let (tx, subscription) = Subscription::channel();
         let log = Arc::clone(self);
         tokio::spawn(async move {
-            log.metrics.open_streams.inc();
+            log.metrics.events.open_streams.inc();
             let metrics = log.metrics.clone();
-            let _open = scopeguard(move || metrics.open_streams.dec());
+            let _open = scopeguard(move || metrics.events.open_streams.dec());
             let mut closing = log.closing.subscribe();
             // A filtered stream may never send again: notice the client leaving
             // without waiting for the next matching event.
@@ -377,6 +377,7 @@ async fn append_group(
                 if keyword.time_unreadable(&event.report) {
                     let direction = if keyword.opt_out { "opt_out" } else { "opt_in" };
                     metrics
+                        .events
                         .reply_times_unreadable_total
                         .with_label_values(&[direction])
                         .inc();
@@ -388,6 +389,7 @@ async fn append_group(
                 "duplicate"
             };
             metrics
+                .events
                 .events_total
                 .with_label_values(&[event.source.as_str(), result])
                 .inc();
@@ -395,6 +397,7 @@ async fn append_group(
         for s in &done.suppressions {
             let c = &s.change;
             metrics
+                .events
                 .suppression_changes_total
                 .with_label_values(&[c.source.as_str(), c.direction()])
                 .inc();

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::core::domain::{DeliveryReport, Operation, Output};
+use crate::core::domain::{ClientId, DeliveryReport, Operation, Output};
 
 /// A failure of the whole upstream request.
 #[derive(Debug, thiserror::Error)]
@@ -57,10 +57,16 @@ pub enum ItemOutcome {
     Done(Output),
     /// Refused by the gateway with its text.
     Rejected(String),
-    /// A `status` item refused because the gateway has no such message ("Message not
-    /// found"), with its text. Any other refusal of a `status` item (an outage, a limit)
-    /// is [`ItemOutcome::Rejected`]: it proves nothing about whether a send arrived.
-    NotFound(String),
+    /// A `status` item refused because the gateway has no message with client id `id`
+    /// ("Message not found"), with its text. Any other refusal of a `status` item (an
+    /// outage, a limit) is [`ItemOutcome::Rejected`]: it proves nothing about whether a
+    /// send arrived.
+    NotFound {
+        /// The id the `status` item asked for.
+        id: ClientId,
+        /// The gateway's text.
+        text: String,
+    },
     /// Accepted, but the payload could not be read.
     BadPayload(PayloadError),
 }

@@ -2,5 +2,5 @@
 //! gateway ([`gateway::Gateway`]). `adapters/` implements them; `process/` hands the
 //! implementations to core at start.
 
-pub mod gateway;
+pub(crate) mod gateway;
 pub mod store;

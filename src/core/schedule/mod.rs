@@ -17,7 +17,7 @@
 //!
 //! The request is kept in core's own form (`kept/`), written and read back here.
 
-pub mod kept;
+pub(crate) mod kept;
 mod run;
 
 use std::sync::Arc;
@@ -38,7 +38,7 @@ use crate::core::domain::{
 use crate::core::events::EventLog;
 use crate::core::ports::store::{ClaimState, NewScheduled, ScheduleReply, Store, StoreError};
 
-pub use run::{LEASE, LOOK_EVERY, PASS_MAX};
+pub use run::LOOK_EVERY;
 
 /// How far ahead a send may be scheduled.
 pub const MAX_AHEAD: chrono::TimeDelta = chrono::TimeDelta::days(35);
@@ -196,6 +196,7 @@ impl Scheduler {
         match self.store.schedule(&new).await.map_err(store_error)? {
             ScheduleReply::Scheduled => {
                 self.metrics
+                    .schedule
                     .scheduled_total
                     .with_label_values(&["scheduled"])
                     .inc();
@@ -264,6 +265,7 @@ impl Scheduler {
         {
             Some(send_at) => {
                 self.metrics
+                    .schedule
                     .scheduled_total
                     .with_label_values(&["canceled"])
                     .inc();

@@ -102,6 +102,7 @@ impl Scheduler {
         }
         let summary = self.store.scheduled_summary().await?;
         self.metrics
+            .schedule
             .scheduled_pending
             .set(i64::try_from(summary.pending).unwrap_or(i64::MAX));
         Ok(summary.next_due)
@@ -126,6 +127,7 @@ impl Scheduler {
         };
         let lateness = (Utc::now() - message.send_at).to_std().unwrap_or_default();
         self.metrics
+            .schedule
             .scheduled_lateness
             .observe(lateness.as_secs_f64());
         let key = ScheduledKey {
@@ -157,6 +159,7 @@ impl Scheduler {
                 }
                 if !executed.replayed {
                     self.metrics
+                        .schedule
                         .scheduled_total
                         .with_label_values(&["left"])
                         .inc();
@@ -201,6 +204,7 @@ impl Scheduler {
         );
         self.release_scheduled(id, &reason).await;
         self.metrics
+            .schedule
             .scheduled_total
             .with_label_values(&["failed"])
             .inc();

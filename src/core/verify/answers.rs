@@ -10,6 +10,7 @@ use crate::core::ports::store::VerificationRecord;
 impl Verifier {
     fn count_check(&self, outcome: &str) {
         self.metrics()
+            .verify
             .verification_checks_total
             .with_label_values(&[outcome])
             .inc();

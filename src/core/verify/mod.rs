@@ -8,7 +8,7 @@
 //! send, and the bookkeeping after it, follow outside it.
 
 mod answers;
-pub mod code;
+pub(crate) mod code;
 pub mod guard;
 pub mod numbers;
 mod request;
@@ -188,6 +188,7 @@ impl Verifier {
             return Ok(());
         }
         self.metrics()
+            .events
             .opt_out_refusals_total
             .with_label_values(&[crate::core::rpcs::verification_service::START_VERIFICATION])
             .inc();
@@ -230,6 +231,7 @@ impl Verifier {
         };
         let channel = record.channels.first().map_or("", |c| c.as_str());
         self.metrics()
+            .verify
             .verifications_total
             .with_label_values(&[event, channel])
             .inc();

@@ -24,7 +24,9 @@ use crate::transport::listen::{ListenAddr, Listeners};
 
 pub mod options;
 pub mod problems;
+mod secrets;
 pub use problems::{Problem, Problems};
+use secrets::{Secrets, secret};
 
 /// Which gateway msgw talks to.
 #[derive(Debug, Clone)]
@@ -156,9 +158,67 @@ impl Config {
 impl ServeArgs {
     /// Reads the secrets and checks the rules across options. Every problem found is
     /// reported, in one [`Problems`] error, not only the first.
-    pub fn into_config(self) -> anyhow::Result<Config> {
+    pub fn into_config(mut self) -> anyhow::Result<Config> {
         let mut problems = Vec::new();
         let mut refuse = |problem: Problem| problems.push(problem);
+        self.check_across(&mut refuse);
+        let upstream = self.upstream(&mut refuse);
+        let (tls, callers_file) = authentication(
+            self.security.clone(),
+            matches!(upstream, Upstream::Gateway { .. }),
+        )
+        .unwrap_or_else(|problem| {
+            refuse(problem);
+            (None, None)
+        });
+        let shared_store = crate::adapters::store::is_shared(&self.store_url);
+        let secrets = Secrets::read(&mut self, shared_store, &mut refuse);
+        Problems::check(problems)?;
+        Ok(Config {
+            grpc_addr: self.grpc_addr,
+            http_addr: self.http_addr,
+            admin_addr: self.admin_addr,
+            public_url: self.public_url,
+            webhook_secret: secrets.webhook,
+            webhook_secret_previous: secrets.webhook_previous,
+            account_token: secrets.account_token,
+            generated_secrets: secrets
+                .account_token_generated
+                .then_some("account webhook token (MSGW_ACCOUNT_TOKEN)")
+                .into_iter()
+                .collect(),
+            store_url: self.store_url,
+            store_password: secrets.store_password,
+            retention: Retention {
+                max_age: self.event_retention,
+                max_events: self.event_retention_count,
+                claims_max_age: self.idempotency_retention,
+                guard_max_age: self.verify.guard.longest_window(),
+                trusted_keys_max_age: self.verify.guard.trusted_key_window,
+            },
+            event_fan_out: self.event_fan_out,
+            reconcile: self.reconcile,
+            shutdown_grace: self.shutdown_grace,
+            shutdown_delay: self.shutdown_delay,
+            balance_refresh: self.balance_refresh,
+            upstream,
+            upstream_timeout: self.upstream_timeout,
+            upstream_settle: self.upstream_settle,
+            upstream_limits: self.upstream,
+            grpc_limits: self.grpc,
+            webhook_limits: self.webhook,
+            tls,
+            callers_file,
+            verify_secret: secrets.verify,
+            verify: self.verify,
+            opt_out: self.opt_out,
+            queries: self.queries,
+        })
+    }
+
+    /// The rules between options that are not secrets: a queue not below the batch,
+    /// the guard's grace inside its window, no keyword both opting out and in.
+    fn check_across(&self, refuse: &mut impl FnMut(Problem)) {
         if self.upstream.queue_max < self.upstream.batch_max {
             refuse(Problem::value(
                 "upstream_queue_max",
@@ -188,8 +248,19 @@ impl ServeArgs {
                 "names keywords MSGW_OPT_OUT_KEYWORDS names too: a reply cannot both opt out and opt back in",
             ));
         }
-        let key = secret("api_key", self.api_key, self.api_key_file, &mut refuse);
-        let upstream = match self.upstream_url {
+    }
+
+    /// The gateway (a URL and its API key), or the sandbox when no URL is set: an API
+    /// key without a gateway becomes the sandbox's key, so a deployment's secret wiring
+    /// can be tried before the gateway account exists.
+    fn upstream(&mut self, refuse: &mut impl FnMut(Problem)) -> Upstream {
+        let key = secret(
+            "api_key",
+            self.api_key.take(),
+            self.api_key_file.take(),
+            refuse,
+        );
+        match self.upstream_url.take() {
             Some(url) => Upstream::Gateway {
                 url,
                 api_key: key
@@ -202,194 +273,12 @@ impl ServeArgs {
                         SecretString::from(String::new())
                     }),
             },
-            // An API key without a gateway becomes the sandbox's key, so a deployment's
-            // secret wiring can be tried before the gateway account exists.
             None => Upstream::Sandbox(self.sandbox.config(key.map_or_else(
                 || DEFAULT_API_KEY.to_owned(),
                 |k| k.expose_secret().to_owned(),
             ))),
-        };
-        let (tls, callers_file) =
-            authentication(self.security, matches!(upstream, Upstream::Gateway { .. }))
-                .unwrap_or_else(|problem| {
-                    refuse(problem);
-                    (None, None)
-                });
-        let shared_store = crate::adapters::store::is_shared(&self.store_url);
-        let store_password = match self.store_password_file {
-            Some(path) if !shared_store => {
-                refuse(Problem::value(
-                    "store_password_file",
-                    path.display(),
-                    "is for a postgres:// MSGW_STORE_URL only",
-                ));
-                None
-            }
-            file => secret("store_password", None, file, &mut refuse),
-        };
-        // A secret given but refused (too short, its file unreadable) is not also "not
-        // set" below.
-        let webhook_secret_given =
-            self.webhook_secret.is_some() || self.webhook_secret_file.is_some();
-        let verify_secret_given = self.verify_secret.is_some() || self.verify_secret_file.is_some();
-        let account_token_given = self.account_token.is_some() || self.account_token_file.is_some();
-        let webhook_secret = secret(
-            "webhook_secret",
-            self.webhook_secret,
-            self.webhook_secret_file,
-            &mut refuse,
-        );
-        let webhook_secret = at_least_16("webhook_secret", webhook_secret, &mut refuse);
-        let verify_secret = secret(
-            "verify_secret",
-            self.verify_secret,
-            self.verify_secret_file,
-            &mut refuse,
-        );
-        let verify_secret = at_least_16("verify_secret", verify_secret, &mut refuse);
-        let previous = secret(
-            "webhook_secret_previous",
-            self.webhook_secret_previous,
-            self.webhook_secret_previous_file,
-            &mut refuse,
-        );
-        let webhook_secret_previous = at_least_16("webhook_secret_previous", previous, &mut refuse);
-        if webhook_secret_previous.is_some() && webhook_secret.is_none() {
-            refuse(Problem::unset(
-                "webhook_secret",
-                "MSGW_WEBHOOK_SECRET_PREVIOUS is set: a rotation needs the new secret",
-            ));
         }
-        let account_token = secret(
-            "account_token",
-            self.account_token,
-            self.account_token_file,
-            &mut refuse,
-        )
-        .filter(|s| {
-            let s = s.expose_secret();
-            let valid = s.len() >= 16
-                && s.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"-_.~".contains(&b));
-            if !valid {
-                refuse(Problem::secret(
-                    "account_token",
-                    s.len(),
-                    "must be at least 16 of A-Z a-z 0-9 - _ . ~",
-                ));
-            }
-            valid
-        });
-        let account_token_generated = account_token.is_none();
-        let account_token = account_token
-            .unwrap_or_else(|| SecretString::from(crate::process::secrets::random_token()));
-        // Replicas sharing a store verify each other's hook tokens and check each
-        // other's codes: a secret generated per start (or per replica) would make every
-        // webhook or code of another replica's message a refusal. SQLite generates them
-        // and keeps them next to the database.
-        if shared_store {
-            for (arg, missing, why) in [
-                (
-                    "webhook_secret",
-                    !webhook_secret_given,
-                    "verify each other's webhooks",
-                ),
-                (
-                    "account_token",
-                    !account_token_given,
-                    "verify each other's webhooks",
-                ),
-                (
-                    "verify_secret",
-                    !verify_secret_given,
-                    "check each other's one-time codes",
-                ),
-            ] {
-                if missing {
-                    refuse(Problem::unset(
-                        arg,
-                        format!(
-                            "a PostgreSQL store is shared by replicas, which must {why}: set it (or its _FILE variable) to the same value on every replica"
-                        ),
-                    ));
-                }
-            }
-        }
-        Problems::check(problems)?;
-        Ok(Config {
-            grpc_addr: self.grpc_addr,
-            http_addr: self.http_addr,
-            admin_addr: self.admin_addr,
-            public_url: self.public_url,
-            webhook_secret,
-            webhook_secret_previous,
-            account_token,
-            generated_secrets: account_token_generated
-                .then_some("account webhook token (MSGW_ACCOUNT_TOKEN)")
-                .into_iter()
-                .collect(),
-            store_url: self.store_url,
-            store_password,
-            retention: Retention {
-                max_age: self.event_retention,
-                max_events: self.event_retention_count,
-                claims_max_age: self.idempotency_retention,
-                guard_max_age: self.verify.guard.longest_window(),
-                trusted_keys_max_age: self.verify.guard.trusted_key_window,
-            },
-            event_fan_out: self.event_fan_out,
-            reconcile: self.reconcile,
-            shutdown_grace: self.shutdown_grace,
-            shutdown_delay: self.shutdown_delay,
-            balance_refresh: self.balance_refresh,
-            upstream,
-            upstream_timeout: self.upstream_timeout,
-            upstream_settle: self.upstream_settle,
-            upstream_limits: self.upstream,
-            grpc_limits: self.grpc,
-            webhook_limits: self.webhook,
-            tls,
-            callers_file,
-            verify_secret,
-            verify: self.verify,
-            opt_out: self.opt_out,
-            queries: self.queries,
-        })
     }
-}
-
-/// The secret of option `arg`, given as its value or in the file of its `_FILE`
-/// option ([`crate::process::secrets::read`]); a file that cannot be used is a problem.
-fn secret(
-    arg: &str,
-    value: Option<String>,
-    file: Option<PathBuf>,
-    refuse: &mut impl FnMut(Problem),
-) -> Option<SecretString> {
-    crate::process::secrets::read(value, file.as_deref()).unwrap_or_else(|e| {
-        let shown = file.as_deref().map(|f| f.display().to_string());
-        refuse(Problem::value(
-            &format!("{arg}_file"),
-            shown.unwrap_or_default(),
-            format!("{e:#}"),
-        ));
-        None
-    })
-}
-
-/// `given` if it has at least 16 characters; a problem of `arg` if it has fewer.
-fn at_least_16(
-    arg: &str,
-    given: Option<SecretString>,
-    refuse: &mut impl FnMut(Problem),
-) -> Option<SecretString> {
-    given.filter(|s| {
-        let len = s.expose_secret().len();
-        if len < 16 {
-            refuse(Problem::secret(arg, len, "must be at least 16 characters"));
-        }
-        len >= 16
-    })
 }
 
 /// The TLS files and callers file, refusing a real gateway (`real_gateway`) that

@@ -4,8 +4,8 @@
 //! only read the [`Caller`] the layer put into the request and [`admit`] its
 //! operations.
 
-pub mod callers;
-pub mod files;
+pub(crate) mod callers;
+pub(crate) mod files;
 pub mod incoming;
 mod layer;
 mod permits;

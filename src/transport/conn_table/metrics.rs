@@ -50,23 +50,24 @@ impl ConnMetrics {
     /// The gRPC port's series.
     pub fn grpc(metrics: &Metrics) -> Self {
         Self {
-            open: metrics.grpc_connections_open.clone(),
-            max: metrics.grpc_connections_max.clone(),
-            closed: metrics.grpc_connections_closed.clone(),
+            open: metrics.ports.grpc_connections_open.clone(),
+            max: metrics.ports.grpc_connections_max.clone(),
+            closed: metrics.ports.grpc_connections_closed.clone(),
             listener: None,
-            refused: Some(metrics.grpc_connections_refused.clone()),
+            refused: Some(metrics.ports.grpc_connections_refused.clone()),
             memory: Some(MemoryMetrics {
-                held: metrics.grpc_held_bytes.clone(),
-                budget: metrics.grpc_memory_budget.clone(),
-                stalled: metrics.grpc_streams_stalled.clone(),
+                held: metrics.ports.grpc_held_bytes.clone(),
+                budget: metrics.ports.grpc_memory_budget.clone(),
+                stalled: metrics.ports.grpc_streams_stalled.clone(),
                 by_kind: HeldKind::ALL.map(|kind| {
                     metrics
+                        .ports
                         .grpc_memory
                         .by_kind
                         .with_label_values(&[kind.label()])
                 }),
-                by_caller: metrics.grpc_memory.by_caller.clone(),
-                refused_by_caller: metrics.grpc_memory.refused_by_caller.clone(),
+                by_caller: metrics.ports.grpc_memory.by_caller.clone(),
+                refused_by_caller: metrics.ports.grpc_memory.refused_by_caller.clone(),
                 shown_callers: Arc::default(),
             }),
         }
@@ -75,9 +76,15 @@ impl ConnMetrics {
     /// The series of the HTTP listener named `listener` (`webhook`, `admin`).
     pub fn http(metrics: &Metrics, listener: &'static str) -> Self {
         Self {
-            open: metrics.http_connections_open.with_label_values(&[listener]),
-            max: metrics.http_connections_max.with_label_values(&[listener]),
-            closed: metrics.http_connections_closed.clone(),
+            open: metrics
+                .ports
+                .http_connections_open
+                .with_label_values(&[listener]),
+            max: metrics
+                .ports
+                .http_connections_max
+                .with_label_values(&[listener]),
+            closed: metrics.ports.http_connections_closed.clone(),
             listener: Some(listener),
             refused: None,
             memory: None,

@@ -273,6 +273,7 @@ async fn at_the_memory_budget_streams_are_refused_and_the_heaviest_connection_go
     assert!(light.stream_opened(true, false, 0, 0).is_ok());
     assert_eq!(
         metrics
+            .ports
             .grpc_connections_closed
             .with_label_values(&["memory_budget"])
             .get(),
@@ -365,6 +366,7 @@ async fn a_caller_at_its_share_is_refused_while_another_is_served() {
     assert!(other.has_room(1));
     assert_eq!(
         metrics
+            .ports
             .grpc_memory
             .refused_by_caller
             .with_label_values(&["greedy"])

@@ -102,6 +102,7 @@ fn answer(state: &WebhookState, endpoint: &str, outcome: Result<Taken, Refusal>)
     };
     state
         .metrics
+        .events
         .webhooks_total
         .with_label_values(&[endpoint, result])
         .inc();

@@ -4,7 +4,7 @@
 //! sandbox's account. What
 //! differs between them lives in `sqlite/` and `postgres/`.
 
-pub(super) mod claims;
+pub(super) mod claim_sql;
 pub(super) mod conn;
 pub(super) mod events;
 pub(super) mod guard;

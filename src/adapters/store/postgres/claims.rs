@@ -11,8 +11,8 @@ use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, PgConnection, PgPool};
 use tokio::sync::Mutex;
 
-use crate::adapters::store::claims::{ClaimOutcome, Grouped, NewClaim, Settle, grouped};
-use crate::adapters::store::common::{claims::apply_in, conn::Tx};
+use crate::adapters::store::claim_groups::{ClaimOutcome, Grouped, NewClaim, Settle, grouped};
+use crate::adapters::store::common::{claim_sql::apply_in, conn::Tx};
 use crate::adapters::store::rows::{
     ClaimRow, SettlementColumns, ms, phone_to_db, seconds, settlement_columns,
 };

@@ -3,7 +3,7 @@
 //! statements parsed once per connection, by the send path's writer
 //! ([`super::writer`]) or, for an in-memory database, on the pool's writer
 //! connection. Other groups run change by change in one sqlx transaction
-//! (`common/claims.rs`).
+//! (`common/claim_sql.rs`).
 
 use std::{
     collections::{HashMap, HashSet},
@@ -13,8 +13,8 @@ use std::{
 use rusqlite::OptionalExtension;
 use sqlx::SqliteConnection;
 
-use crate::adapters::store::claims::{ClaimOutcome, Grouped, grouped};
-use crate::adapters::store::common::{claims::apply_in, conn::Tx};
+use crate::adapters::store::claim_groups::{ClaimOutcome, Grouped, grouped};
+use crate::adapters::store::common::{claim_sql::apply_in, conn::Tx};
 use crate::adapters::store::rows::{ClaimRow, ms, phone_to_db, seconds, settlement_columns};
 use crate::adapters::store::{ClaimChange, ClaimRecord, ClaimReply, Settlement, StoreError};
 use crate::core::domain::ClientId;

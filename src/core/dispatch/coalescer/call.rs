@@ -108,3 +108,14 @@ impl<R: Runner> Drop for Leave<'_, R> {
         }
     }
 }
+
+/// The latest deadline among `calls`: `None` when one of them has none (a request
+/// that ends with the last caller waiting for it).
+pub fn latest<'a, R: Runner + 'a>(calls: impl Iterator<Item = &'a Call<R>>) -> Option<Instant> {
+    calls
+        .map(|c| c.deadline)
+        .try_fold(None, |latest: Option<Instant>, d| {
+            d.map(|d| Some(latest.map_or(d, |l| l.max(d))))
+        })
+        .flatten()
+}

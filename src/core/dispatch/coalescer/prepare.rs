@@ -36,7 +36,10 @@ impl<R: Runner> Coalescer<R> {
                 group.push(call);
             }
             state.preparing_now += usize::from(!group.is_empty());
-            self.metrics.queue_depth.set(gauge(state.queued_ops));
+            self.metrics
+                .dispatch
+                .queue_depth
+                .set(gauge(state.queued_ops));
             (group, discarded)
         };
         self.discard(discarded);
@@ -94,6 +97,7 @@ impl<R: Runner> Drop for Prepared<R> {
             state.preparing_now -= 1;
             self.coalescer
                 .metrics
+                .dispatch
                 .queue_depth
                 .set(gauge(state.queued_ops));
         }

@@ -117,7 +117,7 @@ async fn a_full_queue_refuses_with_retry_advice() {
         matches!(refused, Err(Error::Overloaded { .. })),
         "{refused:?}"
     );
-    assert_eq!(metrics.queue_rejected.get(), 1);
+    assert_eq!(metrics.dispatch.queue_rejected.get(), 1);
     for call in busy {
         call.await.unwrap().unwrap();
     }
@@ -156,7 +156,11 @@ async fn a_caller_that_leaves_while_queued_is_never_run() {
     tokio::time::sleep(Duration::from_millis(10)).await;
     let gone = tokio::time::timeout(Duration::from_millis(20), c.call(ops(2), None, None)).await;
     assert!(gone.is_err(), "the caller gave up");
-    assert_eq!(metrics.queue_depth.get(), 0, "its call left the queue");
+    assert_eq!(
+        metrics.dispatch.queue_depth.get(),
+        0,
+        "its call left the queue"
+    );
     busy.await.unwrap().unwrap();
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert_eq!(*runner.envelopes.lock().unwrap(), vec![1]);
@@ -283,7 +287,7 @@ async fn a_call_answered_in_preparation_never_takes_a_slot() {
     assert_eq!(answered.unwrap(), vec![0]);
     assert!(runner.echo.envelopes.lock().unwrap().is_empty());
     assert_eq!(
-        metrics.queue_depth.get(),
+        metrics.dispatch.queue_depth.get(),
         0,
         "nothing left counted as queued"
     );
@@ -317,7 +321,7 @@ async fn a_prepared_call_that_leaves_the_queue_gives_back_what_it_held() {
     assert_eq!(*runner.released.lock().unwrap(), vec![2, 3]);
     busy.await.unwrap().unwrap();
     assert_eq!(*runner.echo.envelopes.lock().unwrap(), vec![1]);
-    assert_eq!(metrics.queue_depth.get(), 0);
+    assert_eq!(metrics.dispatch.queue_depth.get(), 0);
 }
 
 #[tokio::test]
@@ -358,7 +362,7 @@ async fn groups_prepared_at_once_may_end_out_of_order_and_their_calls_still_leav
     );
     assert_eq!(fast.await.unwrap().unwrap(), vec![1]);
     assert_eq!(*runner.echo.envelopes.lock().unwrap(), vec![1]);
-    assert_eq!(metrics.queue_depth.get(), 0);
+    assert_eq!(metrics.dispatch.queue_depth.get(), 0);
 }
 
 #[tokio::test]

@@ -8,9 +8,9 @@
 //! transaction that sends the code ([`crate::core::ports::store::GuardCheck`]), so replicas
 //! share them.
 
-pub mod countries;
-pub mod holds;
-pub mod settings;
+pub(crate) mod countries;
+pub(crate) mod holds;
+pub(crate) mod settings;
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
@@ -222,6 +222,7 @@ impl Guard {
     /// Counts a verification of `phone` started or approved, by calling code.
     pub fn count(&self, phone: Phone, event: &str) {
         self.metrics
+            .verify
             .verifications_by_country_total
             .with_label_values(&[calling_code(phone), event])
             .inc();
@@ -230,6 +231,7 @@ impl Guard {
     /// Counts a code to `phone` sent, or refused by the guard, by calling code.
     pub fn count_code(&self, phone: Phone, outcome: CodeOutcome) {
         self.metrics
+            .verify
             .verify_codes_total
             .with_label_values(&[calling_code(phone), outcome.as_str()])
             .inc();
@@ -237,6 +239,7 @@ impl Guard {
 
     fn count_refusal(&self, reason: &str, mode: Mode) {
         self.metrics
+            .verify
             .guard_refusals_total
             .with_label_values(&[reason, mode.as_str()])
             .inc();
@@ -244,6 +247,7 @@ impl Guard {
 
     fn held(&self, hold: &RangeHold, mode: Mode) {
         self.metrics
+            .verify
             .guard_holds_total
             .with_label_values(&[mode.as_str()])
             .inc();
@@ -284,7 +288,7 @@ impl Guard {
                 _ => break,
             }
         }
-        let gauge = &self.metrics.guard_ranges_held;
+        let gauge = &self.metrics.verify.guard_ranges_held;
         gauge.with_label_values(&["on"]).set(on);
         gauge.with_label_values(&["shadow"]).set(shadow);
     }

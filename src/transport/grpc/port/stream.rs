@@ -133,6 +133,7 @@ fn header_bytes<B>(request: &http::Request<B>) -> usize {
 /// Answers a stream msgw will not serve with RESOURCE_EXHAUSTED, in its headers alone.
 fn refuse(respond: &mut SendResponse<Bytes>, refused: Refused, metrics: &Metrics) {
     metrics
+        .ports
         .grpc_streams_refused
         .with_label_values(&[refused.label()])
         .inc();
@@ -190,6 +191,7 @@ impl Sender<'_> {
                         Err(Cut::Gone) => return,
                         Err(Cut::Stalled) => {
                             self.metrics
+                                .ports
                                 .grpc_streams_reset
                                 .with_label_values(&["send_timeout"])
                                 .inc();

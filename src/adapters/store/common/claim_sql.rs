@@ -165,7 +165,7 @@ async fn existing(conn: &mut Conn<'_>, id: ClientId) -> Result<ClaimReply, Store
 /// tracks for an accepted send.
 async fn settle(
     conn: &mut Conn<'_>,
-    (id, attempt, settlement, at): crate::adapters::store::claims::Settle<'_>,
+    (id, attempt, settlement, at): crate::adapters::store::claim_groups::Settle<'_>,
     first_poll_after: Duration,
 ) -> Result<ClaimReply, StoreError> {
     let SettlementColumns {

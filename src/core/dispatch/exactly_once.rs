@@ -127,7 +127,7 @@ impl Claims {
         settle: Duration,
         metrics: &Metrics,
     ) -> Self {
-        let rows = metrics.store_write_rows.clone();
+        let rows = metrics.dispatch.store_write_rows.clone();
         let writers = store.send_path_writers().max(1);
         let settler = GroupWriter::spawn_many(writers, SETTLE_MAX_ENVELOPES, {
             let (store, rows) = (store.clone(), rows.clone());

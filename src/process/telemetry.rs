@@ -29,13 +29,26 @@ impl Drop for Telemetry {
     }
 }
 
+/// Whether text logs are coloured: only on a terminal, and not when `NO_COLOR` is set
+/// to anything but the empty string (<https://no-color.org>). Logs written to a file or
+/// a pipe stay plain.
+fn colour(terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    terminal && no_color.is_none_or(std::ffi::OsStr::is_empty)
+}
+
 /// Installs the global subscriber: log lines filtered by `--log-level`, plus the
 /// OTLP exporter when configured.
 pub fn init(args: &LogArgs) -> anyhow::Result<Telemetry> {
     let filter = EnvFilter::try_new(&args.log_level)
         .map_err(|e| anyhow::anyhow!("invalid --log-level {:?}: {e}", args.log_level))?;
     let logs = match args.log_format {
-        LogFormat::Text => fmt::layer().with_writer(std::io::stderr).boxed(),
+        LogFormat::Text => fmt::layer()
+            .with_ansi(colour(
+                std::io::IsTerminal::is_terminal(&std::io::stderr()),
+                std::env::var_os("NO_COLOR").as_deref(),
+            ))
+            .with_writer(std::io::stderr)
+            .boxed(),
         LogFormat::Json => fmt::layer()
             .json()
             .with_current_span(true)
@@ -79,4 +92,23 @@ fn otlp_tracer() -> anyhow::Result<Option<SdkTracerProvider>> {
             .with_batch_exporter(exporter)
             .build(),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsStr;
+
+    use super::colour;
+
+    #[test]
+    fn logs_are_coloured_only_on_a_terminal_without_no_color() {
+        assert!(colour(true, None));
+        assert!(
+            colour(true, Some(OsStr::new(""))),
+            "an empty NO_COLOR is unset"
+        );
+        assert!(!colour(true, Some(OsStr::new("1"))));
+        assert!(!colour(false, None), "a file or a pipe gets plain lines");
+        assert!(!colour(false, Some(OsStr::new("1"))));
+    }
 }

@@ -78,6 +78,19 @@ async fn the_readmes_lifecycle_examples_run_as_written_twice_and_print_what_they
     runs_as_written_twice(&steps).await;
 }
 
+#[tokio::test]
+async fn the_readmes_opt_out_examples_run_as_written_twice_and_print_what_they_show() {
+    let mut steps = readme_steps("Opt-outs");
+    assert!(steps.len() >= 3, "the section's steps: {steps:#?}");
+    // The last block streams the log from its oldest event: what it prints grows with
+    // every run through the README, so it runs, and its output is not compared.
+    if let Some((commands, shown)) = steps.last_mut() {
+        assert!(commands.contains("from_oldest"), "{commands}");
+        *shown = None;
+    }
+    runs_as_written_twice(&steps).await;
+}
+
 /// Runs `steps` as one script, twice in a row against one msgw on its sandbox, and
 /// checks each step prints what the README shows (numbers aside).
 async fn runs_as_written_twice(steps: &[(String, Option<String>)]) {

@@ -104,32 +104,22 @@ impl Listeners {
     /// (`::1` where IPv6 is off) is skipped while another one is bound; any other
     /// failure (the port is in use) fails the whole port.
     pub fn bind(addr: &ListenAddr) -> std::io::Result<Self> {
-        let mut sockets: Vec<TcpListener> = Vec::new();
-        let mut port = None;
-        let several = addr.addrs.len() > 1;
-        for &wanted in &addr.addrs {
-            let wanted = SocketAddr::new(wanted.ip(), port.unwrap_or(wanted.port()));
-            match bind_one(wanted) {
-                Ok(socket) => {
-                    port.get_or_insert(socket.local_addr()?.port());
-                    sockets.push(socket);
-                }
-                Err(e) if several && unavailable(&e) => {
-                    tracing::warn!(skipped = %wanted, error = %e, "cannot listen on one address of {addr}");
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        if sockets.is_empty() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::AddrNotAvailable,
-                format!("no address of {addr} can be listened on"),
-            ));
-        }
         Ok(Self {
-            sockets,
+            sockets: bind_each(addr, bind_one, TcpListener::local_addr)?,
             next: AtomicUsize::new(0),
         })
+    }
+
+    /// Whether [`Listeners::bind`] would bind `addr` now, tried with sockets closed
+    /// at once; works outside a runtime (for reporting a busy port with the other
+    /// start problems).
+    pub fn probe(addr: &ListenAddr) -> std::io::Result<()> {
+        bind_each(
+            addr,
+            std::net::TcpListener::bind,
+            std::net::TcpListener::local_addr,
+        )
+        .map(drop)
     }
 
     /// The bound address of the first socket.
@@ -222,6 +212,37 @@ impl axum::serve::Listener for Listeners {
 }
 
 /// Binds one address with a backlog of [`BACKLOG`].
+/// Binds every address of `addr` with `bind` ([`Listeners::bind`]'s rules).
+fn bind_each<L>(
+    addr: &ListenAddr,
+    bind: impl Fn(SocketAddr) -> std::io::Result<L>,
+    local_addr: impl Fn(&L) -> std::io::Result<SocketAddr>,
+) -> std::io::Result<Vec<L>> {
+    let mut sockets: Vec<L> = Vec::new();
+    let mut port = None;
+    let several = addr.addrs.len() > 1;
+    for &wanted in &addr.addrs {
+        let wanted = SocketAddr::new(wanted.ip(), port.unwrap_or(wanted.port()));
+        match bind(wanted) {
+            Ok(socket) => {
+                port.get_or_insert(local_addr(&socket)?.port());
+                sockets.push(socket);
+            }
+            Err(e) if several && unavailable(&e) => {
+                tracing::warn!(skipped = %wanted, error = %e, "cannot listen on one address of {addr}");
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    if sockets.is_empty() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::AddrNotAvailable,
+            format!("no address of {addr} can be listened on"),
+        ));
+    }
+    Ok(sockets)
+}
+
 fn bind_one(addr: SocketAddr) -> std::io::Result<TcpListener> {
     let socket = match addr.ip() {
         IpAddr::V4(_) => TcpSocket::new_v4()?,

@@ -139,11 +139,7 @@ impl Config {
     /// Binds the gRPC, webhook and admin ports, or says what is wrong with each one
     /// that cannot be bound, at once.
     pub fn bind_ports(&self) -> Result<[Listeners; 3], Problems> {
-        let ports = [
-            ("grpc_addr", &self.grpc_addr),
-            ("http_addr", &self.http_addr),
-            ("admin_addr", &self.admin_addr),
-        ];
+        let ports = ports(&self.grpc_addr, &self.http_addr, &self.admin_addr);
         crate::transport::listen::bind_all(ports.map(|(_, addr)| addr)).map_err(|failed| {
             Problems(
                 failed
@@ -173,6 +169,19 @@ impl ServeArgs {
         });
         let shared_store = crate::adapters::store::is_shared(&self.store_url);
         let secrets = Secrets::read(&mut self, shared_store, &mut refuse);
+        if !problems.is_empty() {
+            // A busy port is said with the other problems, not in a second round once
+            // they are fixed.
+            problems.extend(
+                ports(&self.grpc_addr, &self.http_addr, &self.admin_addr)
+                    .into_iter()
+                    .filter_map(|(arg, addr)| {
+                        Listeners::probe(addr)
+                            .err()
+                            .map(|e| Problem::listen(arg, addr, &e))
+                    }),
+            );
+        }
         Problems::check(problems)?;
         Ok(Config {
             grpc_addr: self.grpc_addr,
@@ -279,6 +288,19 @@ impl ServeArgs {
             ))),
         }
     }
+}
+
+/// The three ports by the option that sets each.
+fn ports<'a>(
+    grpc: &'a ListenAddr,
+    http: &'a ListenAddr,
+    admin: &'a ListenAddr,
+) -> [(&'static str, &'a ListenAddr); 3] {
+    [
+        ("grpc_addr", grpc),
+        ("http_addr", http),
+        ("admin_addr", admin),
+    ]
 }
 
 /// The TLS files and callers file, refusing a real gateway (`real_gateway`) that

@@ -5,10 +5,17 @@ use crate::process::cli::{Cli, Command};
 
 /// `msgw serve ARGS` as `main` takes it: every problem of parsing and of the checks
 /// after it, one line each.
+/// Ports not given are loopback port 0, so a port busy on this machine is no problem
+/// of a test that is not about ports.
 fn serve(args: &[&str]) -> anyhow::Result<Config> {
+    let ports = ["--grpc-addr", "--http-addr", "--admin-addr"]
+        .into_iter()
+        .filter(|flag| !args.contains(flag))
+        .flat_map(|flag| [flag, "127.0.0.1:0"]);
     let argv = ["msgw", "serve"]
-        .iter()
-        .chain(args)
+        .into_iter()
+        .chain(ports)
+        .chain(args.iter().copied())
         .map(Into::into)
         .collect();
     let (cli, mut problems) = problems::parse(argv)?;
@@ -88,6 +95,27 @@ fn a_postgres_store_needs_the_secrets_every_replica_shares_all_named_at_once() {
     let config = serve(&[&pg[..], &secret[..], &token[..], &verify[..]].concat()).unwrap();
     assert_eq!(config.store_url, "postgres://msgw@db/msgw");
     assert!(config.store_password.is_none());
+}
+
+#[test]
+fn a_busy_port_is_said_with_the_other_problems_in_one_round() {
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy = busy.local_addr().unwrap().to_string();
+    let args = [
+        "--store-url",
+        "postgres://msgw@db/msgw",
+        "--grpc-addr",
+        &busy,
+    ];
+    let error = serve(&args).unwrap_err().to_string();
+    assert_eq!(
+        error.lines().count(),
+        4,
+        "three secrets and the port: {error}"
+    );
+    assert!(error.contains("MSGW_GRPC_ADDR"), "{error}");
+    assert!(error.contains(&busy), "{error}");
+    assert!(error.contains("MSGW_VERIFY_SECRET ("), "{error}");
 }
 
 #[test]

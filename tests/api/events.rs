@@ -156,6 +156,30 @@ async fn resuming_after_the_last_cursor_gives_exactly_the_missed_events() {
 }
 
 #[tokio::test]
+async fn an_event_reads_the_same_live_and_replayed() {
+    let app = spawn(Options::default()).await;
+    let mut stream = subscribe(&app, StreamStatusEventsRequest::default()).await;
+    assert_eq!(
+        app.post_webhook(&app.hook_path(1), webhook(1, "DELIVERED"))
+            .await,
+        200
+    );
+    let live = next(&mut stream).await;
+    let mut replay = subscribe(
+        &app,
+        StreamStatusEventsRequest {
+            from_oldest: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    let replayed = next(&mut replay).await;
+    let nanos = live.receive_time.as_ref().map(|t| t.nanos % 1_000_000);
+    assert_eq!(nanos, Some(0), "receive_time to the millisecond: {live:?}");
+    assert_eq!(replayed, live, "the same event, field for field");
+}
+
+#[tokio::test]
 async fn events_survive_a_restart_on_the_same_store() {
     let app = spawn(Options::default()).await;
     for id in [7, 8] {

@@ -80,6 +80,12 @@ impl EventSource {
     }
 }
 
+/// Now, to the millisecond: the precision the event log keeps, so an event reads the
+/// same live and replayed.
+pub fn received_now() -> DateTime<Utc> {
+    chrono::SubsecRound::trunc_subsecs(Utc::now(), 3)
+}
+
 /// A delivery report as msgw received it, before it has a cursor.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewEvent {

@@ -23,7 +23,8 @@ pub use caller::CallerName;
 pub use cursor::Cursor;
 pub use error::{Error, FieldViolation, Scope, UnavailableCause, Violations};
 pub use events::{
-    DeliveryReport, EventSource, MAX_DURATION_SECS, NewEvent, StatusEvent, representable,
+    DeliveryReport, EventSource, MAX_DURATION_SECS, NewEvent, StatusEvent, received_now,
+    representable,
 };
 pub use facts::{Facts, Idempotency, OpKind};
 pub use log::LogEvent;

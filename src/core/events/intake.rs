@@ -6,8 +6,6 @@
 
 use std::sync::Arc;
 
-use chrono::Utc;
-
 use super::EventLog;
 use crate::core::domain::{ClientId, DeliveryReport, EventSource, NewEvent};
 use crate::core::ports::gateway::ReadReport;
@@ -81,7 +79,7 @@ impl Intake {
         let client_id = report.client_id.map(ClientId::get);
         let event = NewEvent {
             report,
-            received_at: Utc::now(),
+            received_at: crate::core::domain::received_now(),
             source: EventSource::Webhook,
         };
         match self.events.append(event).await {

@@ -135,7 +135,7 @@ impl Reconciler {
                 Ok(Output::Status(report)) => {
                     let event = NewEvent {
                         report: delivery_report(report),
-                        received_at: Utc::now(),
+                        received_at: crate::core::domain::received_now(),
                         source: EventSource::Poll,
                     };
                     let is_final = event.is_final();

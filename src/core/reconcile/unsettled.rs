@@ -132,7 +132,7 @@ impl Reconciler {
         for report in found {
             let event = NewEvent {
                 report: delivery_report(report),
-                received_at: Utc::now(),
+                received_at: crate::core::domain::received_now(),
                 source: EventSource::Poll,
             };
             if let Err(e) = self.events.append(event).await {

@@ -312,7 +312,7 @@ impl Scheduler {
                 request_id: None,
                 replies: Vec::new(),
             },
-            received_at: at,
+            received_at: chrono::SubsecRound::trunc_subsecs(at, 3),
             source: EventSource::Msgw,
         };
         // The claim is what counts; an event lost to a store failure is logged.

@@ -89,7 +89,9 @@ pub enum Error {
         outcome_unknown: bool,
     },
     /// The gateway does not know the message a status query asked for.
-    #[error("the gateway has no message with id {id}: {upstream_error}")]
+    #[error(
+        "the gateway has no message with id {id} ({upstream_error}); a send msgw refused itself (to an opted-out number, say) never reached it, and its id stays free"
+    )]
     MessageNotFound {
         /// The client id asked for.
         id: u64,

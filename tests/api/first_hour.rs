@@ -190,3 +190,86 @@ async fn what_msgw_leaves_in_a_clone_is_ignored_by_git() {
         "files msgw made: {made:?}"
     );
 }
+
+/// Seven loopback ports in a row that nothing listens on now, the first of them
+/// returned (the recipe takes a base port).
+fn free_port_run() -> u16 {
+    for _ in 0..200 {
+        let base = 20_000 + rand::random::<u16>() % 30_000;
+        let free =
+            (base..base + 7).all(|port| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok());
+        if free {
+            return base;
+        }
+    }
+    panic!("no seven free loopback ports in a row");
+}
+
+#[tokio::test]
+async fn the_two_replica_recipe_runs_as_written() {
+    let schema = crate::postgres::TestSchema::create().await;
+    let run = tempfile::tempdir().unwrap();
+    let path = format!(
+        "{}:{}",
+        grpcurl().parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    // Its own process group, so that a recipe that hangs is stopped with the
+    // sandbox and replicas it started.
+    let child = Command::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/replicas/two-replicas.sh"
+    ))
+    .arg("demo")
+    .env("PATH", &path)
+    .env("MSGW", env!("CARGO_BIN_EXE_msgw"))
+    .env("MSGW_STORE_URL", &schema.url)
+    .env("BASE_PORT", free_port_run().to_string())
+    .env("RUN_DIR", run.path())
+    .process_group(0)
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .expect("the script runs");
+    let group = child.id().expect("a running script");
+    let Ok(out) = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output()).await
+    else {
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{group}")])
+            .status()
+            .await;
+        panic!("the recipe did not finish within 120 s");
+    };
+    let out = out.expect("the script's output");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let logs = ["sandbox", "replica1", "replica2"]
+        .map(|name| {
+            std::fs::read_to_string(run.path().join(format!("{name}.log"))).unwrap_or_default()
+        })
+        .join("\n");
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}\n{logs}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let after = |heading: &str| {
+        stdout
+            .split(heading)
+            .nth(1)
+            .and_then(|rest| rest.split("\n==").next())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert!(
+        after("its final status, on replica 2").contains("MESSAGE_STATUS_DELIVERED"),
+        "{stdout}"
+    );
+    assert!(
+        after("its events, on replica 2").contains("\"DELIVERED\""),
+        "{stdout}"
+    );
+    assert!(
+        after("its code checked on replica 2").contains("VERIFICATION_STATUS_APPROVED"),
+        "{stdout}"
+    );
+}

@@ -76,8 +76,8 @@ async fn run(cli: Cli, workers: usize, configured: bool) -> anyhow::Result<()> {
             let config = args.into_config()?;
             let app = Application::build(config).await?;
             if env!("MSGW_OPT_LEVEL") == "0" {
-                tracing::info!(
-                    "this msgw is built without optimisation (the release profile: quick to build, to try msgw); deploy the dist build (cargo install --path . --profile dist, or the Docker image)"
+                tracing::warn!(
+                    "this msgw is built without optimisation (the quick profile: quick to build, to try msgw, several times slower); deploy the dist build (cargo install --path . --locked --profile dist, or the Docker image)"
                 );
             }
             if telemetry.exports_traces() {

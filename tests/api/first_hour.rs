@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use tokio::io::AsyncBufReadExt;
 use tokio::process::Command;
 
 use crate::helpers::spawn_sandboxed_app;
@@ -272,4 +273,84 @@ async fn the_two_replica_recipe_runs_as_written() {
         after("its code checked on replica 2").contains("VERIFICATION_STATUS_APPROVED"),
         "{stdout}"
     );
+}
+
+/// The log lines the README's quick start shows after `msgw serve`: level, target and
+/// message, up to the first field or `...`.
+fn readme_log_lines() -> Vec<String> {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    let block = readme
+        .split("```sh\nmsgw serve\n```\n\n```text\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n```").next())
+        .expect("the README shows what `msgw serve` logs");
+    block
+        .lines()
+        .filter(|line| *line != "...")
+        .map(|line| {
+            let line = line.split(" ...").next().unwrap_or(line);
+            // Up to the first `field=value`: values (addresses) differ.
+            let cut = line
+                .split(' ')
+                .position(|word| word.contains('=') && !word.starts_with('('))
+                .map_or(line.len(), |n| {
+                    line.split(' ').take(n).map(|w| w.len() + 1).sum::<usize>() - 1
+                });
+            line[..cut].to_owned()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_log_lines_the_readme_shows_are_what_msgw_serve_prints() {
+    let mut shown = readme_log_lines();
+    assert!(shown.len() >= 4, "{shown:#?}");
+    // The warning of an unoptimised build, as the quick start's is (and this test's).
+    if env!("MSGW_OPT_LEVEL") != "0" {
+        shown.retain(|line| !line.contains("without optimisation"));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_msgw"))
+        .args([
+            "serve",
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--http-addr",
+            "127.0.0.1:0",
+        ])
+        .args(["--admin-addr", "127.0.0.1:0"])
+        .current_dir(dir.path())
+        .env_remove("RUST_LOG")
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("msgw starts");
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut printed = Vec::new();
+    let serving = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            // After the timestamp: "LEVEL target: message fields".
+            let line = line
+                .split_once("Z ")
+                .map_or(line.as_str(), |(_, rest)| rest);
+            printed.push(line.trim_start().to_owned());
+            if line.contains("msgw serving") {
+                return;
+            }
+        }
+    })
+    .await;
+    let _ = child.kill().await;
+    assert!(serving.is_ok(), "msgw did not say it serves:\n{printed:#?}");
+    assert!(
+        printed.iter().all(|l| !l.contains('\u{1b}')),
+        "logs to a pipe are plain text: {printed:#?}"
+    );
+    for line in &shown {
+        assert!(
+            printed.iter().any(|p| p.starts_with(line.as_str())),
+            "the README shows {line:?}; msgw printed:\n{printed:#?}"
+        );
+    }
 }

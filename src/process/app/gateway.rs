@@ -34,8 +34,6 @@ pub(super) async fn connect(
             (url, api_key, Some(task))
         }
     };
-    // After the sandbox's warning: that one is the first line a user sees.
-    tracing::info!(store = %super::redact(&config.store_url), "store open");
     let gateway = GatewayClient::new(
         GatewayConfig {
             base_url,

@@ -102,6 +102,8 @@ impl Application {
         let metrics = Metrics::new()?;
         let (gateway, sandbox) =
             gateway::connect(&config, &hooks, store.clone(), auth.is_open(), &metrics).await?;
+        // After the sandbox's warning: that one is the first line a user sees.
+        tracing::info!(store = %redact(&config.store_url), "store open");
         for secret in &config.generated_secrets {
             tracing::info!("no {secret} configured: generated a random one for this run");
         }

@@ -42,7 +42,7 @@ pub(super) async fn resolve_unknown<R: Runner>(
         .enumerate()
         .filter_map(|(i, e)| match e.slot {
             Slot::Resolve(owned, resolving) => Some((i, owned, resolving)),
-            _ => None,
+            Slot::Send(_) | Slot::Wait(_) | Slot::Done(_) => None,
         })
         .collect();
     if resolving.is_empty() {

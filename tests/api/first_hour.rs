@@ -80,6 +80,13 @@ async fn the_readmes_lifecycle_examples_run_as_written_twice_and_print_what_they
 }
 
 #[tokio::test]
+async fn the_readmes_verification_example_runs_as_written_twice_and_prints_what_it_shows() {
+    let steps = readme_steps("Verifying phone numbers");
+    assert!(!steps.is_empty(), "the section's steps: {steps:#?}");
+    runs_as_written_twice(&steps).await;
+}
+
+#[tokio::test]
 async fn the_readmes_opt_out_examples_run_as_written_twice_and_print_what_they_show() {
     let mut steps = readme_steps("Opt-outs");
     assert!(steps.len() >= 3, "the section's steps: {steps:#?}");

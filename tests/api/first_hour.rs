@@ -8,7 +8,7 @@ use tokio::io::AsyncBufReadExt;
 use tokio::process::Command;
 
 use crate::helpers::spawn_sandboxed_app;
-use crate::tools::grpcurl;
+use crate::tools::path_with_grpcurl;
 
 /// The command blocks of the README's section `title`, each with the output block that
 /// follows it, if any. Installing msgw and grpcurl and starting msgw are left out: the
@@ -105,11 +105,7 @@ async fn runs_as_written_twice(steps: &[(String, Option<String>)]) {
     let script = script
         .replace("localhost:50051", &app.addr.to_string())
         .replace("localhost:9090", &app.admin_addr.to_string());
-    let path = format!(
-        "{}:{}",
-        grpcurl().parent().unwrap().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let path = path_with_grpcurl();
     for run in ["first", "second"] {
         let out = tokio::time::timeout(
             Duration::from_secs(60),
@@ -211,11 +207,7 @@ fn free_port_run() -> u16 {
 async fn the_two_replica_recipe_runs_as_written() {
     let schema = crate::postgres::TestSchema::create().await;
     let run = tempfile::tempdir().unwrap();
-    let path = format!(
-        "{}:{}",
-        grpcurl().parent().unwrap().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let path = path_with_grpcurl();
     // Its own process group, so that a recipe that hangs is stopped with the
     // sandbox and replicas it started.
     let child = Command::new(concat!(

@@ -16,15 +16,20 @@ pub fn grpcurl() -> PathBuf {
     path
 }
 
+/// `PATH` with grpcurl's folder first: what the docs' shell blocks run with.
+pub fn path_with_grpcurl() -> String {
+    format!(
+        "{}:{}",
+        grpcurl().parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
 /// A shell block of the docs, verbatim but for msgw's address, with grpcurl on the
 /// PATH: its output, once it succeeded.
 async fn run_doc_script(app: &TestApp, script: &str) -> String {
     let script = script.replace("localhost:50051", &app.addr.to_string());
-    let path = format!(
-        "{}:{}",
-        grpcurl().parent().unwrap().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let path = path_with_grpcurl();
     let out = Command::new("bash")
         .args(["-euo", "pipefail", "-c", &script])
         .env("PATH", path)

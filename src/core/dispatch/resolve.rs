@@ -114,12 +114,7 @@ impl Resolution<'_> {
         let settle_until = resolving.settle_until;
         match answer {
             Ok(Some(ItemOutcome::Done(Output::Status(report)))) => {
-                let outcome = AcceptedOutcome {
-                    msg_id: report.msg_id.clone(),
-                    parts: 0,
-                    payload: report.raw.clone(),
-                    recovered: true,
-                };
+                let outcome = AcceptedOutcome::recovered(report);
                 let track = report.msg_id.as_ref().and_then(|msg_id| {
                     settlement::tracked(self.engine.tracking.is_some(), op, msg_id)
                 });

@@ -146,12 +146,7 @@ impl Reconciler {
 /// The settlement of a send the gateway turned out to have: its answer recovered from
 /// `status`, and the message tracked until its status is final.
 fn accepted(id: ClientId, report: &StatusReport) -> Settlement {
-    let outcome = AcceptedOutcome {
-        msg_id: report.msg_id.clone(),
-        parts: 0,
-        payload: report.raw.clone(),
-        recovered: true,
-    };
+    let outcome = AcceptedOutcome::recovered(report);
     let track = report.msg_id.as_ref().and_then(|msg_id| {
         let channel = report.channel?;
         Some(SentMessage {

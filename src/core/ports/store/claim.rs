@@ -25,6 +25,19 @@ pub struct AcceptedOutcome {
     pub recovered: bool,
 }
 
+impl AcceptedOutcome {
+    /// The answer of a send the gateway turned out to have, recovered from its `status`
+    /// (no parts known; the status answer kept as the payload).
+    pub fn recovered(report: &crate::core::domain::StatusReport) -> Self {
+        Self {
+            msg_id: report.msg_id.clone(),
+            parts: 0,
+            payload: report.raw.clone(),
+            recovered: true,
+        }
+    }
+}
+
 /// Where a claim stands.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ClaimState {

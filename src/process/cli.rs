@@ -96,6 +96,9 @@ pub struct CopyStoreArgs {
     /// File holding the PostgreSQL password (instead of one in the URL).
     #[arg(long, env = "MSGW_STORE_PASSWORD_FILE")]
     pub to_password_file: Option<PathBuf>,
+    /// PostgreSQL itself when `--to` is a pooler's address: the copy is written there.
+    #[arg(long, env = "MSGW_STORE_DIRECT_URL", value_parser = postgres_url)]
+    pub to_direct: Option<String>,
 }
 
 impl CopyStoreArgs {
@@ -276,6 +279,15 @@ pub struct ServeArgs {
     /// File holding the PostgreSQL password (instead of one in the store URL).
     #[arg(long, env = "MSGW_STORE_PASSWORD_FILE")]
     pub store_password_file: Option<PathBuf>,
+    /// How a pooler between msgw and PostgreSQL pools: `session` (a direct connection,
+    /// or PgBouncer's session mode) or `transaction` (PgBouncer's transaction mode;
+    /// needs `--store-direct-url`).
+    #[arg(long, env = "MSGW_STORE_POOLING", default_value = "session", value_parser = pooling)]
+    pub store_pooling: crate::adapters::store::Pooling,
+    /// PostgreSQL itself, past the pooler `--store-url` leads to (`postgres://...`): for
+    /// the migrations' lock and LISTEN, which need a session that lasts.
+    #[arg(long, env = "MSGW_STORE_DIRECT_URL", value_parser = postgres_url)]
+    pub store_direct_url: Option<String>,
     /// Events older than this are dropped from the log (e.g. `7d`, `12h`).
     #[arg(long, env = "MSGW_EVENT_RETENTION", default_value = "7d", value_parser = parse::positive_duration)]
     pub event_retention: Duration,
@@ -341,6 +353,20 @@ pub struct SecurityArgs {
     /// mTLS), e.g. behind a mesh that already authenticates callers.
     #[arg(long, env = "MSGW_ALLOW_UNAUTHENTICATED", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub allow_unauthenticated: bool,
+}
+
+/// `session` or `transaction`.
+fn pooling(value: &str) -> Result<crate::adapters::store::Pooling, String> {
+    value.parse()
+}
+
+/// A PostgreSQL URL: `postgres://...` (`postgresql://`).
+fn postgres_url(value: &str) -> Result<String, String> {
+    if crate::adapters::store::is_shared(value) {
+        Ok(value.to_owned())
+    } else {
+        Err("must be postgres://USER@HOST/DB".into())
+    }
 }
 
 /// A store URL: `sqlite:...` or `postgres://...` (`postgresql://`).

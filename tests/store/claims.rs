@@ -1,5 +1,6 @@
 //! Idempotency claims: insert-if-absent, compare-and-set take-overs and settlements.
 
+use msgw::adapters::store::StoreTarget;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -524,10 +525,12 @@ pub async fn a_claim_records_its_caller_and_its_messages_events_carry_it(fixture
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_send_path_writes_survive_their_connections_being_dropped() {
     let schema = crate::postgres::TestSchema::create().await;
-    let store =
-        msgw::adapters::store::SqlStore::postgres(&schema.url, None, Duration::from_secs(60))
-            .await
-            .unwrap();
+    let store = msgw::adapters::store::SqlStore::postgres(
+        &StoreTarget::new(&schema.url),
+        Duration::from_secs(60),
+    )
+    .await
+    .unwrap();
     let claim = |id: u64| ClaimChange::Claim {
         id: ClientId::new(id).unwrap(),
         fingerprint: Fingerprint([7; 32]),

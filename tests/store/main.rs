@@ -1,6 +1,9 @@
 //! One store test suite, two stores: every test here runs against SQLite and against
-//! a real PostgreSQL server (a schema of its own per test), so the two cannot drift.
+//! a real PostgreSQL server (a schema of its own per test), so the two cannot drift,
+//! and against PostgreSQL through PgBouncer, in session and in transaction mode.
 
+#[path = "../common/pgbouncer.rs"]
+mod pgbouncer;
 #[path = "../common/postgres.rs"]
 mod postgres;
 
@@ -10,6 +13,7 @@ mod events;
 mod guard;
 mod guard_codes;
 mod lookups;
+mod pooler;
 mod reply_times;
 mod scheduled;
 mod shared;
@@ -19,11 +23,14 @@ mod verifications;
 
 use std::{sync::Arc, time::Duration};
 
+use msgw::adapters::store::{Pooling, StoreTarget};
 use msgw::core::ports::store::Store;
 
 /// A store under test; `open` returns another handle on it (as another replica would).
 pub struct Fixture {
-    url: String,
+    target: StoreTarget,
+    // Dropped before the schema it serves.
+    _bouncer: Option<pgbouncer::Bouncer>,
     _dir: Option<tempfile::TempDir>,
     _schema: Option<postgres::TestSchema>,
 }
@@ -32,7 +39,8 @@ impl Fixture {
     async fn sqlite() -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         Self {
-            url: format!("sqlite://{}", dir.path().join("msgw.db").display()),
+            target: StoreTarget::new(format!("sqlite://{}", dir.path().join("msgw.db").display())),
+            _bouncer: None,
             _dir: Some(dir),
             _schema: None,
         }
@@ -41,7 +49,26 @@ impl Fixture {
     async fn postgres() -> Self {
         let schema = postgres::TestSchema::create().await;
         Self {
-            url: schema.url.clone(),
+            target: StoreTarget::new(&schema.url),
+            _bouncer: None,
+            _dir: None,
+            _schema: Some(schema),
+        }
+    }
+
+    /// PostgreSQL through PgBouncer in `pooling`'s mode; in transaction mode with the
+    /// schema's own URL as the direct one.
+    async fn pgbouncer(pooling: Pooling) -> Self {
+        let schema = postgres::TestSchema::create().await;
+        let bouncer = pgbouncer::Bouncer::start(&schema, pooling.as_str());
+        let mut target = StoreTarget::new(bouncer.url());
+        target.pooling = pooling;
+        if pooling == Pooling::Transaction {
+            target.direct_url = Some(schema.url.clone());
+        }
+        Self {
+            target,
+            _bouncer: Some(bouncer),
             _dir: None,
             _schema: Some(schema),
         }
@@ -49,12 +76,12 @@ impl Fixture {
 
     /// The store's URL.
     pub fn url(&self) -> &str {
-        &self.url
+        &self.target.url
     }
 
     /// A handle on the store (migrated on first open).
     pub async fn open(&self) -> Arc<dyn Store> {
-        msgw::adapters::store::open(&self.url, None, Duration::ZERO)
+        msgw::adapters::store::open(&self.target, Duration::ZERO)
             .await
             .expect("open the store")
     }
@@ -76,6 +103,26 @@ macro_rules! on_both_stores {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $test() {
                     crate::$module::$test(crate::Fixture::postgres().await).await
+                }
+            )*
+        }
+        /// Through PgBouncer in session mode.
+        mod pgbouncer_session {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    let fixture = crate::Fixture::pgbouncer(msgw::adapters::store::Pooling::Session);
+                    crate::$module::$test(fixture.await).await
+                }
+            )*
+        }
+        /// Through PgBouncer in transaction mode.
+        mod pgbouncer_transaction {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    let fixture = crate::Fixture::pgbouncer(msgw::adapters::store::Pooling::Transaction);
+                    crate::$module::$test(fixture.await).await
                 }
             )*
         }

@@ -123,7 +123,9 @@ pub async fn run(
     }
     is_msgws(path).await?;
     let source = SqliteDb::open(from, Duration::ZERO).await?;
-    let target = PgDb::open(to, password, Duration::ZERO).await?;
+    let mut to = super::StoreTarget::new(to);
+    to.password = password.cloned();
+    let target = PgDb::open(&to, Duration::ZERO).await?;
     let copied = sqlite_to_postgres(&source, &target).await;
     source.close().await;
     target.close().await;

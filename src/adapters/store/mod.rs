@@ -9,6 +9,7 @@
 //! - `sqlite/`, `postgres/`: what only one database does (opening, the send path's
 //!   writes, event appends);
 //! - `sql_store.rs`: the `Store` methods, each written once;
+//! - `target.rs`: where the store is, and how a pooler in front of PostgreSQL pools;
 //! - `copy.rs`: `msgw copy-store`; `migrations/`: each database's schema.
 
 mod claim_groups;
@@ -20,6 +21,7 @@ mod rows;
 mod scheduled;
 mod sql_store;
 mod sqlite;
+mod target;
 mod verifications;
 
 use std::time::Duration;
@@ -34,6 +36,7 @@ use crate::core::ports::store::{
     VerificationChange, VerificationRecord,
 };
 pub use sql_store::SqlStore;
+pub use target::{Pooling, StoreTarget, redacted};
 
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
@@ -107,32 +110,26 @@ pub async fn has_guard_tables(
         .fetch_one(&mut conn)
         .await?
     } else {
-        let mut options = sqlx::postgres::PgConnectOptions::from_str(url)?;
-        if let Some(password) = password {
-            options = options.password(secrecy::ExposeSecret::expose_secret(password));
-        }
-        let mut conn = sqlx::PgConnection::connect_with(&options).await?;
-        sqlx::query_scalar("SELECT to_regclass('guard_holds') IS NOT NULL")
-            .fetch_one(&mut conn)
-            .await?
+        postgres::has_guard_tables(url, password).await?
     };
     Ok(found)
 }
 
-/// Opens the store a URL names: `sqlite://PATH` (created if missing), `sqlite::memory:`,
-/// or `postgres://...` (with `password`, when given, instead of one in the URL).
+/// Opens the store `target` names: `sqlite://PATH` (created if missing),
+/// `sqlite::memory:`, or `postgres://...` (with its password, when given, instead of
+/// one in the URL).
 pub async fn open(
-    url: &str,
-    password: Option<&secrecy::SecretString>,
+    target: &StoreTarget,
     first_poll_after: Duration,
 ) -> Result<std::sync::Arc<dyn Store>, StoreError> {
+    let url = target.url.as_str();
     if url.starts_with("sqlite:") {
         Ok(std::sync::Arc::new(
             SqlStore::sqlite(url, first_poll_after).await?,
         ))
     } else if is_shared(url) {
         Ok(std::sync::Arc::new(
-            SqlStore::postgres(url, password, first_poll_after).await?,
+            SqlStore::postgres(target, first_poll_after).await?,
         ))
     } else {
         Err(StoreError::Config(format!(

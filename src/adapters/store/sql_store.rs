@@ -48,16 +48,14 @@ impl SqlStore {
         Ok(Self { db })
     }
 
-    /// Connects to the PostgreSQL database `url` names (TLS and other options from the
-    /// URL; `password`, when given, replaces one in the URL), migrates it and starts
+    /// Connects to the PostgreSQL database `target` names, migrates it and starts
     /// listening for other replicas' appends. Sent messages are first polled
     /// `first_poll_after` after sending.
     pub async fn postgres(
-        url: &str,
-        password: Option<&secrecy::SecretString>,
+        target: &super::StoreTarget,
         first_poll_after: Duration,
     ) -> Result<Self, StoreError> {
-        let db = Db::Postgres(PgDb::open(url, password, first_poll_after).await?);
+        let db = Db::Postgres(PgDb::open(target, first_poll_after).await?);
         Ok(Self { db })
     }
 
@@ -69,7 +67,8 @@ impl SqlStore {
         })
     }
 
-    /// A connection to write on, outside a transaction (SQLite: its one writer).
+    /// A connection to write on, outside a transaction (SQLite: its one writer); what
+    /// is written there is kept once [`Pooled::finish`] returns.
     async fn write(&self) -> Result<Pooled, StoreError> {
         Ok(match &self.db {
             Db::Sqlite(db) => Pooled::Sqlite(db.write().await?),
@@ -83,7 +82,7 @@ impl SqlStore {
     async fn begin_write(&self) -> Result<Tx<'static>, StoreError> {
         Ok(match &self.db {
             Db::Sqlite(db) => Tx::Sqlite(db.begin_write().await?),
-            Db::Postgres(db) => Tx::Postgres(db.begin().await?),
+            Db::Postgres(db) => db.begin().await?,
         })
     }
 }
@@ -178,7 +177,10 @@ impl Store for SqlStore {
     }
 
     async fn prune(&self, retention: Retention, now: DateTime<Utc>) -> Result<u64, StoreError> {
-        upkeep::prune(&mut self.write().await?.conn(), retention, now).await
+        let mut conn = self.write().await?;
+        let pruned = upkeep::prune(&mut conn.conn(), retention, now).await?;
+        conn.finish().await?;
+        Ok(pruned)
     }
 
     async fn take_due_for_poll(
@@ -192,7 +194,9 @@ impl Store for SqlStore {
             Db::Postgres(_) => postgres::DUE_FOR_POLL_SQL,
         };
         let mut conn = self.write().await?;
-        upkeep::take_due(&mut conn.conn(), due_sql, now, limit, lease).await
+        let due = upkeep::take_due(&mut conn.conn(), due_sql, now, limit, lease).await?;
+        conn.finish().await?;
+        Ok(due)
     }
 
     async fn schedule_poll(
@@ -200,7 +204,9 @@ impl Store for SqlStore {
         client_id: ClientId,
         next: Option<DateTime<Utc>>,
     ) -> Result<(), StoreError> {
-        upkeep::schedule_poll(&mut self.write().await?.conn(), client_id, next).await
+        let mut conn = self.write().await?;
+        upkeep::schedule_poll(&mut conn.conn(), client_id, next).await?;
+        conn.finish().await
     }
 
     async fn schedule(&self, new: &NewScheduled) -> Result<ScheduleReply, StoreError> {
@@ -226,7 +232,9 @@ impl Store for SqlStore {
             Db::Postgres(_) => postgres::DUE_SCHEDULED_SQL,
         };
         let mut conn = self.write().await?;
-        scheduled::take_due(&mut conn.conn(), due_sql, now, limit, lease).await
+        let due = scheduled::take_due(&mut conn.conn(), due_sql, now, limit, lease).await?;
+        conn.finish().await?;
+        Ok(due)
     }
 
     async fn forget_scheduled(&self, ids: &[ClientId]) -> Result<(), StoreError> {
@@ -260,7 +268,9 @@ impl Store for SqlStore {
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
         let mut conn = self.write().await?;
-        upkeep::try_lease(&mut conn.conn(), name, holder, ttl, now).await
+        let held = upkeep::try_lease(&mut conn.conn(), name, holder, ttl, now).await?;
+        conn.finish().await?;
+        Ok(held)
     }
 
     async fn sandbox_state(&self, account: &str) -> Result<Option<String>, StoreError> {

@@ -83,13 +83,15 @@ impl Application {
             Some(url) => url,
             None => own_url(http.local_addr()?)?,
         };
-        let store = crate::adapters::store::open(
-            &config.store_url,
-            config.store_password.as_ref(),
-            config.reconcile.first_after,
-        )
-        .await
-        .with_context(|| format!("cannot open the store {}", redact(&config.store_url)))?;
+        let store =
+            crate::adapters::store::open(&config.store_target(), config.reconcile.first_after)
+                .await
+                .with_context(|| {
+                    format!(
+                        "cannot open the store {}",
+                        crate::adapters::store::redacted(&config.store_url)
+                    )
+                })?;
         // Not configured (SQLite only, see config): kept next to the database, so the
         // hooks of messages sent before a restart still verify after it.
         let (webhook_secret, webhook_note) = match config.webhook_secret.take() {
@@ -103,7 +105,7 @@ impl Application {
         let (gateway, sandbox) =
             gateway::connect(&config, &hooks, store.clone(), auth.is_open(), &metrics).await?;
         // After the sandbox's warning: that one is the first line a user sees.
-        tracing::info!(store = %redact(&config.store_url), "store open");
+        tracing::info!(store = %crate::adapters::store::redacted(&config.store_url), "store open");
         for secret in &config.generated_secrets {
             tracing::info!("no {secret} configured: generated a random one for this run");
         }
@@ -388,15 +390,4 @@ fn own_url(addr: SocketAddr) -> anyhow::Result<url::Url> {
         "http://{}",
         SocketAddr::new(ip, addr.port())
     ))?)
-}
-
-/// A store URL for logs: any password in it replaced.
-fn redact(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(mut u) if u.password().is_some() => {
-            let _ = u.set_password(Some("***"));
-            u.to_string()
-        }
-        _ => url.to_owned(),
-    }
 }

@@ -23,6 +23,12 @@ pub struct GuardCommandArgs {
     /// File holding the PostgreSQL password (instead of one in the store URL).
     #[arg(long, env = "MSGW_STORE_PASSWORD_FILE", global = true)]
     pub store_password_file: Option<std::path::PathBuf>,
+    /// How a pooler in front of PostgreSQL pools (the same as `msgw serve`'s).
+    #[arg(long, env = "MSGW_STORE_POOLING", default_value = "session", value_parser = super::pooling, global = true)]
+    pub store_pooling: crate::adapters::store::Pooling,
+    /// PostgreSQL itself, past the pooler (the same as `msgw serve`'s).
+    #[arg(long, env = "MSGW_STORE_DIRECT_URL", value_parser = super::postgres_url, global = true)]
+    pub store_direct_url: Option<String>,
 }
 
 /// What `msgw guard` does.
@@ -67,18 +73,20 @@ impl GuardCommandArgs {
                 args.store_url.split('@').next_back().unwrap_or_default()
             );
         }
-        let store = crate::adapters::store::open(
-            &args.store_url,
-            password.as_ref(),
-            std::time::Duration::from_secs(60),
-        )
-        .await
-        .with_context(|| {
-            format!(
-                "cannot open the store {}",
-                args.store_url.split('@').next_back().unwrap_or_default()
-            )
-        })?;
+        let target = crate::adapters::store::StoreTarget {
+            url: args.store_url.clone(),
+            password,
+            pooling: args.store_pooling,
+            direct_url: args.store_direct_url.clone(),
+        };
+        let store = crate::adapters::store::open(&target, std::time::Duration::from_secs(60))
+            .await
+            .with_context(|| {
+                format!(
+                    "cannot open the store {}",
+                    args.store_url.split('@').next_back().unwrap_or_default()
+                )
+            })?;
         let now = chrono::Utc::now();
         let lines = match args.action {
             GuardAction::List => {

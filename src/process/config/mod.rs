@@ -66,6 +66,10 @@ pub struct Config {
     pub store_url: String,
     /// The PostgreSQL password, when read from a file.
     pub store_password: Option<SecretString>,
+    /// How a pooler in front of PostgreSQL pools.
+    pub store_pooling: crate::adapters::store::Pooling,
+    /// PostgreSQL itself, past the pooler.
+    pub store_direct_url: Option<String>,
     /// Event log bounds.
     pub retention: Retention,
     /// Events kept in memory for live subscribers.
@@ -106,6 +110,16 @@ pub struct Config {
 }
 
 impl Config {
+    /// The store to open, and how to reach it.
+    pub fn store_target(&self) -> crate::adapters::store::StoreTarget {
+        crate::adapters::store::StoreTarget {
+            url: self.store_url.clone(),
+            password: self.store_password.clone(),
+            pooling: self.store_pooling,
+            direct_url: self.store_direct_url.clone(),
+        }
+    }
+
     /// `msgw serve` with no flags and no environment: every flag at its default.
     pub fn serve_defaults() -> anyhow::Result<Self> {
         crate::base::parse::defaults::<ServeArgs>().into_config()
@@ -198,6 +212,8 @@ impl ServeArgs {
                 .collect(),
             store_url: self.store_url,
             store_password: secrets.store_password,
+            store_pooling: self.store_pooling,
+            store_direct_url: self.store_direct_url,
             retention: Retention {
                 max_age: self.event_retention,
                 max_events: self.event_retention_count,
@@ -256,6 +272,29 @@ impl ServeArgs {
                 both.join(","),
                 "names keywords MSGW_OPT_OUT_KEYWORDS names too: a reply cannot both opt out and opt back in",
             ));
+        }
+        let shared_store = crate::adapters::store::is_shared(&self.store_url);
+        if !shared_store && let Some(direct) = &self.store_direct_url {
+            refuse(Problem::value(
+                "store_direct_url",
+                crate::adapters::store::redacted(direct),
+                "is for a postgres:// MSGW_STORE_URL only",
+            ));
+        }
+        if self.store_pooling == crate::adapters::store::Pooling::Transaction {
+            if !shared_store {
+                refuse(Problem::value(
+                    "store_pooling",
+                    self.store_pooling,
+                    "is for a postgres:// MSGW_STORE_URL only",
+                ));
+            } else if self.store_direct_url.is_none() {
+                refuse(Problem::value(
+                    "store_pooling",
+                    self.store_pooling,
+                    "needs MSGW_STORE_DIRECT_URL: PostgreSQL itself, past the pooler, for the migrations' lock and LISTEN, which need a session that lasts",
+                ));
+            }
         }
     }
 

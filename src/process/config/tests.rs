@@ -217,6 +217,44 @@ fn store_urls_and_password_files_are_checked() {
 }
 
 #[test]
+fn a_transaction_pooler_needs_postgres_and_the_direct_url() {
+    let secrets = [
+        "--webhook-secret",
+        "0123456789abcdef0123",
+        "--account-token",
+        "0123456789abcdef0123",
+        "--verify-secret",
+        "fedcba9876543210fedc",
+    ];
+    let pg = ["--store-url", "postgres://msgw@pooler:6432/msgw"];
+    let pooled = ["--store-pooling", "transaction"];
+    let error = serve(&[&pg[..], &pooled[..], &secrets[..]].concat())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("MSGW_STORE_POOLING") && error.contains("needs MSGW_STORE_DIRECT_URL"),
+        "{error}"
+    );
+    let error = serve(&["--store-pooling", "statement"])
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("not a pooling mode"), "{error}");
+    let direct = ["--store-direct-url", "postgres://msgw:secret@db/msgw"];
+    let error = serve(&direct).unwrap_err().to_string();
+    assert!(
+        error.contains("for a postgres:// MSGW_STORE_URL only") && !error.contains("secret@"),
+        "{error}"
+    );
+    let config = serve(&[&pg[..], &pooled[..], &direct[..], &secrets[..]].concat()).unwrap();
+    let target = config.store_target();
+    assert_eq!(target.pooling, crate::adapters::store::Pooling::Transaction);
+    assert_eq!(
+        target.direct_url.as_deref(),
+        Some("postgres://msgw:secret@db/msgw")
+    );
+}
+
+#[test]
 fn upstream_limits_default_to_the_documented_values() {
     let config = serve(&[]).unwrap();
     assert_eq!(

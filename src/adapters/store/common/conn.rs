@@ -150,12 +150,32 @@ pub(in crate::adapters::store) trait Row:
 impl<T> Row for T where T: for<'r> FromRow<'r, SqliteRow> + for<'r> FromRow<'r, PgRow> + Send + Unpin
 {}
 
+/// How PostgreSQL's statements are prepared on a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::adapters::store) enum Statements {
+    /// Named, prepared once per connection and kept: the connection is one server
+    /// session from its start to its end (a direct connection, or a pooler in session
+    /// mode).
+    Kept,
+    /// Unnamed, prepared again on each use: behind a pooler in transaction mode a
+    /// connection's next transaction may run on another server session, where a named
+    /// statement is missing or, worse, is another client's of the same name.
+    Unnamed,
+}
+
+impl Statements {
+    /// Whether sqlx keeps the statement prepared (`Query::persistent`).
+    pub(in crate::adapters::store) fn kept(self) -> bool {
+        self == Self::Kept
+    }
+}
+
 /// A connection of either store: a pooled one, or the one a transaction runs on.
 pub(in crate::adapters::store) enum Conn<'c> {
     /// SQLite's.
     Sqlite(&'c mut SqliteConnection),
-    /// PostgreSQL's.
-    Postgres(&'c mut PgConnection),
+    /// PostgreSQL's, and how statements are prepared on it.
+    Postgres(&'c mut PgConnection, Statements),
 }
 
 impl Conn<'_> {
@@ -170,9 +190,10 @@ impl Conn<'_> {
                 let done = sqlx::query_with(text, args).execute(&mut **conn).await?;
                 done.rows_affected()
             }
-            Self::Postgres(conn) => {
+            Self::Postgres(conn, statements) => {
                 let (text, args) = sql.postgres()?;
-                let done = sqlx::query_with(text, args).execute(&mut **conn).await?;
+                let query = sqlx::query_with(text, args).persistent(statements.kept());
+                let done = query.execute(&mut **conn).await?;
                 done.rows_affected()
             }
         })
@@ -189,9 +210,9 @@ impl Conn<'_> {
                 let query = sqlx::query_as_with(text, args);
                 query.fetch_optional(&mut **conn).await?
             }
-            Self::Postgres(conn) => {
+            Self::Postgres(conn, statements) => {
                 let (text, args) = sql.postgres()?;
-                let query = sqlx::query_as_with(text, args);
+                let query = sqlx::query_as_with(text, args).persistent(statements.kept());
                 query.fetch_optional(&mut **conn).await?
             }
         })
@@ -218,9 +239,9 @@ impl Conn<'_> {
                 let query = sqlx::query_as_with(text, args);
                 query.fetch_all(&mut **conn).await?
             }
-            Self::Postgres(conn) => {
+            Self::Postgres(conn, statements) => {
                 let (text, args) = sql.postgres()?;
-                let query = sqlx::query_as_with(text, args);
+                let query = sqlx::query_as_with(text, args).persistent(statements.kept());
                 query.fetch_all(&mut **conn).await?
             }
         })
@@ -236,7 +257,7 @@ impl Conn<'_> {
     ) -> Result<(), StoreError> {
         match self {
             Self::Sqlite(_) => Ok(()),
-            Self::Postgres(_) => {
+            Self::Postgres(..) => {
                 let sql = Sql::new(lock.postgres()).bind(key.to_string());
                 self.execute(sql).await.map(drop)
             }
@@ -286,7 +307,7 @@ pub(in crate::adapters::store) enum Pooled {
     /// SQLite's.
     Sqlite(PoolConnection<Sqlite>),
     /// PostgreSQL's.
-    Postgres(PoolConnection<Postgres>),
+    Postgres(PgPooled),
 }
 
 impl Pooled {
@@ -294,7 +315,68 @@ impl Pooled {
     pub(in crate::adapters::store) fn conn(&mut self) -> Conn<'_> {
         match self {
             Self::Sqlite(conn) => Conn::Sqlite(conn),
-            Self::Postgres(conn) => Conn::Postgres(conn),
+            Self::Postgres(conn) => {
+                let statements = conn.statements();
+                Conn::Postgres(conn, statements)
+            }
+        }
+    }
+
+    /// Keeps what was written on it (see [`PgPooled::finish`]).
+    pub(in crate::adapters::store) async fn finish(self) -> Result<(), StoreError> {
+        match self {
+            Self::Sqlite(_) => Ok(()),
+            Self::Postgres(conn) => conn.finish().await,
+        }
+    }
+}
+
+/// A connection of PostgreSQL's pool, to run statements on outside a transaction of
+/// the caller's.
+pub(in crate::adapters::store) enum PgPooled {
+    /// Each statement commits as it runs.
+    Kept(PoolConnection<Postgres>),
+    /// Behind a pooler in transaction mode: a transaction even to read, so that each
+    /// statement's messages (sqlx prepares, then binds and executes) reach one server
+    /// session. Rolled back when dropped; [`PgPooled::finish`] commits it.
+    InTransaction(Transaction<'static, Postgres>),
+}
+
+impl PgPooled {
+    /// How statements are prepared on it.
+    pub(in crate::adapters::store) fn statements(&self) -> Statements {
+        match self {
+            Self::Kept(_) => Statements::Kept,
+            Self::InTransaction(_) => Statements::Unnamed,
+        }
+    }
+
+    /// Keeps what was written on it: commits the transaction behind a pooler in
+    /// transaction mode (elsewhere each statement committed as it ran).
+    pub(in crate::adapters::store) async fn finish(self) -> Result<(), StoreError> {
+        if let Self::InTransaction(tx) = self {
+            tx.commit().await?;
+        }
+        Ok(())
+    }
+}
+
+impl std::ops::Deref for PgPooled {
+    type Target = PgConnection;
+
+    fn deref(&self) -> &PgConnection {
+        match self {
+            Self::Kept(conn) => conn,
+            Self::InTransaction(tx) => tx,
+        }
+    }
+}
+
+impl std::ops::DerefMut for PgPooled {
+    fn deref_mut(&mut self) -> &mut PgConnection {
+        match self {
+            Self::Kept(conn) => conn,
+            Self::InTransaction(tx) => tx,
         }
     }
 }
@@ -303,8 +385,8 @@ impl Pooled {
 pub(in crate::adapters::store) enum Tx<'c> {
     /// SQLite's.
     Sqlite(Transaction<'c, Sqlite>),
-    /// PostgreSQL's.
-    Postgres(Transaction<'c, Postgres>),
+    /// PostgreSQL's, and how statements are prepared on it.
+    Postgres(Transaction<'c, Postgres>, Statements),
 }
 
 impl Tx<'_> {
@@ -312,7 +394,7 @@ impl Tx<'_> {
     pub(in crate::adapters::store) fn conn(&mut self) -> Conn<'_> {
         match self {
             Self::Sqlite(tx) => Conn::Sqlite(tx),
-            Self::Postgres(tx) => Conn::Postgres(tx),
+            Self::Postgres(tx, statements) => Conn::Postgres(tx, *statements),
         }
     }
 
@@ -320,7 +402,7 @@ impl Tx<'_> {
     pub(in crate::adapters::store) async fn commit(self) -> Result<(), StoreError> {
         match self {
             Self::Sqlite(tx) => tx.commit().await?,
-            Self::Postgres(tx) => tx.commit().await?,
+            Self::Postgres(tx, _) => tx.commit().await?,
         }
         Ok(())
     }

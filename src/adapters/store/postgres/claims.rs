@@ -11,8 +11,10 @@ use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, PgConnection, PgPool};
 use tokio::sync::Mutex;
 
+use super::sessions::SessionSettings;
 use crate::adapters::store::claim_groups::{ClaimOutcome, Grouped, NewClaim, Settle, grouped};
-use crate::adapters::store::common::{claim_sql::apply_in, conn::Tx};
+use crate::adapters::store::common::claim_sql::apply_in;
+use crate::adapters::store::common::conn::{Statements, Tx};
 use crate::adapters::store::rows::{
     ClaimRow, SettlementColumns, ms, phone_to_db, seconds, settlement_columns,
 };
@@ -37,16 +39,28 @@ pub(super) const SEND_PATH_WRITERS: usize = 2;
 pub(super) struct SendPath {
     /// What opens a connection.
     options: PgConnectOptions,
+    /// What a new connection sets first.
+    settings: SessionSettings,
+    /// How statements are prepared on them.
+    statements: Statements,
     /// How long opening one may take.
     connect_timeout: Duration,
     stages: [[Mutex<Option<PgConnection>>; SEND_PATH_WRITERS]; 2],
 }
 
 impl SendPath {
-    /// Connections opened as `options` say, when first needed, within `connect_timeout`.
-    pub(super) fn new(options: PgConnectOptions, connect_timeout: Duration) -> Self {
+    /// Connections opened as `options` say, when first needed, within `connect_timeout`,
+    /// each making `settings` first.
+    pub(super) fn new(
+        options: PgConnectOptions,
+        settings: SessionSettings,
+        statements: Statements,
+        connect_timeout: Duration,
+    ) -> Self {
         Self {
             options,
+            settings,
+            statements,
             connect_timeout,
             stages: std::array::from_fn(|_| std::array::from_fn(|_| Mutex::new(None))),
         }
@@ -66,7 +80,7 @@ impl SendPath {
             Grouped::Claims(_) => &self.stages[0],
             Grouped::Settlements(_) => &self.stages[1],
             Grouped::Mixed => {
-                let tx = Tx::Postgres(pool.begin().await?);
+                let tx = Tx::Postgres(pool.begin().await?, self.statements);
                 return apply_in(tx, changes, first_poll_after).await;
             }
         };
@@ -85,7 +99,15 @@ impl SendPath {
                 Some(conn) => conn,
                 empty => empty.insert(self.connect().await?),
             };
-            match apply_on(conn, &group, &tokens, retried, first_poll_after).await {
+            let applied = apply_on(
+                conn,
+                self.statements,
+                &group,
+                &tokens,
+                retried,
+                first_poll_after,
+            );
+            match applied.await {
                 // Both writes may run twice: a claim that did land is known again by
                 // its token, a settlement is a compare-and-set on the attempt.
                 Err(e) if is_connection_error(&e) => {
@@ -101,14 +123,15 @@ impl SendPath {
         }
     }
 
-    /// A new connection of the send path's own, within the connect timeout.
+    /// A new connection of the send path's own, its settings made, within the connect
+    /// timeout.
     async fn connect(&self) -> Result<PgConnection, StoreError> {
-        match tokio::time::timeout(
-            self.connect_timeout,
-            PgConnection::connect_with(&self.options),
-        )
-        .await
-        {
+        let connect = async {
+            let mut conn = PgConnection::connect_with(&self.options).await?;
+            self.settings.apply(&mut conn).await?;
+            Ok::<_, sqlx::Error>(conn)
+        };
+        match tokio::time::timeout(self.connect_timeout, connect).await {
             Ok(conn) => Ok(conn?),
             Err(_) => Err(sqlx::Error::PoolTimedOut.into()),
         }
@@ -143,17 +166,28 @@ fn is_connection_error(e: &StoreError) -> bool {
 
 /// Applies a group of only claims (one INSERT, each claim atomic on its own) or only
 /// settlements (one UPDATE with the reconcile rows of the accepted sends) on `conn`:
-/// one round trip, two for claims of which some already existed.
+/// one round trip, two for claims of which some already existed. Behind a pooler in
+/// transaction mode the claims run in a transaction, as every statement there must.
 async fn apply_on(
     conn: &mut PgConnection,
+    statements: Statements,
     group: &Grouped<'_>,
     tokens: &[i64],
     retried: bool,
     first_poll_after: Duration,
 ) -> Result<Vec<ClaimReply>, StoreError> {
+    let kept = statements.kept();
     match group {
-        Grouped::Claims(claims) => claim_all(conn, claims, tokens, retried).await,
-        Grouped::Settlements(settlements) => settle_all(conn, settlements, first_poll_after).await,
+        Grouped::Claims(claims) if kept => claim_all(conn, kept, claims, tokens, retried).await,
+        Grouped::Claims(claims) => {
+            let mut tx = conn.begin().await?;
+            let replies = claim_all(&mut tx, kept, claims, tokens, retried).await?;
+            tx.commit().await?;
+            Ok(replies)
+        }
+        Grouped::Settlements(settlements) => {
+            settle_all(conn, kept, settlements, first_poll_after).await
+        }
         Grouped::Mixed => Err(StoreError::Append(
             "a group mixing claims and settlements needs a transaction".into(),
         )),
@@ -166,6 +200,7 @@ async fn apply_on(
 /// them, are known by their `tokens` and count as inserted now.
 async fn claim_all(
     conn: &mut PgConnection,
+    kept: bool,
     claims: &[NewClaim<'_>],
     tokens: &[i64],
     retried: bool,
@@ -186,6 +221,7 @@ async fn claim_all(
           ORDER BY id, n
          ON CONFLICT (client_id) DO NOTHING RETURNING client_id",
     )
+    .persistent(kept)
     .bind(&ids)
     .bind(&fingerprints)
     .bind(&at)
@@ -201,6 +237,7 @@ async fn claim_all(
                      ON c.client_id = t.id AND c.claim_token = t.token
                   WHERE c.attempt = 1 AND c.state = 'in_flight'",
             )
+            .persistent(kept)
             .bind(&ids)
             .bind(tokens)
             .fetch_all(&mut *conn)
@@ -213,6 +250,7 @@ async fn claim_all(
     let mut records = HashMap::new();
     if !existing.is_empty() {
         let rows: Vec<ClaimRow> = sqlx::query_as("SELECT * FROM claims WHERE client_id = ANY($1)")
+            .persistent(kept)
             .bind(&existing)
             .fetch_all(&mut *conn)
             .await?;
@@ -228,6 +266,7 @@ async fn claim_all(
 /// outcome landed.
 async fn settle_all(
     conn: &mut PgConnection,
+    kept: bool,
     settlements: &[Settle<'_>],
     first_poll_after: Duration,
 ) -> Result<Vec<ClaimReply>, StoreError> {
@@ -289,6 +328,7 @@ async fn settle_all(
     // ids in id order, that deadlocked (seen under storms of hot ids).
     let mut tx = conn.begin().await?;
     sqlx::query("SELECT 1 FROM claims WHERE client_id = ANY($1) ORDER BY client_id FOR UPDATE")
+        .persistent(kept)
         .bind(&ids)
         .execute(&mut *tx)
         .await?;
@@ -322,6 +362,7 @@ async fn settle_all(
          )
          SELECT client_id FROM settled",
     )
+    .persistent(kept)
     .bind(&ids)
     .bind(&attempts)
     .bind(&states)
@@ -374,9 +415,12 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_send_paths_connections_plan_each_statement_anew() {
         let schema = postgres::TestSchema::create().await;
-        let store = super::super::PgDb::open(&schema.url, None, Duration::from_secs(60))
-            .await
-            .unwrap();
+        let store = super::super::PgDb::open(
+            &crate::adapters::store::StoreTarget::new(&schema.url),
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
         let mut conn = store.send_path.connect().await.unwrap();
         let (mode,): (String,) = sqlx::query_as("SHOW plan_cache_mode")
             .fetch_one(&mut conn)
@@ -393,9 +437,12 @@ mod tests {
     async fn a_retried_claim_group_knows_its_own_claims_by_their_tokens() {
         let schema = postgres::TestSchema::create().await;
         // Opening the store migrates the schema.
-        let store = super::super::PgDb::open(&schema.url, None, Duration::from_secs(60))
-            .await
-            .unwrap();
+        let store = super::super::PgDb::open(
+            &crate::adapters::store::StoreTarget::new(&schema.url),
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
         let mut conn = postgres::connect(&schema.url).await;
         let fingerprint = Fingerprint([3; 32]);
         let now = Utc::now();
@@ -404,7 +451,9 @@ mod tests {
             .map(|id| (ClientId::new(id).unwrap(), &fingerprint, None, now))
             .collect();
         let tokens = [11, 12, 13];
-        let first = claim_all(&mut conn, &claims, &tokens, false).await.unwrap();
+        let first = claim_all(&mut conn, true, &claims, &tokens, false)
+            .await
+            .unwrap();
         assert!(matches!(first[0], ClaimReply::Claimed { attempt: 1 }));
         assert!(matches!(first[1], ClaimReply::Claimed { attempt: 1 }));
         assert!(
@@ -413,12 +462,14 @@ mod tests {
         );
         // The same group again, as a retry whose first answer was lost: the same
         // replies, the first of id 1 owning it.
-        let again = claim_all(&mut conn, &claims, &tokens, true).await.unwrap();
+        let again = claim_all(&mut conn, true, &claims, &tokens, true)
+            .await
+            .unwrap();
         assert!(matches!(again[0], ClaimReply::Claimed { attempt: 1 }));
         assert!(matches!(again[1], ClaimReply::Claimed { attempt: 1 }));
         assert!(matches!(again[2], ClaimReply::Existing(_)));
         // Another group with other tokens finds them claimed.
-        let other = claim_all(&mut conn, &claims[..2], &[21, 22], true)
+        let other = claim_all(&mut conn, true, &claims[..2], &[21, 22], true)
             .await
             .unwrap();
         assert!(other.iter().all(|r| matches!(r, ClaimReply::Existing(_))));

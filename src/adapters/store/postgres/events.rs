@@ -5,11 +5,12 @@
 
 use std::{collections::HashSet, time::Duration};
 
+use sqlx::Postgres;
 use sqlx::postgres::{PgListener, PgPool};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::adapters::store::common::conn::Conn;
+use crate::adapters::store::common::conn::{Conn, Statements};
 use crate::adapters::store::common::suppressions;
 use crate::adapters::store::rows::{
     callers_by_id, cursor_from_db, cursor_to_db, id_to_db, ms, phone_to_db, replies_to_json,
@@ -31,15 +32,17 @@ pub(super) fn channel_of(schema: &str) -> String {
 }
 
 /// Keeps `appended` at the newest cursor any replica committed: LISTENs for their
-/// notifications and, whenever the listening connection is (re)established, reads the
-/// newest cursor from the database, so nothing committed while it was away is missed.
+/// notifications on a connection of `pool` (one that keeps its server session: the
+/// store's own pool, or behind a pooler in transaction mode, one to PostgreSQL
+/// itself) and, whenever the listening connection is (re)established, reads the
+/// newest cursor on it, so nothing committed while it was away is missed.
 pub(super) async fn follow_appends(pool: PgPool, channel: String, appended: watch::Sender<Cursor>) {
     let mut backoff = Duration::from_millis(100);
     while !pool.is_closed() {
         match listen(&pool, &channel).await {
             Ok(mut listener) => {
                 backoff = Duration::from_millis(100);
-                if let Err(e) = follow(&pool, &mut listener, &appended).await {
+                if let Err(e) = follow(&mut listener, &appended).await {
                     if pool.is_closed() {
                         return;
                     }
@@ -66,17 +69,16 @@ async fn listen(pool: &PgPool, channel: &str) -> Result<PgListener, sqlx::Error>
 
 /// Follows notifications until the connection is lost.
 async fn follow(
-    pool: &PgPool,
     listener: &mut PgListener,
     appended: &watch::Sender<Cursor>,
 ) -> Result<(), StoreError> {
     // Listening from here on: whatever committed before is in the head.
-    advance(appended, head(pool).await?);
+    advance(appended, head(&mut *listener, Statements::Kept).await?);
     let mut next_check = Instant::now() + HEAD_CHECK_EVERY;
     loop {
         // Checked first: a steady flow of notifications never starves the check.
         if Instant::now() >= next_check {
-            advance(appended, head(pool).await?);
+            advance(appended, head(&mut *listener, Statements::Kept).await?);
             next_check = Instant::now() + HEAD_CHECK_EVERY;
         }
         let Ok(received) = tokio::time::timeout_at(next_check, listener.try_recv()).await else {
@@ -95,9 +97,14 @@ async fn follow(
     }
 }
 
-pub(super) async fn head(pool: &PgPool) -> Result<Cursor, StoreError> {
+/// The newest cursor handed out, read on `conn`.
+pub(super) async fn head<'c>(
+    conn: impl sqlx::Executor<'c, Database = Postgres>,
+    statements: Statements,
+) -> Result<Cursor, StoreError> {
     let (cursor,): (i64,) = sqlx::query_as("SELECT cursor FROM event_head")
-        .fetch_one(pool)
+        .persistent(statements.kept())
+        .fetch_one(conn)
         .await?;
     cursor_from_db(cursor)
 }
@@ -153,9 +160,11 @@ impl EventColumns {
 /// cursors, the list changes the next ones.
 pub(super) async fn append(
     pool: &PgPool,
+    statements: Statements,
     channel: &str,
     appends: &[LogAppend],
 ) -> Result<(Vec<Appended>, Cursor), StoreError> {
+    let kept = statements.kept();
     let events: Vec<&NewEvent> = appends
         .iter()
         .filter_map(|a| match a {
@@ -167,6 +176,7 @@ pub(super) async fn append(
     // Held until commit: appends of every replica take their cursors one after
     // another, and each commits before the next one reads the head.
     let (head,): (i64,) = sqlx::query_as("SELECT cursor FROM event_head FOR UPDATE")
+        .persistent(kept)
         .fetch_one(&mut *tx)
         .await?;
     let head = cursor_from_db(head)?;
@@ -175,6 +185,7 @@ pub(super) async fn append(
     // has committed.
     let stored: Vec<(String,)> =
         sqlx::query_as("SELECT dedup_key FROM events WHERE dedup_key = ANY($1)")
+            .persistent(kept)
             .bind(&keys)
             .fetch_all(&mut *tx)
             .await?;
@@ -188,6 +199,7 @@ pub(super) async fn append(
         sqlx::query_as(
             "SELECT client_id, caller FROM claims WHERE caller IS NOT NULL AND client_id = ANY($1)",
         )
+        .persistent(kept)
         .bind(&ids)
         .fetch_all(&mut *tx)
         .await?,
@@ -227,6 +239,7 @@ pub(super) async fn append(
                                   $12::TEXT[], $13::TEXT[], $14::BIGINT[], $15::TEXT[],
                                   $16::BOOLEAN[], $17::TEXT[])",
         )
+        .persistent(kept)
         .bind(&c.cursor)
         .bind(&c.dedup_key)
         .bind(&c.client_id)
@@ -247,7 +260,7 @@ pub(super) async fn append(
         .execute(&mut *tx)
         .await?;
     }
-    let applied = suppressions::apply(&mut Conn::Postgres(&mut tx), appends).await?;
+    let applied = suppressions::apply(&mut Conn::Postgres(&mut tx, statements), appends).await?;
     let mut changes = ChangeColumns::default();
     let mut answers = Vec::with_capacity(appends.len());
     let mut statuses = appended.into_iter();
@@ -276,7 +289,7 @@ pub(super) async fn append(
         });
     }
     if next > statuses_end {
-        changes.insert(&mut tx).await?;
+        changes.insert(&mut tx, kept).await?;
     }
     if next > head {
         // The notification is delivered when (and only if) the transaction commits.
@@ -284,6 +297,7 @@ pub(super) async fn append(
             "WITH h AS (UPDATE event_head SET cursor = $1 RETURNING cursor)
                  SELECT pg_notify($2, cursor::TEXT) FROM h",
         )
+        .persistent(kept)
         .bind(cursor_to_db(next))
         .bind(channel)
         .execute(&mut *tx)
@@ -322,7 +336,7 @@ impl ChangeColumns {
         self.reason.push(c.reason.as_str().to_owned());
     }
 
-    async fn insert(self, tx: &mut sqlx::PgConnection) -> Result<(), StoreError> {
+    async fn insert(self, tx: &mut sqlx::PgConnection, kept: bool) -> Result<(), StoreError> {
         sqlx::query(
             "INSERT INTO events (cursor, dedup_key, client_id, success, replies, received_at_ms,
                                  source, is_final, caller, kind, phone, reason)
@@ -331,6 +345,7 @@ impl ChangeColumns {
                            $6::TEXT[], $7::TEXT[], $8::BIGINT[], $9::TEXT[])
                  AS v (c, k, i, r, s, w, d, p, e)",
         )
+        .persistent(kept)
         .bind(&self.cursor)
         .bind(&self.dedup_key)
         .bind(&self.client_id)

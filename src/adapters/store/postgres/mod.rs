@@ -3,26 +3,36 @@
 //! starting together take turns). Appends hold the lock on `event_head` until they
 //! commit, so cursors commit in order across replicas; each commit NOTIFYs the other
 //! replicas, whose listener wakes their streams (`events.rs`). What only PostgreSQL
-//! does is here: connecting (`reach.rs`), the send path's own connections
-//! (`claims.rs`), appends; the SQL it shares with SQLite is in `common/`.
+//! does is here: connecting (`reach.rs`, `sessions.rs`), a pooler in front of it
+//! (`pooler.rs`), the send path's own connections (`claims.rs`), appends; the SQL it
+//! shares with SQLite is in `common/`.
+//!
+//! Behind a pooler in transaction mode ([`Pooling::Transaction`]) every statement is
+//! unnamed and runs in a transaction, and the sessions that must last (the
+//! migrations' lock, LISTEN) are opened to PostgreSQL itself, the direct URL.
 
 mod claims;
 mod events;
+mod pooler;
 mod reach;
+mod sessions;
 
-use std::{str::FromStr, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
-use secrecy::{ExposeSecret, SecretString};
-use sqlx::pool::PoolConnection;
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::{Postgres, Transaction};
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::{Connection, PgConnection};
 use tokio::sync::watch;
 
 use self::claims::SendPath;
 use self::events::{channel_of, follow_appends, head};
-use super::common::{conn::Conn, sandbox};
+use self::sessions::{SessionSettings, connect_options};
+use super::common::conn::{Conn, PgPooled, Statements, Tx};
+use super::common::sandbox;
 use super::rows::{id_to_db, phone_from_db, phone_to_db};
-use super::{Appended, ClaimChange, ClaimReply, LogAppend, SandboxSave, StoreError, advance};
+use super::{
+    Appended, ClaimChange, ClaimReply, LogAppend, Pooling, SandboxSave, StoreError, StoreTarget,
+    advance,
+};
 use crate::core::domain::{Cursor, Phone};
 
 /// PostgreSQL's database (or one schema of it), connected and migrated.
@@ -30,8 +40,13 @@ use crate::core::domain::{Cursor, Phone};
 pub(super) struct PgDb {
     /// Reads and writes but the send path's (and copying the store reads here).
     pub(super) pool: PgPool,
+    /// How statements are prepared on the pool's connections.
+    statements: Statements,
     /// The send path's own connections.
     send_path: Arc<SendPath>,
+    /// The connection that LISTENs: the pool itself, or behind a pooler in transaction
+    /// mode, a pool of one connection to PostgreSQL itself.
+    listening: PgPool,
     first_poll_after: Duration,
     /// The NOTIFY channel of this schema's event log.
     channel: String,
@@ -46,73 +61,119 @@ const MAX_CONNECTIONS: u32 = 16;
 /// How long a store call waits for a connection before it fails (the database is
 /// down or every connection is busy): RPCs then fail UNAVAILABLE instead of hanging.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
 impl PgDb {
-    /// Connects to the database `url` names (TLS and other options from the URL;
-    /// `password`, when given, replaces one in the URL), migrates it and starts
+    /// Connects to the database `target` names (TLS and other options from the URL;
+    /// its password, when given, replaces one in the URL), migrates it and starts
     /// listening for other replicas' appends. Sent messages are first polled
     /// `first_poll_after` after sending.
     pub(super) async fn open(
-        url: &str,
-        password: Option<&SecretString>,
+        target: &StoreTarget,
         first_poll_after: Duration,
     ) -> Result<Self, StoreError> {
-        let mut options = PgConnectOptions::from_str(url)?;
-        // `msgw` in pg_stat_activity, unless the URL names the connections otherwise.
-        if options.get_application_name().is_none() {
-            options = options.application_name("msgw");
-        }
-        if let Some(password) = password {
-            options = options.password(password.expose_secret());
-        }
+        let password = target.password.as_ref();
+        let (options, settings) = connect_options("MSGW_STORE_URL", &target.url, password)?;
         reach::reach(&options).await?;
-        let pool = PgPoolOptions::new()
+        pooler::check(&options, target.pooling, &settings).await?;
+        let direct = match (&target.direct_url, target.pooling) {
+            (Some(url), _) => {
+                let direct = connect_options("MSGW_STORE_DIRECT_URL", url, password)?;
+                reach::reach(&direct.0).await?;
+                Some(direct)
+            }
+            (None, Pooling::Session) => None,
+            (None, Pooling::Transaction) => {
+                return Err(StoreError::Config(
+                    "MSGW_STORE_POOLING=transaction needs MSGW_STORE_DIRECT_URL: PostgreSQL itself, past the pooler, for the migrations' lock and LISTEN, which need a session that lasts".to_owned(),
+                ));
+            }
+        };
+        let statements = match target.pooling {
+            Pooling::Session => Statements::Kept,
+            Pooling::Transaction => Statements::Unnamed,
+        };
+        let pool = pool_of(settings.clone())
             .max_connections(MAX_CONNECTIONS)
             .min_connections(1)
-            .acquire_timeout(ACQUIRE_TIMEOUT)
-            // No ping before each use: a round trip per store call. A connection the
-            // database dropped (restart, failover, pg_terminate_backend) fails the one
-            // call that finds it and leaves the pool; the send path's writes, which
-            // take their own connections, retry once on a fresh one.
-            .test_before_acquire(false)
             .connect_with(options.clone())
             .await?;
-        MIGRATOR.run(&pool).await?;
+        // The migrations' advisory lock is a session's: on PostgreSQL itself when a
+        // direct URL is given.
+        let schema = match &direct {
+            Some((direct, settings)) => {
+                let mut conn = PgConnection::connect_with(direct).await?;
+                settings.apply(&mut conn).await?;
+                // Compared before anything is written: migrating one schema while
+                // serving from another would leave msgw without its tables.
+                let schema = current_schema(&mut conn, Statements::Kept).await?;
+                let through_pool = current_schema(&mut *pool.begin().await?, statements).await?;
+                if through_pool != schema {
+                    return Err(StoreError::Config(format!(
+                        "MSGW_STORE_URL and MSGW_STORE_DIRECT_URL lead to different schemas ({through_pool} and {schema}): point both at the same database, and give msgw's role the search_path the direct URL sets"
+                    )));
+                }
+                MIGRATOR.run(&mut conn).await?;
+                let _ = conn.close().await;
+                schema
+            }
+            None => {
+                MIGRATOR.run(&pool).await?;
+                current_schema(&mut *pool.acquire().await?, statements).await?
+            }
+        };
         // NOTIFY reaches every session of the database: one channel per schema, so two
         // msgw deployments in two schemas of one database do not wake each other.
-        let (schema,): (String,) = sqlx::query_as("SELECT current_schema()")
-            .fetch_one(&pool)
-            .await?;
+        let listening = match direct {
+            Some((direct, settings)) if target.pooling == Pooling::Transaction => pool_of(settings)
+                .max_connections(1)
+                .min_connections(0)
+                .connect_lazy_with(direct),
+            _ => pool.clone(),
+        };
+        // A plan per execution, for the table as it is then: the send path's
+        // connections stay open for days, and a generic plan cached while `claims` was
+        // nearly empty (a new deployment, a new schema) kept scanning the whole table
+        // for every settlement group as it grew, until the next ANALYZE. (Unnamed
+        // statements are planned for their values each time anyway.)
+        let send_path_settings = match statements {
+            Statements::Kept => settings.and("plan_cache_mode", "force_custom_plan"),
+            Statements::Unnamed => settings,
+        };
         let store = Self {
             pool,
-            // A plan per execution, for the table as it is then: the send path's
-            // connections stay open for days, and a generic plan cached while `claims`
-            // was nearly empty (a new deployment, a new schema) kept scanning the whole
-            // table for every settlement group as it grew, until the next ANALYZE.
+            statements,
             send_path: Arc::new(SendPath::new(
-                options.options([("plan_cache_mode", "force_custom_plan")]),
+                options,
+                send_path_settings,
+                statements,
                 ACQUIRE_TIMEOUT,
             )),
+            listening,
             first_poll_after,
             channel: channel_of(&schema),
             appended: watch::Sender::new(Cursor::START),
         };
         advance(&store.appended, store.latest_cursor().await?);
         tokio::spawn(follow_appends(
-            store.pool.clone(),
+            store.listening.clone(),
             store.channel.clone(),
             store.appended.clone(),
         ));
         Ok(store)
     }
 
-    /// A connection of the pool.
-    pub(super) async fn read(&self) -> Result<PoolConnection<Postgres>, StoreError> {
-        Ok(self.pool.acquire().await?)
+    /// A connection of the pool (behind a pooler in transaction mode, a transaction:
+    /// see [`PgPooled::InTransaction`]).
+    pub(super) async fn read(&self) -> Result<PgPooled, StoreError> {
+        Ok(match self.statements {
+            Statements::Kept => PgPooled::Kept(self.pool.acquire().await?),
+            Statements::Unnamed => PgPooled::InTransaction(self.pool.begin().await?),
+        })
     }
 
     /// A transaction of the pool.
-    pub(super) async fn begin(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
-        Ok(self.pool.begin().await?)
+    pub(super) async fn begin(&self) -> Result<Tx<'static>, StoreError> {
+        Ok(Tx::Postgres(self.pool.begin().await?, self.statements))
     }
 
     /// Groups of claims, and of settlements, written at once.
@@ -135,7 +196,8 @@ impl PgDb {
         &self,
         appends: &[LogAppend],
     ) -> Result<Vec<Appended>, StoreError> {
-        let (appended, head) = events::append(&self.pool, &self.channel, appends).await?;
+        let (appended, head) =
+            events::append(&self.pool, self.statements, &self.channel, appends).await?;
         advance(&self.appended, head);
         Ok(appended)
     }
@@ -143,11 +205,14 @@ impl PgDb {
     /// See [`super::Store::suppressed`]: one statement for every number.
     pub(super) async fn suppressed(&self, phones: &[Phone]) -> Result<Vec<Phone>, StoreError> {
         let phones: Vec<i64> = phones.iter().map(|p| phone_to_db(*p)).collect();
+        let mut conn = self.read().await?;
         let rows: Vec<(i64,)> =
             sqlx::query_as("SELECT phone FROM suppressions WHERE phone = ANY($1)")
+                .persistent(self.statements.kept())
                 .bind(&phones)
-                .fetch_all(&self.pool)
+                .fetch_all(&mut *conn)
                 .await?;
+        drop(conn);
         rows.into_iter().map(|(p,)| phone_from_db(p)).collect()
     }
 
@@ -166,7 +231,12 @@ impl PgDb {
     ) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
         if let Some(state) = &save.account {
-            sandbox::save_state(&mut Conn::Postgres(&mut tx), account, state).await?;
+            sandbox::save_state(
+                &mut Conn::Postgres(&mut tx, self.statements),
+                account,
+                state,
+            )
+            .await?;
         }
         if !save.messages.is_empty() {
             let ids: Vec<i64> = save.messages.iter().map(|(id, _)| id_to_db(*id)).collect();
@@ -176,6 +246,7 @@ impl PgDb {
                  SELECT $1, * FROM UNNEST($2::BIGINT[], $3::TEXT[])
                  ON CONFLICT (account, id) DO UPDATE SET record = excluded.record",
             )
+            .persistent(self.statements.kept())
             .bind(account)
             .bind(&ids)
             .bind(&records)
@@ -188,14 +259,62 @@ impl PgDb {
 
     /// The newest cursor ever handed out.
     pub(super) async fn latest_cursor(&self) -> Result<Cursor, StoreError> {
-        head(&self.pool).await
+        let mut conn = self.read().await?;
+        head(&mut *conn, self.statements).await
     }
 
     /// Closes the connections.
     pub(super) async fn close(&self) {
         self.send_path.close().await;
+        self.listening.close().await;
         self.pool.close().await;
     }
+}
+
+/// Whether the database `url` names has the fraud guard's tables (see
+/// [`super::has_guard_tables`]).
+pub(super) async fn has_guard_tables(
+    url: &str,
+    password: Option<&secrecy::SecretString>,
+) -> Result<bool, StoreError> {
+    let (options, settings) = connect_options("MSGW_STORE_URL", url, password)?;
+    let mut conn = PgConnection::connect_with(&options).await?;
+    settings.apply(&mut conn).await?;
+    // By the simple protocol: no statement prepared, which a pooler in transaction mode
+    // could hand to another client's session.
+    let row = sqlx::raw_sql("SELECT to_regclass('guard_holds') IS NOT NULL")
+        .fetch_one(&mut conn)
+        .await?;
+    let _ = conn.close().await;
+    Ok(sqlx::Row::try_get(&row, 0)?)
+}
+
+/// Pool options whose new connections make `settings` first.
+fn pool_of(settings: SessionSettings) -> PgPoolOptions {
+    let settings = Arc::new(settings);
+    PgPoolOptions::new()
+        .acquire_timeout(ACQUIRE_TIMEOUT)
+        // No ping before each use: a round trip per store call. A connection the
+        // database dropped (restart, failover, pg_terminate_backend) fails the one
+        // call that finds it and leaves the pool; the send path's writes, which take
+        // their own connections, retry once on a fresh one.
+        .test_before_acquire(false)
+        .after_connect(move |conn, _| {
+            let settings = settings.clone();
+            Box::pin(async move { settings.apply(conn).await })
+        })
+}
+
+/// The schema msgw's tables are in, as `conn` sees it.
+async fn current_schema(
+    conn: &mut PgConnection,
+    statements: Statements,
+) -> Result<String, StoreError> {
+    let (schema,): (String,) = sqlx::query_as("SELECT current_schema()")
+        .persistent(statements.kept())
+        .fetch_one(conn)
+        .await?;
+    Ok(schema)
 }
 
 /// Takes messages due for a poll (`Store::take_due_for_poll`). SKIP LOCKED: replicas

@@ -215,6 +215,10 @@ pub struct Options {
     pub webhook_limits: ListenerLimits,
     /// Another store URL (a PostgreSQL schema shared by replicas) instead of SQLite.
     pub store_url: Option<String>,
+    /// How a pooler between msgw and PostgreSQL pools (`store_url` is then its).
+    pub store_pooling: msgw::adapters::store::Pooling,
+    /// PostgreSQL itself, past the pooler.
+    pub store_direct_url: Option<String>,
     /// The webhook secret before a rotation.
     pub webhook_secret_previous: Option<String>,
     /// TLS (and mTLS) on the gRPC port.
@@ -258,6 +262,8 @@ impl Default for Options {
             grpc_limits: PortLimits::default(),
             webhook_limits: ListenerLimits::default(),
             store_url: None,
+            store_pooling: msgw::adapters::store::Pooling::Session,
+            store_direct_url: None,
             webhook_secret_previous: None,
             tls: None,
             tls_client: None,
@@ -344,6 +350,8 @@ pub fn config(options: Options, gateway: &FakeGateway) -> (Config, Arc<tempfile:
         verify_secret,
         verify,
         opt_out: options.opt_out,
+        store_pooling: options.store_pooling,
+        store_direct_url: options.store_direct_url,
         ..Config::for_tests(upstream, store_url)
     };
     (config, store)

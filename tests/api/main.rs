@@ -32,6 +32,9 @@ mod memory_limit;
 mod numbers;
 mod operations;
 mod optout;
+#[path = "../common/pgbouncer.rs"]
+mod pgbouncer;
+mod pooler;
 #[path = "../common/postgres.rs"]
 mod postgres;
 mod queries;

@@ -1,6 +1,8 @@
 //! Several msgw replicas on one PostgreSQL database (a schema of its own per test),
 //! with one fake gateway behind them: exactly-once sends, every event on every
-//! replica's streams, a replica dying mid-load, and the database going away.
+//! replica's streams, a replica dying mid-load, and the database going away. Each test
+//! runs on PostgreSQL reached directly and through PgBouncer in session and in
+//! transaction mode.
 //!
 //! Each replica runs in a runtime of its own, so a test can kill one abruptly (its
 //! tasks and sockets dropped mid-flight, no graceful shutdown), as a lost node would.
@@ -21,9 +23,11 @@ use tonic::{Code, transport::Channel};
 use crate::helpers::{
     FakeGateway, Options, Reply, WEBHOOK_SECRET, config, connect, default_reply, error_info, sms,
 };
+use crate::pgbouncer::Bouncer;
 use crate::postgres::TestSchema;
 use crate::remembering::{Mode, Remembering};
 use crate::settling::{retry_until_ok, with_deadline};
+use msgw::adapters::store::Pooling;
 
 /// One msgw process, as far as the test can tell.
 pub struct Replica {
@@ -39,11 +43,17 @@ impl Replica {
         Self::start_with(Options::default(), schema, gateway).await
     }
 
-    /// A replica with these options, on `schema`, in front of `gateway`.
-    pub async fn start_with(options: Options, schema: &TestSchema, gateway: &FakeGateway) -> Self {
+    /// A replica with these options, on `schema` (or the store URL they name, such as a
+    /// pooler's in front of it), in front of `gateway`.
+    pub async fn start_with(
+        mut options: Options,
+        schema: &TestSchema,
+        gateway: &FakeGateway,
+    ) -> Self {
+        let store_url = options.store_url.take().unwrap_or(schema.url.clone());
         let (config, dir) = config(
             Options {
-                store_url: Some(schema.url.clone()),
+                store_url: Some(store_url),
                 upstream_timeout: Duration::from_secs(1),
                 ..options
             },
@@ -148,6 +158,68 @@ impl Drop for Replica {
     }
 }
 
+/// The database a test's replicas share: a schema of its own, reached directly or
+/// through a PgBouncer of its own in either mode.
+pub struct Database {
+    // Dropped before the schema it serves.
+    bouncer: Option<Bouncer>,
+    pooling: Pooling,
+    /// The schema (to cut the database off, or kill its connections).
+    pub schema: TestSchema,
+}
+
+impl Database {
+    /// A schema reached directly.
+    pub async fn direct() -> Self {
+        Self {
+            bouncer: None,
+            pooling: Pooling::Session,
+            schema: TestSchema::create().await,
+        }
+    }
+
+    /// A schema behind PgBouncer in `pooling`'s mode.
+    pub async fn through_pgbouncer(pooling: Pooling) -> Self {
+        let schema = TestSchema::create().await;
+        Self {
+            bouncer: Some(Bouncer::start(&schema, pooling.as_str())),
+            pooling,
+            schema,
+        }
+    }
+
+    /// msgw's options for this database: the pooler's URL, its mode, and in transaction
+    /// mode PostgreSQL's own URL as the direct one.
+    pub fn options(&self) -> Options {
+        self.with(Options::default())
+    }
+
+    /// `options` with this database as the store.
+    fn with(&self, options: Options) -> Options {
+        Options {
+            store_url: Some(match &self.bouncer {
+                Some(bouncer) => bouncer.url(),
+                None => self.schema.url.clone(),
+            }),
+            store_pooling: self.pooling,
+            store_direct_url: (self.pooling == Pooling::Transaction)
+                .then(|| self.schema.url.clone()),
+            ..options
+        }
+    }
+
+    /// A replica with `options` on this database.
+    pub async fn replica(&self, options: Options, gateway: &FakeGateway) -> Replica {
+        Replica::start_with(self.with(options), &self.schema, gateway).await
+    }
+
+    /// `n` replicas started at once (their migrations take turns).
+    pub async fn replicas(&self, n: usize, gateway: &FakeGateway) -> Vec<Replica> {
+        futures_util::future::join_all((0..n).map(|_| self.replica(Options::default(), gateway)))
+            .await
+    }
+}
+
 /// The client ids of every `sms` operation the gateway received.
 fn sms_sent(gateway: &FakeGateway) -> Vec<u64> {
     gateway
@@ -162,7 +234,7 @@ fn sms_sent(gateway: &FakeGateway) -> Vec<u64> {
 /// A gateway that takes `latency` to answer (so calls on different replicas overlap)
 /// and knows what it was sent: a `status` query for an id it never received is
 /// refused, as the real gateway's is, so msgw resends instead of assuming.
-async fn slow_gateway(latency: Duration) -> FakeGateway {
+pub async fn slow_gateway(latency: Duration) -> FakeGateway {
     let gateway = FakeGateway::start().await;
     let sent = Arc::new(Mutex::new(HashSet::new()));
     gateway.respond_with(move |body: &Value| {
@@ -306,9 +378,9 @@ fn assert_complete(received: &Received, expected: &HashSet<u64>, who: &str) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_send_cut_on_one_replica_is_not_sent_again_by_another_inside_the_settle_window() {
-    let schema = TestSchema::create().await;
+pub async fn a_send_cut_on_one_replica_is_not_sent_again_by_another_inside_the_settle_window(
+    database: Database,
+) {
     let gateway = FakeGateway::start().await;
     let remembering = Remembering::install(&gateway);
     // Replicas cut requests after 1 s; the gateway carries sends out after 2 s.
@@ -318,8 +390,8 @@ async fn a_send_cut_on_one_replica_is_not_sent_again_by_another_inside_the_settl
         upstream_settle: Duration::from_secs(5),
         ..Options::default()
     };
-    let a = Replica::start_with(options(), &schema, &gateway).await;
-    let b = Replica::start_with(options(), &schema, &gateway).await;
+    let a = database.replica(options(), &gateway).await;
+    let b = database.replica(options(), &gateway).await;
     let status = a
         .messaging()
         .send_sms(with_deadline(9001, Duration::from_secs(30)))
@@ -343,24 +415,26 @@ async fn a_send_cut_on_one_replica_is_not_sent_again_by_another_inside_the_settl
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn duplicate_sends_spread_across_replicas_reach_the_gateway_once_per_id() {
-    let schema = TestSchema::create().await;
+pub async fn duplicate_sends_spread_across_replicas_reach_the_gateway_once_per_id(
+    database: Database,
+) {
     let gateway = slow_gateway(Duration::from_millis(20)).await;
-    let replicas = Replica::start_all(3, &schema, &gateway).await;
+    let replicas = database.replicas(3, &gateway).await;
+    duplicates_reach_the_gateway_once(&replicas, &gateway).await;
+}
+
+/// 1,000 SendSms over 200 ids, every id five times on different `replicas` at once:
+/// the gateway receives each id once.
+pub async fn duplicates_reach_the_gateway_once(replicas: &[Replica], gateway: &FakeGateway) {
     let give_up = Instant::now() + Duration::from_secs(60);
-    // 1,000 calls over 200 ids: every id five times, on different replicas, at once.
     let calls: Vec<(usize, u64)> = (0..1000).map(|i| (i, 1 + (i as u64 % 200))).collect();
     let answers: Vec<(u64, String)> = stream::iter(calls)
-        .map(|(i, id)| {
-            let replicas = &replicas;
-            async move { (id, send_until_ok(replicas, i, id, give_up).await) }
-        })
+        .map(|(i, id)| async move { (id, send_until_ok(replicas, i, id, give_up).await) })
         .buffer_unordered(100)
         .collect()
         .await;
     assert_eq!(answers.len(), 1000);
-    let mut sent = sms_sent(&gateway);
+    let mut sent = sms_sent(gateway);
     sent.sort_unstable();
     assert_eq!(
         sent,
@@ -369,19 +443,22 @@ async fn duplicate_sends_spread_across_replicas_reach_the_gateway_once_per_id() 
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn webhooks_posted_to_any_replica_reach_every_replicas_subscribers() {
-    const EVENTS: u64 = 2000;
-    let schema = TestSchema::create().await;
+pub async fn webhooks_posted_to_any_replica_reach_every_replicas_subscribers(database: Database) {
     let gateway = FakeGateway::start().await;
-    let replicas = Replica::start_all(3, &schema, &gateway).await;
+    let replicas = database.replicas(3, &gateway).await;
+    webhooks_reach_every_subscriber(&replicas, 2000).await;
+}
+
+/// `events` webhooks posted round the `replicas`: a subscriber on each gets every one,
+/// in cursor order.
+pub async fn webhooks_reach_every_subscriber(replicas: &[Replica], events: u64) {
     let channels: Vec<Channel> = replicas.iter().map(|r| r.channel.clone()).collect();
     let give_up = Instant::now() + Duration::from_secs(90);
-    let subscribers = follow_on_each(&channels, EVENTS as usize, give_up);
+    let subscribers = follow_on_each(&channels, events as usize, give_up);
     let http = reqwest::Client::new();
-    let statuses: Vec<Option<u16>> = stream::iter(1..=EVENTS)
+    let statuses: Vec<Option<u16>> = stream::iter(1..=events)
         .map(|id| {
-            let (replicas, http) = (&replicas, &http);
+            let http = &http;
             async move {
                 replicas[id as usize % replicas.len()]
                     .webhook(http, id)
@@ -395,20 +472,46 @@ async fn webhooks_posted_to_any_replica_reach_every_replicas_subscribers() {
         statuses.iter().all(|s| *s == Some(200)),
         "every webhook acknowledged"
     );
-    let expected: HashSet<u64> = (1..=EVENTS).collect();
+    let expected: HashSet<u64> = (1..=events).collect();
     for (at, (received, task)) in subscribers.into_iter().enumerate() {
         task.await.expect("subscriber");
         assert_complete(&received, &expected, &format!("subscriber on replica {at}"));
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_replica_killed_mid_load_loses_nothing_acknowledged_and_its_subscriber_resumes_elsewhere()
-{
+/// How long each of `n` webhooks posted to `from` took to reach a subscriber of `to`
+/// (one at a time, so each is measured alone), in order.
+pub async fn event_delays(from: &Replica, to: &Replica, n: u64) -> Vec<Duration> {
+    let mut stream = event_service_client::EventServiceClient::new(to.channel())
+        .stream_status_events(StreamStatusEventsRequest {
+            after_cursor: Some(0),
+            ..Default::default()
+        })
+        .await
+        .expect("subscribe")
+        .into_inner();
+    let http = reqwest::Client::new();
+    let mut delays = Vec::new();
+    for id in 1..=n {
+        let posted = Instant::now();
+        assert_eq!(from.webhook(&http, id).await, Some(200));
+        let item = tokio::time::timeout(Duration::from_secs(10), stream.next())
+            .await
+            .expect("the event within 10 s")
+            .expect("the stream goes on")
+            .expect("an event");
+        assert_eq!(item.event.expect("event").id, id);
+        delays.push(posted.elapsed());
+    }
+    delays
+}
+
+pub async fn a_replica_killed_mid_load_loses_nothing_acknowledged_and_its_subscriber_resumes_elsewhere(
+    database: Database,
+) {
     const EVENTS: u64 = 1500;
-    let schema = TestSchema::create().await;
     let gateway = FakeGateway::start().await;
-    let mut replicas = Replica::start_all(3, &schema, &gateway).await;
+    let mut replicas = database.replicas(3, &gateway).await;
     let channels: Vec<Channel> = replicas.iter().map(|r| r.channel.clone()).collect();
     let give_up = Instant::now() + Duration::from_secs(90);
     // The subscriber on the replica about to die resumes on the next one.
@@ -486,9 +589,9 @@ async fn a_replica_killed_mid_load_loses_nothing_acknowledged_and_its_subscriber
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_send_left_in_flight_by_a_dead_replica_is_resolved_by_another_without_resending() {
-    let schema = TestSchema::create().await;
+pub async fn a_send_left_in_flight_by_a_dead_replica_is_resolved_by_another_without_resending(
+    database: Database,
+) {
     let gateway = FakeGateway::start().await;
     // The gateway accepts the send but answers too late for the replica that sent it.
     gateway.respond_with(|body: &Value| {
@@ -498,7 +601,7 @@ async fn a_send_left_in_flight_by_a_dead_replica_is_resolved_by_another_without_
             default_reply(body)
         }
     });
-    let mut replicas = Replica::start_all(2, &schema, &gateway).await;
+    let mut replicas = database.replicas(2, &gateway).await;
     let doomed = replicas[1].messaging();
     let in_flight = tokio::spawn(async move { doomed.clone().send_sms(sms(777)).await });
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -539,11 +642,12 @@ async fn a_send_left_in_flight_by_a_dead_replica_is_resolved_by_another_without_
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn while_the_database_is_away_calls_fail_unavailable_and_msgw_recovers_by_itself() {
-    let schema = TestSchema::create().await;
+pub async fn while_the_database_is_away_calls_fail_unavailable_and_msgw_recovers_by_itself(
+    database: Database,
+) {
+    let schema = &database.schema;
     let gateway = slow_gateway(Duration::ZERO).await;
-    let replicas = Replica::start_all(2, &schema, &gateway).await;
+    let replicas = database.replicas(2, &gateway).await;
     let http = reqwest::Client::new();
     let channels: Vec<Channel> = replicas.iter().map(|r| r.channel.clone()).collect();
     let give_up = Instant::now() + Duration::from_secs(60);
@@ -596,12 +700,11 @@ async fn while_the_database_is_away_calls_fail_unavailable_and_msgw_recovers_by_
     assert_eq!(sms_sent(&gateway), [10]);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn connections_killed_mid_load_lose_nothing_and_send_nothing_twice() {
+pub async fn connections_killed_mid_load_lose_nothing_and_send_nothing_twice(database: Database) {
     const SENDS: u64 = 300;
-    let schema = TestSchema::create().await;
+    let schema = &database.schema;
     let gateway = slow_gateway(Duration::from_millis(5)).await;
-    let replicas = Replica::start_all(2, &schema, &gateway).await;
+    let replicas = database.replicas(2, &gateway).await;
     let channels: Vec<Channel> = replicas.iter().map(|r| r.channel.clone()).collect();
     let give_up = Instant::now() + Duration::from_secs(90);
     let received = Received::default();
@@ -653,17 +756,17 @@ async fn connections_killed_mid_load_lose_nothing_and_send_nothing_twice() {
     assert_complete(&received, &(1..=SENDS).collect(), "subscriber");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn one_replica_at_a_time_refreshes_the_balance_and_another_takes_over_when_it_dies() {
-    let schema = TestSchema::create().await;
+pub async fn one_replica_at_a_time_refreshes_the_balance_and_another_takes_over_when_it_dies(
+    database: Database,
+) {
     let gateway = FakeGateway::start().await;
     let options = || Options {
         balance_refresh: Duration::from_millis(100),
         ..Options::default()
     };
     let mut replicas = vec![
-        Replica::start_with(options(), &schema, &gateway).await,
-        Replica::start_with(options(), &schema, &gateway).await,
+        database.replica(options(), &gateway).await,
+        database.replica(options(), &gateway).await,
     ];
     let exporting = |texts: &[String]| -> Vec<usize> {
         texts
@@ -724,3 +827,35 @@ async fn one_replica_at_a_time_refreshes_the_balance_and_another_takes_over_when
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Each test of the suite, on PostgreSQL reached directly and through PgBouncer in
+/// each mode.
+macro_rules! each_way {
+    ($($test:ident),* $(,)?) => {
+        each_way!(@way direct, Database::direct(), $($test),*);
+        each_way!(@way pgbouncer_session, Database::through_pgbouncer(Pooling::Session), $($test),*);
+        each_way!(@way pgbouncer_transaction, Database::through_pgbouncer(Pooling::Transaction), $($test),*);
+    };
+    (@way $way:ident, $database:expr, $($test:ident),*) => {
+        mod $way {
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $test() {
+                    super::$test($database.await).await
+                }
+            )*
+        }
+    };
+}
+
+each_way!(
+    a_send_cut_on_one_replica_is_not_sent_again_by_another_inside_the_settle_window,
+    duplicate_sends_spread_across_replicas_reach_the_gateway_once_per_id,
+    webhooks_posted_to_any_replica_reach_every_replicas_subscribers,
+    a_replica_killed_mid_load_loses_nothing_acknowledged_and_its_subscriber_resumes_elsewhere,
+    a_send_left_in_flight_by_a_dead_replica_is_resolved_by_another_without_resending,
+    while_the_database_is_away_calls_fail_unavailable_and_msgw_recovers_by_itself,
+    connections_killed_mid_load_lose_nothing_and_send_nothing_twice,
+    one_replica_at_a_time_refreshes_the_balance_and_another_takes_over_when_it_dies,
+);

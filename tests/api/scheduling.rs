@@ -547,6 +547,11 @@ async fn two_postgresql_replicas_send_a_scheduled_message_once() {
     let schema = TestSchema::create().await;
     let gateway = FakeGateway::start().await;
     let replicas = Replica::start_all(2, &schema, &gateway).await;
+    scheduled_once_on(&replicas, &gateway).await;
+}
+
+/// Ten messages scheduled half on each of two `replicas` are sent once each, on time.
+pub async fn scheduled_once_on(replicas: &[Replica], gateway: &FakeGateway) {
     let send_at = in_(Duration::from_secs(3));
     for id in 350..360 {
         // Each replica schedules half; both look for due messages.
@@ -566,14 +571,14 @@ async fn two_postgresql_replicas_send_a_scheduled_message_once() {
     }
     for id in 350..360 {
         assert!(
-            sent_within(&gateway, id, Duration::from_secs(8)).await,
+            sent_within(gateway, id, Duration::from_secs(8)).await,
             "id {id}"
         );
     }
     for id in [360, 361] {
-        sentinel_left(&gateway, id).await;
+        sentinel_left(gateway, id).await;
     }
     for id in 350..360 {
-        assert_eq!(sends_of(&gateway, id), 1, "id {id}");
+        assert_eq!(sends_of(gateway, id), 1, "id {id}");
     }
 }

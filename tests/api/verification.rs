@@ -817,11 +817,18 @@ async fn the_plain_code_is_neither_in_the_stores_files_nor_in_the_trace_log() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_checks_on_two_postgres_replicas_approve_once_and_lock_after_five() {
     let schema = crate::postgres::TestSchema::create().await;
-    let on_schema = || Options {
+    checks_on_two_replicas(|| Options {
         store_url: Some(schema.url.clone()),
         ..Options::default()
-    };
-    let (one, two) = (spawn(on_schema()).await, spawn(on_schema()).await);
+    })
+    .await;
+}
+
+/// Two msgw on one PostgreSQL store, each started with `on_store()`: a code sent by one
+/// checks on the other, concurrent wrong codes on both take five attempts, no more, and
+/// right codes on both approve once.
+pub async fn checks_on_two_replicas(on_store: impl Fn() -> Options) {
+    let (one, two) = (spawn(on_store()).await, spawn(on_store()).await);
     started(&one, start(1)).await;
     let code = nth_sms_code(&one.gateway, 0);
     // The code one replica sent checks on the other (they share the secret).

@@ -49,7 +49,9 @@ fn binary() -> PathBuf {
 
 impl Bouncer {
     /// Starts PgBouncer in `mode` (`session` or `transaction`) in front of `schema`:
-    /// every client logs in as the schema's role, whatever user it names.
+    /// every client logs in as the schema's role, whatever user it names. Set as
+    /// docs/replicas.md's recipe: a client waits at most 5 s for a server session
+    /// (not PgBouncer's 120 s), and a failed login is retried after 1 s (not 15 s).
     pub fn start(schema: &TestSchema, mode: &str) -> Self {
         let server = url::Url::parse(&server_url()).expect("MSGW_TEST_POSTGRES_URL is a URL");
         let host = server.host_str().unwrap_or("127.0.0.1").to_owned();
@@ -77,6 +79,8 @@ impl Bouncer {
                  pool_mode = {mode}\n\
                  default_pool_size = {pool_size}\n\
                  max_client_conn = 500\n\
+                 query_wait_timeout = 5\n\
+                 server_login_retry = 1\n\
                  logfile = {log}\n\
                  log_connections = 0\n\
                  log_disconnections = 0\n",
@@ -94,11 +98,15 @@ impl Bouncer {
                 command.args(["--reuid=postgres", "--regid=postgres", "--clear-groups"]);
                 command.arg(binary());
             }
+            // Its log goes to its file alone (`-q`), what it says before that to a file
+            // too: a pipe nobody reads would fill up and stop it mid-test.
+            let stderr = std::fs::File::create(dir.path().join("stderr")).expect("stderr file");
             let mut child = command
+                .arg("-q")
                 .arg(&ini)
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
-                .stderr(Stdio::piped())
+                .stderr(stderr)
                 .spawn()
                 .expect("start pgbouncer");
             let deadline = Instant::now() + Duration::from_secs(10);
@@ -112,10 +120,8 @@ impl Bouncer {
                     };
                 }
                 if let Ok(Some(status)) = child.try_wait() {
-                    let mut stderr = String::new();
-                    if let Some(mut e) = child.stderr.take() {
-                        let _ = std::io::Read::read_to_string(&mut e, &mut stderr);
-                    }
+                    let stderr =
+                        std::fs::read_to_string(dir.path().join("stderr")).unwrap_or_default();
                     let logged = std::fs::read_to_string(&log).unwrap_or_default();
                     last_error = format!("pgbouncer exited ({status}): {stderr}{logged}");
                     break;
@@ -144,7 +150,16 @@ impl Drop for Bouncer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = &self.dir;
+        // A failed test shows what the pooler saw.
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(self.dir.path().join("pgbouncer.log"));
+            let log = log.unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            eprintln!(
+                "pgbouncer's log, last lines:\n{}",
+                lines[lines.len().saturating_sub(40)..].join("\n")
+            );
+        }
     }
 }
 

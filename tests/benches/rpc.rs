@@ -25,6 +25,8 @@
 mod callers;
 #[path = "../common/gateway.rs"]
 mod gateway;
+#[path = "../common/pgbouncer.rs"]
+mod pgbouncer;
 #[path = "../common/postgres.rs"]
 mod postgres;
 #[path = "../common/wait.rs"]
@@ -84,6 +86,10 @@ struct Args {
     /// tests' server, dropped after), or both, one after the other.
     #[arg(long, value_enum, default_value_t = Stores::Both)]
     store: Stores,
+    /// PostgreSQL reached directly, or through a PgBouncer started for the run in
+    /// session or in transaction mode (`MSGW_STORE_POOLING`).
+    #[arg(long, value_enum, default_value_t = Pooler::None)]
+    pooler: Pooler,
     /// Callers authenticate: a callers file with one caller, whose bearer token every
     /// send carries (health stays open, as in production).
     #[arg(long)]
@@ -91,6 +97,13 @@ struct Args {
     /// Ignored (cargo bench passes it).
     #[arg(long, hide = true)]
     bench: bool,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum Pooler {
+    None,
+    Session,
+    Transaction,
 }
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,6 +124,8 @@ struct Msgw {
     stop: tokio::sync::oneshot::Sender<()>,
     server: tokio::task::JoinHandle<anyhow::Result<()>>,
     _dir: tempfile::TempDir,
+    // Dropped before the schema it serves.
+    _bouncer: Option<pgbouncer::Bouncer>,
     _schema: Option<postgres::TestSchema>,
 }
 
@@ -174,7 +189,12 @@ fn run(
     let seconds = Duration::from_secs(args.seconds);
     println!(
         "== {} store",
-        if postgres { "PostgreSQL" } else { "SQLite" }
+        match (postgres, args.pooler) {
+            (false, _) => "SQLite",
+            (true, Pooler::None) => "PostgreSQL",
+            (true, Pooler::Session) => "PostgreSQL through PgBouncer (session mode)",
+            (true, Pooler::Transaction) => "PostgreSQL through PgBouncer (transaction mode)",
+        }
     );
 
     // a, b, d, e: a gateway that answers at once, default limits.
@@ -352,9 +372,17 @@ fn start(
     } else {
         None
     };
-    let store_url = match &schema {
-        Some(schema) => schema.url.clone(),
-        None => format!("sqlite://{}", dir.path().join("bench.db").display()),
+    let bouncer = match (&schema, args.pooler) {
+        (Some(schema), Pooler::Session) => Some(pgbouncer::Bouncer::start(schema, "session")),
+        (Some(schema), Pooler::Transaction) => {
+            Some(pgbouncer::Bouncer::start(schema, "transaction"))
+        }
+        _ => None,
+    };
+    let store_url = match (&schema, &bouncer) {
+        (_, Some(bouncer)) => bouncer.url(),
+        (Some(schema), None) => schema.url.clone(),
+        (None, _) => format!("sqlite://{}", dir.path().join("bench.db").display()),
     };
     let callers_file = if args.bearer {
         Some(
@@ -365,7 +393,11 @@ fn start(
     } else {
         None
     };
-    let config = config(gateway_url, &store_url, limits, callers_file)?;
+    let mut config = config(gateway_url, &store_url, limits, callers_file)?;
+    if bouncer.is_some() && args.pooler == Pooler::Transaction {
+        config.store_pooling = msgw::adapters::store::Pooling::Transaction;
+        config.store_direct_url = schema.as_ref().map(|s| s.url.clone());
+    }
     let (grpc, http, stop, server) = msgw_rt.block_on(async {
         let app = Application::build(config).await?;
         let (grpc, http) = (app.grpc_addr()?, app.admin_addr()?);
@@ -393,6 +425,7 @@ fn start(
         stop,
         server,
         _dir: dir,
+        _bouncer: bouncer,
         _schema: schema,
     })
 }

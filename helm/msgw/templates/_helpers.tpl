@@ -73,7 +73,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{/* "true" when the chart renders its own Secret. */}}
 {{- define "msgw.createSecret" -}}
-{{- if or (not .Values.secrets.existingSecret) .Values.store.postgres.url }}true{{ end }}
+{{- if or (not .Values.secrets.existingSecret) .Values.store.postgres.url .Values.store.postgres.direct.url }}true{{ end }}
 {{- end }}
 
 {{/*
@@ -171,6 +171,21 @@ number as digits (YAML numbers reach templates as floats, and 1000000 would prin
 {{- end }}
 {{- if and .Values.store.postgres.url .Values.store.postgres.existingSecret }}
 {{- fail "msgw: set store.postgres.url or store.postgres.existingSecret, not both." }}
+{{- end }}
+{{- $direct := .Values.store.postgres.direct }}
+{{- if and $direct.url $direct.existingSecret }}
+{{- fail "msgw: set store.postgres.direct.url or store.postgres.direct.existingSecret, not both." }}
+{{- end }}
+{{- if and (or $direct.url $direct.existingSecret) (not $postgres) }}
+{{- fail "msgw: store.postgres.direct is PostgreSQL past a pooler: set store.postgres.url (or existingSecret) to the pooler too." }}
+{{- end }}
+{{- if eq .Values.store.postgres.pooling "transaction" }}
+{{- if not $postgres }}
+{{- fail "msgw: store.postgres.pooling=transaction is for a PostgreSQL store: set store.postgres.url (or existingSecret) to the pooler." }}
+{{- end }}
+{{- if not (or $direct.url $direct.existingSecret) }}
+{{- fail "msgw: store.postgres.pooling=transaction needs store.postgres.direct (url or existingSecret): PostgreSQL itself, past the pooler, for the migrations' lock and LISTEN." }}
+{{- end }}
 {{- end }}
 {{- if and .Values.autoscaling.enabled (gt (int .Values.autoscaling.minReplicas) (int .Values.autoscaling.maxReplicas)) }}
 {{- fail "msgw: autoscaling.minReplicas must not exceed autoscaling.maxReplicas." }}

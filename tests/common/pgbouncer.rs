@@ -53,6 +53,11 @@ impl Bouncer {
     /// docs/replicas.md's recipe: a client waits at most 5 s for a server session
     /// (not PgBouncer's 120 s), and a failed login is retried after 1 s (not 15 s).
     pub fn start(schema: &TestSchema, mode: &str) -> Self {
+        Self::start_with_pool(schema, mode, pool_size(mode))
+    }
+
+    /// Starts PgBouncer as [`Bouncer::start`] does, with `pool_size` server sessions.
+    pub fn start_with_pool(schema: &TestSchema, mode: &str, pool_size: u32) -> Self {
         let server = url::Url::parse(&server_url()).expect("MSGW_TEST_POSTGRES_URL is a URL");
         let host = server.host_str().unwrap_or("127.0.0.1").to_owned();
         let server_port = server.port().unwrap_or(5432);
@@ -86,7 +91,7 @@ impl Bouncer {
                  log_disconnections = 0\n",
                 role = schema.name,
                 log = log.display(),
-                pool_size = pool_size(mode),
+                pool_size = pool_size,
             )
             .expect("write pgbouncer.ini");
             drop(file);

@@ -94,3 +94,22 @@ async fn a_session_pooler_takes_the_urls_settings_and_either_mode() {
         .expect("transaction mode works on a session pooler");
     store.close().await;
 }
+
+/// A session pooler with one server session cannot serve msgw: the start says so
+/// within seconds, not after PgBouncer's two-minute wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_pool_too_small_for_msgw_fails_the_start_saying_so() {
+    let schema = TestSchema::create().await;
+    let bouncer = Bouncer::start_with_pool(&schema, "session", 1);
+    let started = std::time::Instant::now();
+    let error = refused(&StoreTarget::new(bouncer.url())).await;
+    assert!(
+        error.contains("no second server session") && error.contains("pool is too small"),
+        "{error}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+}

@@ -3,11 +3,18 @@
 //! calls one by one (a prepared statement "already exists" on another client's
 //! session, or is missing), so msgw refuses to start instead, naming the setting.
 
+use std::time::Duration;
+
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, PgConnection, Row};
 
 use super::sessions::SessionSettings;
 use crate::adapters::store::{Pooling, StoreError};
+
+/// How long the look at the server sessions may take: a pooler in session mode with a
+/// pool of one session would keep the second connection waiting (PgBouncer: up to its
+/// `query_wait_timeout`, 120 s by default).
+const LOOK_WITHIN: Duration = Duration::from_secs(10);
 
 /// What two connections saw of their server sessions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,7 +76,23 @@ pub(super) async fn check(
             settings.describe()
         )));
     }
-    let seen = look(options).await?;
+    let too_small = || {
+        StoreError::Config(format!(
+            "MSGW_STORE_URL gave no second server session in time (within {LOOK_WITHIN:?}, or the pooler's query_wait_timeout): a pooler's pool is too small for msgw (in session mode each replica holds up to 20 server sessions; in transaction mode a few serve every replica), or the database is overloaded"
+        ))
+    };
+    let seen = match tokio::time::timeout(LOOK_WITHIN, look(options)).await {
+        Ok(Ok(seen)) => seen,
+        // PgBouncer's own wait for a server session ran out first.
+        Ok(Err(e))
+            if e.as_database_error()
+                .is_some_and(|e| e.message() == "query_wait_timeout") =>
+        {
+            return Err(too_small());
+        }
+        Ok(Err(e)) => return Err(e.into()),
+        Err(_) => return Err(too_small()),
+    };
     match (pooling, seen) {
         (Pooling::Session, Seen::SessionsShared) => Err(StoreError::Config(
             "MSGW_STORE_URL leads to a connection pooler in transaction mode (two transactions of one connection ran in different server sessions), where msgw's prepared statements and notifications would fail call by call: set MSGW_STORE_POOLING=transaction and MSGW_STORE_DIRECT_URL to PostgreSQL itself, or put the pooler in session mode".to_owned(),

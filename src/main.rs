@@ -94,10 +94,13 @@ async fn run(cli: Cli, workers: usize, configured: bool) -> anyhow::Result<()> {
         Command::Check(args) => msgw::process::check::run(&args).await,
         Command::CopyStore(args) => {
             let password = args.password()?;
-            // Past a pooler: the copy's session settings and locks are a session's.
-            let to = args.to_direct.as_deref().unwrap_or(&args.to);
-            let copied =
-                msgw::adapters::store::copy::run(&args.from, to, password.as_ref()).await?;
+            let copied = msgw::adapters::store::copy::run(
+                &args.from,
+                &args.to,
+                args.to_direct.as_deref(),
+                password.as_ref(),
+            )
+            .await?;
             println!("copied {copied}");
             Ok(())
         }

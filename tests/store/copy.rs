@@ -44,7 +44,9 @@ async fn a_sqlite_store_moves_to_postgres_with_its_claims_tracking_and_cursors()
     old.append_batch(&[event(3, "READ")]).await.unwrap();
     old.close().await;
 
-    let copied = copy::run(sqlite.url(), postgres.url(), None).await.unwrap();
+    let copied = copy::run(sqlite.url(), postgres.url(), None, None)
+        .await
+        .unwrap();
     let rows = ["claims", "messages", "events"].map(|table| copied.rows(table));
     assert_eq!(rows, [4, 3, 4]);
     assert_eq!(copied.latest_cursor.get(), 7);
@@ -99,7 +101,7 @@ async fn a_sqlite_store_moves_to_postgres_with_its_claims_tracking_and_cursors()
         "the log continues"
     );
 
-    let again = copy::run(sqlite.url(), postgres.url(), None).await;
+    let again = copy::run(sqlite.url(), postgres.url(), None, None).await;
     assert!(
         matches!(again, Err(StoreError::Config(ref m)) if m.contains("not empty")),
         "{again:?}"
@@ -200,7 +202,7 @@ async fn a_table_copy_store_does_not_know_is_named_and_nothing_is_copied() {
         .await
         .unwrap();
     conn.close().await.unwrap();
-    let refused = copy::run(sqlite.url(), postgres.url(), None).await;
+    let refused = copy::run(sqlite.url(), postgres.url(), None, None).await;
     assert!(
         matches!(refused, Err(StoreError::Config(ref m)) if m.contains("coupons")),
         "{refused:?}"
@@ -230,7 +232,7 @@ async fn a_file_that_is_not_an_msgw_store_is_refused_and_left_untouched() {
         .unwrap();
     conn.close().await.unwrap();
     let before = std::fs::read(&foreign).unwrap();
-    let refused = copy::run(&url, postgres.url(), None).await;
+    let refused = copy::run(&url, postgres.url(), None, None).await;
     assert!(
         matches!(refused, Err(StoreError::Config(ref m)) if m.contains("not an msgw store")),
         "{refused:?}"
@@ -246,6 +248,7 @@ async fn a_file_that_is_not_an_msgw_store_is_refused_and_left_untouched() {
     let refused = copy::run(
         &format!("sqlite://{}", empty.display()),
         postgres.url(),
+        None,
         None,
     )
     .await;
@@ -361,7 +364,9 @@ async fn verifications_the_guards_counts_and_the_sandbox_move_too() {
     );
     old.close().await;
 
-    let copied = copy::run(sqlite.url(), postgres.url(), None).await.unwrap();
+    let copied = copy::run(sqlite.url(), postgres.url(), None, None)
+        .await
+        .unwrap();
     let tables: Vec<&str> = copied.tables.iter().map(|(table, _)| *table).collect();
     assert_eq!(tables, copy::TABLES);
     let rows = [

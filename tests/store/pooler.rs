@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use msgw::adapters::store::{Pooling, StoreTarget, open};
+use msgw::adapters::store::{Pooling, StoreTarget, copy, open};
+use sqlx::Connection;
 
 use crate::pgbouncer::Bouncer;
 use crate::postgres::TestSchema;
@@ -64,7 +65,7 @@ async fn a_direct_url_to_another_schema_fails_the_start_naming_both() {
     target.direct_url = Some(other);
     let error = refused(&target).await;
     assert!(
-        error.contains("different schemas") && error.contains(&schema.name),
+        error.contains("different places") && error.contains(&format!("schema {}", schema.name)),
         "{error}"
     );
 }
@@ -112,4 +113,154 @@ async fn a_session_pool_too_small_for_msgw_fails_the_start_saying_so() {
         "{:?}",
         started.elapsed()
     );
+}
+
+/// A database of its own, with a schema of the test schema's name owned by its role
+/// (so the direct URL's search_path finds one there too), dropped when the test ends.
+struct OtherDatabase {
+    name: String,
+    url: String,
+}
+
+impl OtherDatabase {
+    async fn create(schema: &TestSchema) -> Self {
+        let server = crate::postgres::server_url();
+        let name = format!("{}_db", schema.name);
+        let mut admin = crate::postgres::connect(&server).await;
+        sqlx::query(&format!("CREATE DATABASE {name} OWNER {}", schema.name))
+            .execute(&mut admin)
+            .await
+            .unwrap();
+        let _ = admin.close().await;
+        let mut there = url::Url::parse(&server).unwrap();
+        there.set_path(&name);
+        let mut conn = crate::postgres::connect(there.as_str()).await;
+        let create = format!("CREATE SCHEMA {0} AUTHORIZATION {0}", schema.name);
+        sqlx::query(&create).execute(&mut conn).await.unwrap();
+        let _ = conn.close().await;
+        let url = schema.url.replacen("/test?", &format!("/{name}?"), 1);
+        assert_ne!(url, schema.url, "the test schema's URL names database test");
+        Self { name, url }
+    }
+}
+
+impl Drop for OtherDatabase {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        let server = crate::postgres::server_url();
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            runtime.block_on(async move {
+                let mut conn = sqlx::PgConnection::connect(&server).await?;
+                sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                    .execute(&mut conn)
+                    .await
+            })
+        })
+        .join();
+    }
+}
+
+/// A direct URL to another database, even with a schema of the same name: msgw would
+/// migrate there and LISTEN where no other replica NOTIFYs. Refused, naming both
+/// places, before anything is written to either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_direct_url_to_another_database_fails_the_start_before_writing() {
+    let schema = TestSchema::create().await;
+    let other = OtherDatabase::create(&schema).await;
+    let bouncer = Bouncer::start(&schema, "transaction");
+    let mut target = StoreTarget::new(bouncer.url());
+    target.pooling = Pooling::Transaction;
+    target.direct_url = Some(other.url.clone());
+    let error = refused(&target).await;
+    assert!(
+        error.contains("different places")
+            && error.contains(&format!("database {}", other.name))
+            && error.contains("database test"),
+        "{error}"
+    );
+    // Nothing was migrated into the other database.
+    let mut conn = crate::postgres::connect(&other.url).await;
+    let (tables,): (i64,) = sqlx::query_as(
+        "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = current_schema()",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(tables, 0);
+    let _ = conn.close().await;
+
+    // copy-store checks the same before it writes to --to-direct.
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = format!("sqlite://{}", dir.path().join("msgw.db").display());
+    open(&StoreTarget::new(&sqlite), Duration::ZERO)
+        .await
+        .unwrap()
+        .close()
+        .await;
+    let refused = copy::run(&sqlite, &bouncer.url(), Some(&other.url), None).await;
+    let Err(error) = refused else {
+        panic!("copied")
+    };
+    let error = error.to_string();
+    assert!(
+        error.contains("different places") && error.contains("--to-direct"),
+        "{error}"
+    );
+    // And through a transaction pooler without --to-direct, it says to give one.
+    let refused = copy::run(&sqlite, &bouncer.url(), None, None).await;
+    let Err(error) = refused else {
+        panic!("copied")
+    };
+    let error = error.to_string();
+    assert!(error.contains("give --to-direct"), "{error}");
+}
+
+/// A direct URL that leads to a pooler in transaction mode cannot hold the
+/// migrations' lock or LISTEN: refused at start, naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_direct_url_through_a_transaction_pooler_fails_the_start_naming_it() {
+    let schema = TestSchema::create().await;
+    let bouncer = Bouncer::start(&schema, "transaction");
+    let mut target = StoreTarget::new(bouncer.url());
+    target.pooling = Pooling::Transaction;
+    target.direct_url = Some(bouncer.url());
+    let error = refused(&target).await;
+    assert!(
+        error.contains("MSGW_STORE_DIRECT_URL leads to a connection pooler in transaction mode"),
+        "{error}"
+    );
+}
+
+/// While the direct connection (LISTEN) is cut and the pooler serves on, a replica
+/// still learns of other replicas' events within about a second: it reads the newest
+/// cursor through the pooler meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_reach_a_replica_whose_listening_connection_is_cut() {
+    let schema = TestSchema::create().await;
+    let pooler = Bouncer::start(&schema, "transaction");
+    // A way to PostgreSQL "itself" that the test can cut: a session pooler.
+    let direct_path = Bouncer::start(&schema, "session");
+    let mut target = StoreTarget::new(pooler.url());
+    target.pooling = Pooling::Transaction;
+    target.direct_url = Some(direct_path.url());
+    let writer = open(&target, Duration::ZERO).await.unwrap();
+    let reader = open(&target, Duration::ZERO).await.unwrap();
+    drop(direct_path);
+    let mut appended = reader.appended();
+    for id in 1..=3u64 {
+        let event = crate::events::event(id, "DELIVERED");
+        let cursor = writer.append_batch(&[event]).await.unwrap()[0]
+            .as_ref()
+            .expect("appended")
+            .cursor;
+        let heard =
+            tokio::time::timeout(Duration::from_secs(3), appended.wait_for(|c| *c >= cursor)).await;
+        assert!(heard.is_ok(), "event {id} not heard within 3 s");
+    }
+    writer.close().await;
+    reader.close().await;
 }

@@ -102,10 +102,12 @@ impl fmt::Display for Copied {
 }
 
 /// Opens the SQLite file `from` (which must exist) and the PostgreSQL store `to`
-/// (migrating both), copies, and closes both.
+/// (migrating both), copies, and closes both. Past a pooler, the copy is written to
+/// `to_direct`, PostgreSQL itself, which must be the place `to` leads to.
 pub async fn run(
     from: &str,
     to: &str,
+    to_direct: Option<&str>,
     password: Option<&secrecy::SecretString>,
 ) -> Result<Copied, StoreError> {
     let Some(path) = from.strip_prefix("sqlite://") else {
@@ -123,9 +125,17 @@ pub async fn run(
     }
     is_msgws(path).await?;
     let source = SqliteDb::open(from, Duration::ZERO).await?;
-    let mut to = super::StoreTarget::new(to);
-    to.password = password.cloned();
-    let target = PgDb::open(&to, Duration::ZERO).await?;
+    let names = super::OptionNames::COPY;
+    if let Some(direct) = to_direct {
+        if !is_shared(direct) {
+            return Err(StoreError::Config("copy to a postgres://... store".into()));
+        }
+        super::postgres::check_same_place(to, direct, password, &names).await?;
+    }
+    let mut target = super::StoreTarget::new(to_direct.unwrap_or(to));
+    target.password = password.cloned();
+    target.names = names;
+    let target = PgDb::open(&target, Duration::ZERO).await?;
     let copied = sqlite_to_postgres(&source, &target).await;
     source.close().await;
     target.close().await;

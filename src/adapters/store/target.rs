@@ -50,6 +50,34 @@ impl FromStr for Pooling {
     }
 }
 
+/// What a command calls the store's options, for its messages: `msgw serve`'s (and
+/// `msgw guard`'s) environment, or `msgw copy-store`'s flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OptionNames {
+    /// The store URL's.
+    pub url: &'static str,
+    /// The direct URL's.
+    pub direct_url: &'static str,
+    /// What to do when the store URL leads to a pooler in transaction mode that the
+    /// command was not told of.
+    pub transaction_fix: &'static str,
+}
+
+impl OptionNames {
+    /// `msgw serve`'s and `msgw guard`'s.
+    pub const SERVE: Self = Self {
+        url: "MSGW_STORE_URL",
+        direct_url: "MSGW_STORE_DIRECT_URL",
+        transaction_fix: "set MSGW_STORE_POOLING=transaction and MSGW_STORE_DIRECT_URL to PostgreSQL itself, or put the pooler in session mode",
+    };
+    /// `msgw copy-store`'s.
+    pub const COPY: Self = Self {
+        url: "--to (MSGW_STORE_URL)",
+        direct_url: "--to-direct (MSGW_STORE_DIRECT_URL)",
+        transaction_fix: "give --to-direct (MSGW_STORE_DIRECT_URL), PostgreSQL itself past the pooler: the copy is written there",
+    };
+}
+
 /// The store msgw opens.
 #[derive(Debug, Clone)]
 pub struct StoreTarget {
@@ -63,6 +91,8 @@ pub struct StoreTarget {
     /// PostgreSQL itself, past the pooler: for migrations (under a session's lock) and
     /// LISTEN, which need a session of their own. Needed with [`Pooling::Transaction`].
     pub direct_url: Option<String>,
+    /// What the options are called in messages.
+    pub names: OptionNames,
 }
 
 impl StoreTarget {
@@ -73,6 +103,7 @@ impl StoreTarget {
             password: None,
             pooling: Pooling::Session,
             direct_url: None,
+            names: OptionNames::SERVE,
         }
     }
 }

@@ -78,6 +78,7 @@ impl GuardCommandArgs {
             password,
             pooling: args.store_pooling,
             direct_url: args.store_direct_url.clone(),
+            names: crate::adapters::store::OptionNames::SERVE,
         };
         let store = crate::adapters::store::open(&target, std::time::Duration::from_secs(60))
             .await

@@ -117,6 +117,7 @@ impl Config {
             password: self.store_password.clone(),
             pooling: self.store_pooling,
             direct_url: self.store_direct_url.clone(),
+            names: crate::adapters::store::OptionNames::SERVE,
         }
     }
 

@@ -21,7 +21,7 @@ use crate::core::domain::{CallerName, Cursor, NewEvent, StatusEvent, Suppression
 
 /// How often the listener also reads the newest cursor, in case a notification was
 /// lost in a way the connection did not notice (a half-open TCP connection).
-const HEAD_CHECK_EVERY: Duration = Duration::from_secs(1);
+pub(super) const HEAD_CHECK_EVERY: Duration = Duration::from_secs(1);
 
 /// The NOTIFY channel of a schema (an identifier of at most 63 bytes).
 pub(super) fn channel_of(schema: &str) -> String {
@@ -32,32 +32,64 @@ pub(super) fn channel_of(schema: &str) -> String {
 }
 
 /// Keeps `appended` at the newest cursor any replica committed: LISTENs for their
-/// notifications on a connection of `pool` (one that keeps its server session: the
-/// store's own pool, or behind a pooler in transaction mode, one to PostgreSQL
+/// notifications on a connection of `listening` (one that keeps its server session:
+/// the store's own pool, or behind a pooler in transaction mode, one to PostgreSQL
 /// itself) and, whenever the listening connection is (re)established, reads the
-/// newest cursor on it, so nothing committed while it was away is missed.
-pub(super) async fn follow_appends(pool: PgPool, channel: String, appended: watch::Sender<Cursor>) {
+/// newest cursor on it, so nothing committed while it was away is missed. While it
+/// cannot listen, it reads the newest cursor through `store` (its pool, and how
+/// statements are prepared there) every second instead.
+pub(super) async fn follow_appends(
+    listening: PgPool,
+    store: (PgPool, Statements),
+    channel: String,
+    appended: watch::Sender<Cursor>,
+) {
     let mut backoff = Duration::from_millis(100);
-    while !pool.is_closed() {
-        match listen(&pool, &channel).await {
+    let mut said = false;
+    while !listening.is_closed() {
+        match listen(&listening, &channel).await {
             Ok(mut listener) => {
                 backoff = Duration::from_millis(100);
+                said = false;
                 if let Err(e) = follow(&mut listener, &appended).await {
-                    if pool.is_closed() {
+                    if listening.is_closed() {
                         return;
                     }
                     tracing::warn!(error = %e, "store: lost the notification connection; reconnecting and catching up");
                 }
             }
             Err(e) => {
-                if pool.is_closed() {
+                if listening.is_closed() {
                     return;
                 }
-                tracing::warn!(error = %e, retry_in = ?backoff, "store: cannot listen for other replicas' events");
+                if !said {
+                    tracing::warn!(error = %e, "store: cannot listen for other replicas' events; reading the newest cursor every second until it can");
+                    said = true;
+                }
             }
         }
-        tokio::time::sleep(backoff).await;
+        // Until it listens again, the head is read at least every second.
+        let listen_again = Instant::now() + backoff;
+        loop {
+            if let Ok(cursor) = head_through(&store.0, store.1).await {
+                advance(&appended, cursor);
+            }
+            let now = Instant::now();
+            if now >= listen_again || listening.is_closed() {
+                break;
+            }
+            tokio::time::sleep((listen_again - now).min(HEAD_CHECK_EVERY)).await;
+        }
         backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// The newest cursor, read through a connection of `pool` (a transaction behind a
+/// pooler in transaction mode).
+async fn head_through(pool: &PgPool, statements: Statements) -> Result<Cursor, StoreError> {
+    match statements {
+        Statements::Kept => head(&mut *pool.acquire().await?, statements).await,
+        Statements::Unnamed => head(&mut *pool.begin().await?, statements).await,
     }
 }
 

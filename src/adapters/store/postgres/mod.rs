@@ -19,7 +19,7 @@ mod sessions;
 
 use std::{sync::Arc, time::Duration};
 
-use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{Connection, PgConnection};
 use tokio::sync::watch;
 
@@ -72,21 +72,37 @@ impl PgDb {
         first_poll_after: Duration,
     ) -> Result<Self, StoreError> {
         let password = target.password.as_ref();
-        let (options, settings) = connect_options("MSGW_STORE_URL", &target.url, password)?;
-        reach::reach(&options).await?;
-        pooler::check(&options, target.pooling, &settings).await?;
+        let names = &target.names;
+        let (options, settings) = connect_options(names.url, &target.url, password)?;
+        reach::reach(&options, names.url).await?;
+        pooler::check(&options, target.pooling, &settings, names).await?;
         let direct = match (&target.direct_url, target.pooling) {
             (Some(url), _) => {
-                let direct = connect_options("MSGW_STORE_DIRECT_URL", url, password)?;
-                reach::reach(&direct.0).await?;
+                let direct = connect_options(names.direct_url, url, password)?;
+                reach::reach(&direct.0, names.direct_url).await?;
+                pooler::check_direct(&direct.0, names).await?;
                 Some(direct)
             }
             (None, Pooling::Session) => None,
             (None, Pooling::Transaction) => {
-                return Err(StoreError::Config(
-                    "MSGW_STORE_POOLING=transaction needs MSGW_STORE_DIRECT_URL: PostgreSQL itself, past the pooler, for the migrations' lock and LISTEN, which need a session that lasts".to_owned(),
-                ));
+                return Err(StoreError::Config(format!(
+                    "MSGW_STORE_POOLING=transaction needs {}: PostgreSQL itself, past the pooler, for the migrations' lock and LISTEN, which need a session that lasts",
+                    names.direct_url
+                )));
             }
+        };
+        // Compared before anything is written: migrating one place while serving from
+        // another would leave msgw without its tables, and LISTENing on another
+        // database would hear no other replica.
+        let schema = match &direct {
+            Some((direct, direct_settings)) => {
+                same_place(
+                    (&options, &settings, names.url),
+                    (direct, direct_settings, names.direct_url),
+                )
+                .await?
+            }
+            None => in_a_schema(sessions::place(&options, &settings).await?, names.url)?.1,
         };
         let statements = match target.pooling {
             Pooling::Session => Statements::Kept,
@@ -99,34 +115,23 @@ impl PgDb {
             .await?;
         // The migrations' advisory lock is a session's: on PostgreSQL itself when a
         // direct URL is given.
-        let schema = match &direct {
+        match &direct {
             Some((direct, settings)) => {
                 let mut conn = PgConnection::connect_with(direct).await?;
                 settings.apply(&mut conn).await?;
-                // Compared before anything is written: migrating one schema while
-                // serving from another would leave msgw without its tables.
-                let schema = current_schema(&mut conn, Statements::Kept).await?;
-                let through_pool = current_schema(&mut *pool.begin().await?, statements).await?;
-                if through_pool != schema {
-                    return Err(StoreError::Config(format!(
-                        "MSGW_STORE_URL and MSGW_STORE_DIRECT_URL lead to different schemas ({through_pool} and {schema}): point both at the same database, and give msgw's role the search_path the direct URL sets"
-                    )));
-                }
                 MIGRATOR.run(&mut conn).await?;
                 let _ = conn.close().await;
-                schema
             }
-            None => {
-                MIGRATOR.run(&pool).await?;
-                current_schema(&mut *pool.acquire().await?, statements).await?
-            }
-        };
+            None => MIGRATOR.run(&pool).await?,
+        }
         // NOTIFY reaches every session of the database: one channel per schema, so two
         // msgw deployments in two schemas of one database do not wake each other.
         let listening = match direct {
+            // Waiting for it no longer than the head is read meanwhile (`events.rs`).
             Some((direct, settings)) if target.pooling == Pooling::Transaction => pool_of(settings)
                 .max_connections(1)
                 .min_connections(0)
+                .acquire_timeout(events::HEAD_CHECK_EVERY)
                 .connect_lazy_with(direct),
             _ => pool.clone(),
         };
@@ -156,6 +161,7 @@ impl PgDb {
         advance(&store.appended, store.latest_cursor().await?);
         tokio::spawn(follow_appends(
             store.listening.clone(),
+            (store.pool.clone(), store.statements),
             store.channel.clone(),
             store.appended.clone(),
         ));
@@ -305,16 +311,52 @@ fn pool_of(settings: SessionSettings) -> PgPoolOptions {
         })
 }
 
-/// The schema msgw's tables are in, as `conn` sees it.
-async fn current_schema(
-    conn: &mut PgConnection,
-    statements: Statements,
+/// The database and schema of a URL, which must name a schema that exists.
+fn in_a_schema(
+    (database, schema): (String, Option<String>),
+    what: &str,
+) -> Result<(String, String), StoreError> {
+    match schema {
+        Some(schema) => Ok((database, schema)),
+        None => Err(StoreError::Config(format!(
+            "{what} leads to database {database}, where no schema of the search path exists: create msgw's schema (CREATE SCHEMA ... AUTHORIZATION ...), or fix the search path"
+        ))),
+    }
+}
+
+/// The schema the store URL (`pooled`) and the direct URL both lead to: the same
+/// database and schema, or a start error naming both.
+async fn same_place(
+    pooled: (&PgConnectOptions, &SessionSettings, &str),
+    direct: (&PgConnectOptions, &SessionSettings, &str),
 ) -> Result<String, StoreError> {
-    let (schema,): (String,) = sqlx::query_as("SELECT current_schema()")
-        .persistent(statements.kept())
-        .fetch_one(conn)
-        .await?;
-    Ok(schema)
+    let a = in_a_schema(sessions::place(pooled.0, pooled.1).await?, pooled.2)?;
+    let b = in_a_schema(sessions::place(direct.0, direct.1).await?, direct.2)?;
+    if a != b {
+        return Err(StoreError::Config(format!(
+            "{} and {} lead to different places (database {}, schema {}; and database {}, schema {}): point both at the same database, and give msgw's role the search_path the direct URL sets",
+            pooled.2, direct.2, a.0, a.1, b.0, b.1
+        )));
+    }
+    Ok(a.1)
+}
+
+/// Checks, for a command that writes over one session (`msgw copy-store`), that the
+/// store URL it was given and the direct URL it writes to are one place.
+pub(super) async fn check_same_place(
+    url: &str,
+    direct_url: &str,
+    password: Option<&secrecy::SecretString>,
+    names: &super::OptionNames,
+) -> Result<(), StoreError> {
+    let (options, settings) = connect_options(names.url, url, password)?;
+    let (direct, direct_settings) = connect_options(names.direct_url, direct_url, password)?;
+    same_place(
+        (&options, &settings, names.url),
+        (&direct, &direct_settings, names.direct_url),
+    )
+    .await
+    .map(drop)
 }
 
 /// Takes messages due for a poll (`Store::take_due_for_poll`). SKIP LOCKED: replicas

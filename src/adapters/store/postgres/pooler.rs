@@ -9,7 +9,7 @@ use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, PgConnection, Row};
 
 use super::sessions::SessionSettings;
-use crate::adapters::store::{Pooling, StoreError};
+use crate::adapters::store::{OptionNames, Pooling, StoreError};
 
 /// How long the look at the server sessions may take: a pooler in session mode with a
 /// pool of one session would keep the second connection waiting (PgBouncer: up to its
@@ -60,6 +60,28 @@ async fn look(options: &PgConnectOptions) -> Result<Seen, sqlx::Error> {
     Ok(seen)
 }
 
+/// What two connections of `options` see of their server sessions, within
+/// [`LOOK_WITHIN`].
+async fn seen(options: &PgConnectOptions, what: &str) -> Result<Seen, StoreError> {
+    let too_small = || {
+        StoreError::Config(format!(
+            "{what} gave no second server session in time (within {LOOK_WITHIN:?}, or the pooler's query_wait_timeout): a pooler's pool is too small for msgw (in session mode each replica holds up to 20 server sessions; in transaction mode a few serve every replica), or the database is overloaded"
+        ))
+    };
+    match tokio::time::timeout(LOOK_WITHIN, look(options)).await {
+        Ok(Ok(seen)) => Ok(seen),
+        // PgBouncer's own wait for a server session ran out first.
+        Ok(Err(e))
+            if e.as_database_error()
+                .is_some_and(|e| e.message() == "query_wait_timeout") =>
+        {
+            Err(too_small())
+        }
+        Ok(Err(e)) => Err(e.into()),
+        Err(_) => Err(too_small()),
+    }
+}
+
 /// Checks that `pooling` fits what the connections `options` leads to do, before
 /// anything is written through them: a pooler in transaction mode without
 /// `MSGW_STORE_POOLING=transaction` fails the start with the fix; `transaction` where
@@ -69,40 +91,42 @@ pub(super) async fn check(
     options: &PgConnectOptions,
     pooling: Pooling,
     settings: &SessionSettings,
+    names: &OptionNames,
 ) -> Result<(), StoreError> {
+    let url = names.url;
     if pooling == Pooling::Transaction && !settings.is_empty() {
         return Err(StoreError::Config(format!(
-            "MSGW_STORE_URL asks for session settings ({}), which a pooler in transaction mode (MSGW_STORE_POOLING=transaction) cannot keep: set them on msgw's role instead (ALTER ROLE ... SET search_path = ...), and keep them in MSGW_STORE_DIRECT_URL",
-            settings.describe()
+            "{url} asks for session settings ({}), which a pooler in transaction mode (MSGW_STORE_POOLING=transaction) cannot keep: set them on msgw's role instead (ALTER ROLE ... SET search_path = ...), and keep them in {}",
+            settings.describe(),
+            names.direct_url
         )));
     }
-    let too_small = || {
-        StoreError::Config(format!(
-            "MSGW_STORE_URL gave no second server session in time (within {LOOK_WITHIN:?}, or the pooler's query_wait_timeout): a pooler's pool is too small for msgw (in session mode each replica holds up to 20 server sessions; in transaction mode a few serve every replica), or the database is overloaded"
-        ))
-    };
-    let seen = match tokio::time::timeout(LOOK_WITHIN, look(options)).await {
-        Ok(Ok(seen)) => seen,
-        // PgBouncer's own wait for a server session ran out first.
-        Ok(Err(e))
-            if e.as_database_error()
-                .is_some_and(|e| e.message() == "query_wait_timeout") =>
-        {
-            return Err(too_small());
-        }
-        Ok(Err(e)) => return Err(e.into()),
-        Err(_) => return Err(too_small()),
-    };
-    match (pooling, seen) {
-        (Pooling::Session, Seen::SessionsShared) => Err(StoreError::Config(
-            "MSGW_STORE_URL leads to a connection pooler in transaction mode (two transactions of one connection ran in different server sessions), where msgw's prepared statements and notifications would fail call by call: set MSGW_STORE_POOLING=transaction and MSGW_STORE_DIRECT_URL to PostgreSQL itself, or put the pooler in session mode".to_owned(),
-        )),
+    match (pooling, seen(options, url).await?) {
+        (Pooling::Session, Seen::SessionsShared) => Err(StoreError::Config(format!(
+            "{url} leads to a connection pooler in transaction mode (two transactions of one connection ran in different server sessions), where msgw's prepared statements and notifications would fail call by call: {}",
+            names.transaction_fix
+        ))),
         (Pooling::Transaction, Seen::SessionKept) => {
             tracing::warn!(
-                "MSGW_STORE_POOLING=transaction, but the connections of MSGW_STORE_URL seem to keep their server session (a direct connection, or a pooler in session mode): MSGW_STORE_POOLING=session would be faster there"
+                "MSGW_STORE_POOLING=transaction, but the connections of {url} seem to keep their server session (a direct connection, or a pooler in session mode): MSGW_STORE_POOLING=session would be faster there"
             );
             Ok(())
         }
         _ => Ok(()),
+    }
+}
+
+/// Checks that the direct URL's connections keep their server session, as the
+/// migrations' lock and LISTEN need.
+pub(super) async fn check_direct(
+    options: &PgConnectOptions,
+    names: &OptionNames,
+) -> Result<(), StoreError> {
+    let direct = names.direct_url;
+    match seen(options, direct).await? {
+        Seen::SessionKept => Ok(()),
+        Seen::SessionsShared => Err(StoreError::Config(format!(
+            "{direct} leads to a connection pooler in transaction mode (two transactions of one connection ran in different server sessions): point it at PostgreSQL itself (or a pooler in session mode), for the migrations' lock and LISTEN, which need a session that lasts"
+        ))),
     }
 }

@@ -14,7 +14,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Connects once, so that a database msgw cannot use fails the start at once with its
 /// real cause, the server named and the fix (a pool would retry until its timeout and
 /// then say only that it timed out).
-pub(super) async fn reach(options: &PgConnectOptions) -> Result<(), StoreError> {
+/// `what` names the URL's option in the message.
+pub(super) async fn reach(options: &PgConnectOptions, what: &str) -> Result<(), StoreError> {
     use sqlx::Connection;
     let server = format!(
         "PostgreSQL at {}:{}",
@@ -37,16 +38,16 @@ pub(super) async fn reach(options: &PgConnectOptions) -> Result<(), StoreError> 
         }
     };
     let fix = match error.as_database_error().and_then(|e| e.code()).as_deref() {
-        Some("28P01") => "check the password (in MSGW_STORE_URL or MSGW_STORE_PASSWORD_FILE)",
-        Some("28000") => "check the user in MSGW_STORE_URL and pg_hba.conf",
-        Some("3D000") => "create the database, or fix its name in MSGW_STORE_URL",
+        Some("28P01") => format!("check the password (in {what} or MSGW_STORE_PASSWORD_FILE)"),
+        Some("28000") => format!("check the user in {what} and pg_hba.conf"),
+        Some("3D000") => format!("create the database, or fix its name in {what}"),
         _ if matches!(error, sqlx::Error::Io(_)) => {
-            "is PostgreSQL running there, and MSGW_STORE_URL's host and port right?"
+            format!("is PostgreSQL running there, and {what}'s host and port right?")
         }
         _ if matches!(error, sqlx::Error::Tls(_)) => {
-            "check sslmode and sslrootcert in MSGW_STORE_URL"
+            format!("check sslmode and sslrootcert in {what}")
         }
-        _ => "check MSGW_STORE_URL",
+        _ => format!("check {what}"),
     };
     Err(StoreError::Config(format!(
         "cannot connect to {server} as {user}: {}: {fix}",

@@ -11,6 +11,24 @@ use sqlx::postgres::PgConnectOptions;
 
 use crate::adapters::store::StoreError;
 
+/// The database and the schema (`None`: no schema of the search path exists) that a
+/// connection lands in, asked by the simple protocol (no statement prepared: safe
+/// through a pooler in any mode).
+pub(super) async fn place(
+    options: &PgConnectOptions,
+    settings: &SessionSettings,
+) -> Result<(String, Option<String>), StoreError> {
+    use sqlx::{Connection, Row};
+    let mut conn = PgConnection::connect_with(options).await?;
+    settings.apply(&mut conn).await?;
+    let row = sqlx::raw_sql("SELECT current_database(), current_schema()")
+        .fetch_one(&mut conn)
+        .await?;
+    let place = (row.try_get(0)?, row.try_get(1)?);
+    let _ = conn.close().await;
+    Ok(place)
+}
+
 /// Settings made on each new connection, in order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(super) struct SessionSettings(Vec<(String, String)>);
@@ -86,6 +104,13 @@ pub(super) fn connect_options(
         // output since PostgreSQL 12) is what msgw needs, and sqlx reads floats in
         // binary anyway.
         .extra_float_digits(None);
+    // What is left of `options` came from libpq's PGOPTIONS in msgw's environment,
+    // which sqlx reads too and would send at connect.
+    if let Some(options) = connect.get_options() {
+        return Err(StoreError::Config(format!(
+            "PGOPTIONS is set in msgw's environment ({options:?}): it would be sent at connect, which a pooler refuses; unset it, and give the settings in {what}'s options instead (msgw sets those once connected)"
+        )));
+    }
     // `msgw` in pg_stat_activity, unless the URL names the connections otherwise.
     if connect.get_application_name().is_none() {
         connect = connect.application_name("msgw");

@@ -125,46 +125,103 @@ impl TestSchema {
 impl Drop for TestSchema {
     fn drop(&mut self) {
         let (admin, name) = (self.admin.clone(), self.name.clone());
-        // A runtime of its own: this may run inside a test's runtime (tests using a
-        // schema run on the multi-thread runtime, so msgw's tasks can finish what holds
-        // a lock meanwhile), or while a failed test unwinds.
-        let dropped = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            runtime.block_on(async move {
-                let mut conn = sqlx::PgConnection::connect(&admin).await?;
-                // Never hang a test run on a lock a still-running msgw holds.
-                sqlx::query("SET lock_timeout = '10s'")
-                    .execute(&mut conn)
-                    .await?;
-                // No msgw of this test may reconnect while its schema goes away.
-                for statement in [
-                    format!("ALTER ROLE {name} NOLOGIN"),
-                    format!("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{name}'"),
-                    format!("DROP SCHEMA IF EXISTS {name} CASCADE"),
-                ] {
-                    sqlx::query(&statement).execute(&mut conn).await?;
+        let dropped = on_own_runtime(async move {
+            let mut conn = sqlx::PgConnection::connect(&admin).await?;
+            // Never hang a test run on a lock a still-running msgw holds.
+            sqlx::query("SET lock_timeout = '10s'")
+                .execute(&mut conn)
+                .await?;
+            // No msgw of this test may reconnect while its schema goes away.
+            for statement in [
+                format!("ALTER ROLE {name} NOLOGIN"),
+                format!(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{name}'"
+                ),
+                format!("DROP SCHEMA IF EXISTS {name} CASCADE"),
+            ] {
+                sqlx::query(&statement).execute(&mut conn).await?;
+            }
+            // The terminated sessions take a moment to end.
+            let mut tries = 0;
+            while let Err(e) = sqlx::query(&format!("DROP ROLE IF EXISTS {name}"))
+                .execute(&mut conn)
+                .await
+            {
+                tries += 1;
+                if tries == 50 {
+                    return Err(e);
                 }
-                // The terminated sessions take a moment to end.
-                let mut tries = 0;
-                while let Err(e) = sqlx::query(&format!("DROP ROLE IF EXISTS {name}"))
-                    .execute(&mut conn)
-                    .await
-                {
-                    tries += 1;
-                    if tries == 50 {
-                        return Err(e);
-                    }
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                }
-                conn.close().await
-            })
-        })
-        .join();
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            conn.close().await
+        });
         if !matches!(dropped, Ok(Ok(()))) {
             eprintln!("could not drop the test schema {}", self.name);
+        }
+    }
+}
+
+/// Runs `work` to its end on a runtime of its own, in a thread of its own: a drop may
+/// run inside a test's runtime (tests using a schema run on the multi-thread runtime,
+/// so msgw's tasks can finish what holds a lock meanwhile), or while a failed test
+/// unwinds.
+pub fn on_own_runtime<T: Send + 'static>(
+    work: impl std::future::Future<Output = T> + Send + 'static,
+) -> std::thread::Result<T> {
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+            .block_on(work)
+    })
+    .join()
+}
+
+/// A database of its own beside `test`, owned by a test schema's role and holding a
+/// schema of that name (so a URL whose search_path names the schema finds one there
+/// too), dropped when the test ends, before the schema's role.
+pub struct TestDatabase {
+    /// Its name.
+    pub name: String,
+    /// The schema's URL, on this database.
+    pub url: String,
+}
+
+impl TestDatabase {
+    /// Creates it for `schema`.
+    pub async fn create(schema: &TestSchema) -> Self {
+        let name = format!("{}_db", schema.name);
+        let mut admin = connect(&schema.admin).await;
+        let create = format!("CREATE DATABASE {name} OWNER {}", schema.name);
+        sqlx::query(&create).execute(&mut admin).await.unwrap();
+        let _ = admin.close().await;
+        let mut there = url::Url::parse(&schema.admin).expect("a URL");
+        there.set_path(&name);
+        let mut conn = connect(there.as_str()).await;
+        let create = format!("CREATE SCHEMA {0} AUTHORIZATION {0}", schema.name);
+        sqlx::query(&create).execute(&mut conn).await.unwrap();
+        let _ = conn.close().await;
+        let mut url = url::Url::parse(&schema.url).expect("a URL");
+        url.set_path(&name);
+        Self {
+            name,
+            url: url.to_string(),
+        }
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        let (server, name) = (server_url(), self.name.clone());
+        let dropped = on_own_runtime(async move {
+            let mut conn = sqlx::PgConnection::connect(&server).await?;
+            sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                .execute(&mut conn)
+                .await
+        });
+        if !matches!(dropped, Ok(Ok(_))) {
+            eprintln!("could not drop the test database {}", self.name);
         }
     }
 }

@@ -115,62 +115,13 @@ async fn a_session_pool_too_small_for_msgw_fails_the_start_saying_so() {
     );
 }
 
-/// A database of its own, with a schema of the test schema's name owned by its role
-/// (so the direct URL's search_path finds one there too), dropped when the test ends.
-struct OtherDatabase {
-    name: String,
-    url: String,
-}
-
-impl OtherDatabase {
-    async fn create(schema: &TestSchema) -> Self {
-        let server = crate::postgres::server_url();
-        let name = format!("{}_db", schema.name);
-        let mut admin = crate::postgres::connect(&server).await;
-        sqlx::query(&format!("CREATE DATABASE {name} OWNER {}", schema.name))
-            .execute(&mut admin)
-            .await
-            .unwrap();
-        let _ = admin.close().await;
-        let mut there = url::Url::parse(&server).unwrap();
-        there.set_path(&name);
-        let mut conn = crate::postgres::connect(there.as_str()).await;
-        let create = format!("CREATE SCHEMA {0} AUTHORIZATION {0}", schema.name);
-        sqlx::query(&create).execute(&mut conn).await.unwrap();
-        let _ = conn.close().await;
-        let url = schema.url.replacen("/test?", &format!("/{name}?"), 1);
-        assert_ne!(url, schema.url, "the test schema's URL names database test");
-        Self { name, url }
-    }
-}
-
-impl Drop for OtherDatabase {
-    fn drop(&mut self) {
-        let name = self.name.clone();
-        let server = crate::postgres::server_url();
-        let _ = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            runtime.block_on(async move {
-                let mut conn = sqlx::PgConnection::connect(&server).await?;
-                sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                    .execute(&mut conn)
-                    .await
-            })
-        })
-        .join();
-    }
-}
-
 /// A direct URL to another database, even with a schema of the same name: msgw would
 /// migrate there and LISTEN where no other replica NOTIFYs. Refused, naming both
 /// places, before anything is written to either.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_direct_url_to_another_database_fails_the_start_before_writing() {
     let schema = TestSchema::create().await;
-    let other = OtherDatabase::create(&schema).await;
+    let other = crate::postgres::TestDatabase::create(&schema).await;
     let bouncer = Bouncer::start(&schema, "transaction");
     let mut target = StoreTarget::new(bouncer.url());
     target.pooling = Pooling::Transaction;

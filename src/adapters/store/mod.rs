@@ -36,7 +36,7 @@ use crate::core::ports::store::{
     VerificationChange, VerificationRecord,
 };
 pub use sql_store::SqlStore;
-pub use target::{OptionNames, Pooling, StoreTarget, redacted};
+pub use target::{DIRECT_URL_IS, OptionNames, Pooling, StoreTarget, redacted};
 
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {

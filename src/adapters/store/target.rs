@@ -50,6 +50,9 @@ impl FromStr for Pooling {
     }
 }
 
+/// What the direct URL is, and why transaction pooling needs it (for messages).
+pub const DIRECT_URL_IS: &str = "PostgreSQL itself, past the pooler, for the migrations' lock and LISTEN, which need a session that lasts";
+
 /// What a command calls the store's options, for its messages: `msgw serve`'s (and
 /// `msgw guard`'s) environment, or `msgw copy-store`'s flags.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

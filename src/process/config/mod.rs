@@ -293,7 +293,10 @@ impl ServeArgs {
                 refuse(Problem::value(
                     "store_pooling",
                     self.store_pooling,
-                    "needs MSGW_STORE_DIRECT_URL: PostgreSQL itself, past the pooler, for the migrations' lock and LISTEN, which need a session that lasts",
+                    format!(
+                        "needs MSGW_STORE_DIRECT_URL: {}",
+                        crate::adapters::store::DIRECT_URL_IS
+                    ),
                 ));
             }
         }

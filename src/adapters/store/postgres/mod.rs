@@ -86,8 +86,9 @@ impl PgDb {
             (None, Pooling::Session) => None,
             (None, Pooling::Transaction) => {
                 return Err(StoreError::Config(format!(
-                    "MSGW_STORE_POOLING=transaction needs {}: PostgreSQL itself, past the pooler, for the migrations' lock and LISTEN, which need a session that lasts",
-                    names.direct_url
+                    "MSGW_STORE_POOLING=transaction needs {}: {}",
+                    names.direct_url,
+                    super::DIRECT_URL_IS
                 )));
             }
         };
@@ -284,14 +285,8 @@ pub(super) async fn has_guard_tables(
     password: Option<&secrecy::SecretString>,
 ) -> Result<bool, StoreError> {
     let (options, settings) = connect_options("MSGW_STORE_URL", url, password)?;
-    let mut conn = PgConnection::connect_with(&options).await?;
-    settings.apply(&mut conn).await?;
-    // By the simple protocol: no statement prepared, which a pooler in transaction mode
-    // could hand to another client's session.
-    let row = sqlx::raw_sql("SELECT to_regclass('guard_holds') IS NOT NULL")
-        .fetch_one(&mut conn)
-        .await?;
-    let _ = conn.close().await;
+    let sql = "SELECT to_regclass('guard_holds') IS NOT NULL";
+    let row = sessions::one_row(&options, &settings, sql).await?;
     Ok(sqlx::Row::try_get(&row, 0)?)
 }
 

@@ -7,26 +7,40 @@ use std::str::FromStr;
 
 use secrecy::{ExposeSecret, SecretString};
 use sqlx::PgConnection;
-use sqlx::postgres::PgConnectOptions;
+use sqlx::postgres::{PgConnectOptions, PgRow};
 
 use crate::adapters::store::StoreError;
 
+/// The one row `sql` answers on a connection of its own, its settings made: by the
+/// simple protocol (no statement prepared, which a pooler in transaction mode could
+/// hand to another client's session).
+pub(super) async fn one_row(
+    options: &PgConnectOptions,
+    settings: &SessionSettings,
+    sql: &'static str,
+) -> Result<PgRow, StoreError> {
+    use sqlx::Connection;
+    let mut conn = PgConnection::connect_with(options).await?;
+    settings.apply(&mut conn).await?;
+    let row = sqlx::raw_sql(sql).fetch_one(&mut conn).await?;
+    let _ = conn.close().await;
+    Ok(row)
+}
+
 /// The database and the schema (`None`: no schema of the search path exists) that a
-/// connection lands in, asked by the simple protocol (no statement prepared: safe
-/// through a pooler in any mode).
+/// connection lands in.
 pub(super) async fn place(
     options: &PgConnectOptions,
     settings: &SessionSettings,
 ) -> Result<(String, Option<String>), StoreError> {
-    use sqlx::{Connection, Row};
-    let mut conn = PgConnection::connect_with(options).await?;
-    settings.apply(&mut conn).await?;
-    let row = sqlx::raw_sql("SELECT current_database(), current_schema()")
-        .fetch_one(&mut conn)
-        .await?;
-    let place = (row.try_get(0)?, row.try_get(1)?);
-    let _ = conn.close().await;
-    Ok(place)
+    use sqlx::Row;
+    let row = one_row(
+        options,
+        settings,
+        "SELECT current_database(), current_schema()",
+    )
+    .await?;
+    Ok((row.try_get(0)?, row.try_get(1)?))
 }
 
 /// Settings made on each new connection, in order.

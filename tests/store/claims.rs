@@ -567,3 +567,39 @@ async fn postgres_send_path_writes_survive_their_connections_being_dropped() {
     }
     store.close().await;
 }
+
+/// A group of only take-overs (scheduled messages leaving together) is written at once
+/// and answered in its own order: a claim at the attempt its taker saw is taken, one
+/// that moved on answers its record, one pruned meanwhile is claimed anew.
+pub async fn a_group_of_take_overs_is_answered_in_its_own_order(fixture: Fixture) {
+    let store = fixture.open().await;
+    store
+        .apply_claims(&[claim(12, A), claim(11, A)])
+        .await
+        .unwrap();
+    let take = |n: u64, attempt| ClaimChange::TakeOver {
+        caller: None,
+        id: id(n),
+        fingerprint: B,
+        attempt,
+        at: Utc::now(),
+    };
+    let taken = store
+        .apply_claims(&[take(12, 1), take(13, 4), take(11, 2)])
+        .await
+        .unwrap();
+    assert_eq!(taken[0], ClaimReply::Claimed { attempt: 2 });
+    assert_eq!(
+        taken[1],
+        ClaimReply::Claimed { attempt: 1 },
+        "pruned: claimed anew"
+    );
+    assert!(
+        matches!(&taken[2], ClaimReply::Existing(r) if r.attempt == 1 && r.fingerprint == A),
+        "{:?}",
+        taken[2]
+    );
+    let record = store.claim_of(id(12)).await.unwrap().unwrap();
+    assert_eq!((record.attempt, record.fingerprint), (2, B));
+    assert!(matches!(record.state, ClaimState::InFlight { .. }));
+}

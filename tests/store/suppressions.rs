@@ -9,7 +9,8 @@ use msgw::core::domain::{
     SuppressionChange, SuppressionSource,
 };
 use msgw::core::ports::store::{
-    AcceptedOutcome, ClaimChange, Fingerprint, LogAppend, SentMessage, Settlement, Store,
+    AcceptedOutcome, ClaimChange, ClaimReply, Fingerprint, LogAppend, SentMessage, Settlement,
+    Store,
 };
 
 use crate::Fixture;
@@ -465,4 +466,75 @@ pub async fn replicas_applying_replies_out_of_order_end_in_the_newest_state(fixt
         .await
         .unwrap();
     assert_eq!(found.len(), NUMBERS as usize);
+}
+
+/// The send path's one store call per dispatch group: the claims written as
+/// `apply_claims` writes them, and exactly the listed numbers among the recipients
+/// answered, for a group of only claims (one statement or writer transaction) and for
+/// a group with a take-over (written and read beside each other).
+pub async fn a_claims_group_reads_the_list_in_the_same_store_call(fixture: Fixture) {
+    let store = fixture.open().await;
+    for n in [380971234567, 4470000000] {
+        store.append_log(&[change(n, true, "")]).await.unwrap();
+    }
+    let claim = |n: u64| ClaimChange::Claim {
+        id: ClientId::new(n).unwrap(),
+        fingerprint: Fingerprint([7; 32]),
+        caller: None,
+        at: Utc::now(),
+    };
+    let recipients = [phone(380971234567), phone(380971234568), phone(4470000000)];
+    let checked = store
+        .claim_checking(&[claim(501), claim(502), claim(501)], &recipients)
+        .await
+        .unwrap();
+    assert_eq!(checked.replies.len(), 3);
+    assert_eq!(checked.replies[0], ClaimReply::Claimed { attempt: 1 });
+    assert_eq!(checked.replies[1], ClaimReply::Claimed { attempt: 1 });
+    assert!(
+        matches!(checked.replies[2], ClaimReply::Existing(_)),
+        "{:?}",
+        checked.replies[2]
+    );
+    let mut found: Vec<u64> = checked.suppressed.into_iter().map(Phone::get).collect();
+    found.sort_unstable();
+    assert_eq!(found, [4470000000, 380971234567]);
+
+    // Nothing to read: the claims alone; nothing listed: nothing found.
+    let alone = store.claim_checking(&[claim(503)], &[]).await.unwrap();
+    assert_eq!(alone.replies, [ClaimReply::Claimed { attempt: 1 }]);
+    assert!(alone.suppressed.is_empty());
+    let unlisted = store
+        .claim_checking(&[claim(504)], &[phone(380971234568)])
+        .await
+        .unwrap();
+    assert_eq!(unlisted.replies, [ClaimReply::Claimed { attempt: 1 }]);
+    assert!(unlisted.suppressed.is_empty());
+
+    // A group that is not only claims (a settlement) takes the other way, same answer.
+    let mixed = store
+        .claim_checking(
+            &[
+                claim(505),
+                ClaimChange::Settle {
+                    id: ClientId::new(504).unwrap(),
+                    attempt: 1,
+                    settlement: Settlement::Released("test".into()),
+                    at: Utc::now(),
+                },
+            ],
+            &[phone(4470000000), phone(380971234568)],
+        )
+        .await
+        .unwrap();
+    assert_eq!(mixed.replies.len(), 2);
+    assert_eq!(mixed.replies[0], ClaimReply::Claimed { attempt: 1 });
+    assert_eq!(
+        mixed
+            .suppressed
+            .into_iter()
+            .map(Phone::get)
+            .collect::<Vec<_>>(),
+        [4470000000]
+    );
 }

@@ -17,9 +17,21 @@ pub(super) enum Grouped<'a> {
     Claims(Vec<NewClaim<'a>>),
     /// Only settlements, of distinct ids: one transaction.
     Settlements(Vec<Settle<'a>>),
-    /// Anything else (take-overs, repeated ids): change by change, in one transaction.
+    /// Only take-overs, of distinct ids (scheduled messages leaving, retries of
+    /// released ids): one compare-and-set on the attempts.
+    TakeOvers(Vec<TakeOver<'a>>),
+    /// Anything else (repeated ids, mixed kinds): change by change, in one transaction.
     Mixed,
 }
+
+/// A take-over of a group of take-overs: id, fingerprint, attempt seen, caller, when.
+pub(super) type TakeOver<'a> = (
+    ClientId,
+    &'a Fingerprint,
+    u32,
+    Option<&'a str>,
+    DateTime<Utc>,
+);
 
 /// A claim of a group of claims: id, fingerprint, caller, when.
 pub(super) type NewClaim<'a> = (ClientId, &'a Fingerprint, Option<&'a str>, DateTime<Utc>);
@@ -63,18 +75,43 @@ pub(super) fn grouped(changes: &[ClaimChange]) -> Grouped<'_> {
         })
         .collect();
     match settlements {
-        Some(settlements)
-            if settlements
-                .iter()
-                .map(|s| s.0)
-                .collect::<HashSet<_>>()
-                .len()
-                == settlements.len() =>
-        {
-            Grouped::Settlements(settlements)
+        Some(settlements) if distinct(settlements.iter().map(|s| s.0)) => {
+            return Grouped::Settlements(settlements);
+        }
+        Some(_) => return Grouped::Mixed,
+        None => {}
+    }
+    let take_overs: Option<Vec<TakeOver<'_>>> = changes
+        .iter()
+        .map(|c| match c {
+            ClaimChange::TakeOver {
+                id,
+                fingerprint,
+                attempt,
+                caller,
+                at,
+            } => Some((
+                *id,
+                fingerprint,
+                *attempt,
+                caller.as_ref().map(CallerName::as_str),
+                *at,
+            )),
+            _ => None,
+        })
+        .collect();
+    match take_overs {
+        Some(take_overs) if distinct(take_overs.iter().map(|t| t.0)) => {
+            Grouped::TakeOvers(take_overs)
         }
         _ => Grouped::Mixed,
     }
+}
+
+/// Whether no id comes twice.
+fn distinct(ids: impl ExactSizeIterator<Item = ClientId>) -> bool {
+    let n = ids.len();
+    ids.collect::<HashSet<_>>().len() == n
 }
 
 /// What a group of claims owns, once the insert-if-absent said which ids it inserted:

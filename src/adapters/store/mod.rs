@@ -29,9 +29,9 @@ use std::time::Duration;
 // Core's records, under the names this adapter's modules use (`super::StoreError`).
 use crate::core::domain::Cursor;
 use crate::core::ports::store::{
-    AcceptedOutcome, Appended, ClaimChange, ClaimRecord, ClaimReply, ClaimState, CodeCheck,
-    Decided, Driver, DueScheduled, EarlierScheduled, Fingerprint, GuardCheck, LogAppend, Lookups,
-    NewScheduled, PendingMessage, RangeHold, Retention, SandboxSave, ScheduleReply,
+    AcceptedOutcome, Appended, CheckedClaims, ClaimChange, ClaimRecord, ClaimReply, ClaimState,
+    CodeCheck, Decided, Driver, DueScheduled, EarlierScheduled, Fingerprint, GuardCheck, LogAppend,
+    Lookups, NewScheduled, PendingMessage, RangeHold, Retention, SandboxSave, ScheduleReply,
     ScheduledSummary, SentMessage, Settlement, Start, StartOutcome, Store, StoreError, StoredCode,
     VerificationChange, VerificationRecord,
 };

@@ -19,10 +19,10 @@ use super::postgres::{self, PgDb};
 use super::sqlite::{self, SqliteDb};
 use super::verifications::writes_without_row;
 use super::{
-    Appended, ClaimChange, ClaimRecord, ClaimReply, CodeCheck, Decided, DueScheduled,
-    EarlierScheduled, GuardCheck, LogAppend, NewScheduled, PendingMessage, RangeHold, Retention,
-    SandboxSave, ScheduleReply, ScheduledSummary, Start, StartOutcome, Store, StoreError,
-    VerificationChange, VerificationRecord,
+    Appended, CheckedClaims, ClaimChange, ClaimRecord, ClaimReply, CodeCheck, Decided,
+    DueScheduled, EarlierScheduled, GuardCheck, LogAppend, NewScheduled, PendingMessage, RangeHold,
+    Retention, SandboxSave, ScheduleReply, ScheduledSummary, Start, StartOutcome, Store,
+    StoreError, VerificationChange, VerificationRecord,
 };
 use crate::core::domain::{
     CallerName, ClientId, Cursor, LogEvent, Phone, StatusEvent, Suppression,
@@ -93,6 +93,17 @@ impl Store for SqlStore {
         match &self.db {
             Db::Sqlite(db) => db.apply_claims(changes).await,
             Db::Postgres(db) => db.apply_claims(changes).await,
+        }
+    }
+
+    async fn claim_checking(
+        &self,
+        changes: &[ClaimChange],
+        recipients: &[Phone],
+    ) -> Result<CheckedClaims, StoreError> {
+        match &self.db {
+            Db::Sqlite(db) => db.claim_checking(changes, recipients).await,
+            Db::Postgres(db) => db.claim_checking(changes, recipients).await,
         }
     }
 

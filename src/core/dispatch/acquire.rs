@@ -2,14 +2,17 @@
 //! (a second one only for take-overs) before the calls wait for a gateway request, and
 //! what each operation then does is decided from what the store answered.
 
+use std::collections::HashSet;
+
 use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 
 use super::coalescer::{Call, Runner};
 use super::exactly_once::{Claims, Decision, Owned};
 use super::lookups::Resolving;
+use super::optout::list_unread;
 use super::{Confidential, Executed};
-use crate::core::domain::{CallerName, ClientId, Error, Operation};
+use crate::core::domain::{CallerName, ClientId, Error, Operation, Phone};
 use crate::core::ports::store::{ClaimChange, ClaimReply, Fingerprint, Settlement};
 
 /// Where one operation of the envelope stands.
@@ -39,15 +42,28 @@ pub(super) struct Entry {
     pub(super) slot: Slot,
 }
 
-/// Claims every keyed operation's id in one store call, then takes over (in a second
-/// one, only when needed) the claims that were released, unknown or stale.
-pub(super) async fn acquire(claims: &Claims, entries: &mut [Entry]) {
+/// Claims every keyed operation's id in one store call, which also reads which of
+/// `recipients` are on the suppression list, then takes over (in a second one, only
+/// when needed) the claims that were released, unknown or stale. Answers the numbers
+/// the list holds; an error when it could not be read (then every keyed entry is
+/// answered with it too).
+pub(super) async fn acquire(
+    claims: &Claims,
+    entries: &mut [Entry],
+    recipients: &[Phone],
+) -> Result<HashSet<Phone>, Error> {
     let at = Utc::now();
     let keyed: Vec<usize> = (0..entries.len())
         .filter(|&i| entries[i].key.is_some())
         .collect();
     if keyed.is_empty() {
-        return;
+        if recipients.is_empty() {
+            return Ok(HashSet::new());
+        }
+        return match claims.suppressed(recipients).await {
+            Ok(found) => Ok(found.into_iter().collect()),
+            Err(e) => Err(list_unread(e)),
+        };
     }
     let changes: Vec<ClaimChange> = keyed
         .iter()
@@ -59,9 +75,23 @@ pub(super) async fn acquire(claims: &Claims, entries: &mut [Entry]) {
             at,
         })
         .collect();
+    let (replies, opted_out): (Vec<(usize, ClaimReply)>, HashSet<Phone>) =
+        match claims.apply_checking(&changes, recipients).await {
+            Ok(checked) => (
+                keyed.iter().copied().zip(checked.replies).collect(),
+                checked.suppressed.into_iter().collect(),
+            ),
+            Err(e) => {
+                let error = super::exactly_once::store_error(e);
+                for &i in &keyed {
+                    entries[i].slot = Slot::Done(Err(error.clone()));
+                }
+                return Err(error);
+            }
+        };
     let mut taking: Vec<(usize, Option<Resolving>)> = Vec::new();
     let mut take_overs = Vec::new();
-    for (i, reply) in apply(claims, &changes, entries, &keyed).await {
+    for (i, reply) in replies {
         let Some((id, fingerprint)) = entries[i].key else {
             continue;
         };
@@ -89,7 +119,7 @@ pub(super) async fn acquire(claims: &Claims, entries: &mut [Entry]) {
         };
     }
     if take_overs.is_empty() {
-        return;
+        return Ok(opted_out);
     }
     let indices: Vec<usize> = taking.iter().map(|(i, _)| *i).collect();
     for ((i, reply), (_, resolve)) in apply(claims, &take_overs, entries, &indices)
@@ -101,6 +131,7 @@ pub(super) async fn acquire(claims: &Claims, entries: &mut [Entry]) {
             entries[i].slot = claimed(id, reply, resolve);
         }
     }
+    Ok(opted_out)
 }
 
 /// Applies `changes` (of the entries at `indices`); on a store failure those entries

@@ -16,7 +16,7 @@ use tokio::sync::SemaphorePermit;
 use super::acquire::{Entry, Slot, acquire, release_unwanted, unsent};
 use super::coalescer::{Call, Runner, Slot as InFlight, latest};
 use super::exactly_once::{self, Claims, Owned};
-use super::optout::{opted_out, recipients, refuse_opted_out};
+use super::optout::{recipients, refuse_opted_out};
 use super::resolve::{Resolver, resolve_unknown};
 use super::settlement;
 use super::{Executed, Tracking, upstream_error};
@@ -125,12 +125,13 @@ impl Runner for Engine {
         for (i, call) in calls.iter_mut().enumerate() {
             entries.extend(self.entries(i, call));
         }
-        // The suppression list is read beside the claims' write: one read for the group.
-        let phones = recipients(&entries);
-        let ((), opted_out) = tokio::join!(
-            acquire(claims, &mut entries),
-            opted_out(self.tracking.as_ref(), phones)
-        );
+        // The suppression list is read by the claims' write: one store call for the
+        // group. Without delivery tracking msgw keeps no list.
+        let phones = match self.tracking {
+            Some(_) => recipients(&entries),
+            None => Vec::new(),
+        };
+        let opted_out = acquire(claims, &mut entries, &phones).await;
         let mut settlements = Vec::new();
         refuse_opted_out(&self.metrics, &mut entries, &opted_out, &mut settlements);
         release_unwanted(

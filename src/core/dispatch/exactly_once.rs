@@ -27,13 +27,14 @@ use super::lookups::{Resolving, lookup_later};
 use super::{Executed, duration};
 use crate::base::metrics::Metrics;
 use crate::core::domain::{
-    CallerName, ClientId, Error, Idempotency, Operation, Output, SendReceipt, UnavailableCause,
+    CallerName, ClientId, Error, Idempotency, Operation, Output, Phone, SendReceipt,
+    UnavailableCause,
 };
 use crate::core::group_commit::GroupWriter;
 use crate::core::ports::gateway::Gateway;
 use crate::core::ports::store::{
-    AcceptedOutcome, ClaimChange, ClaimRecord, ClaimReply, ClaimState, Fingerprint, Settlement,
-    Store, StoreError,
+    AcceptedOutcome, CheckedClaims, ClaimChange, ClaimRecord, ClaimReply, ClaimState, Fingerprint,
+    Settlement, Store, StoreError,
 };
 
 /// How long past the upstream timeout a claim with no outcome still counts as in flight
@@ -186,6 +187,27 @@ impl Claims {
     /// Applies a group of claims and take-overs in one store transaction.
     pub async fn apply(&self, changes: &[ClaimChange]) -> Result<Vec<ClaimReply>, StoreError> {
         apply(&*self.store, changes, &self.rows, "claims").await
+    }
+
+    /// Applies a group of claims and reads which of `recipients` are on the suppression
+    /// list, in one store round trip.
+    pub async fn apply_checking(
+        &self,
+        changes: &[ClaimChange],
+        recipients: &[Phone],
+    ) -> Result<CheckedClaims, StoreError> {
+        self.rows
+            .with_label_values(&["claims"])
+            .observe(changes.len() as f64);
+        let checked = self.store.claim_checking(changes, recipients).await?;
+        replies_match(&checked.replies, changes)?;
+        Ok(checked)
+    }
+
+    /// Which of `recipients` are on the suppression list, for a group with no id to
+    /// claim.
+    pub async fn suppressed(&self, recipients: &[Phone]) -> Result<Vec<Phone>, StoreError> {
+        self.store.suppressed(recipients).await
     }
 
     /// What `op` (keyed by `id`, hashed to `fingerprint`, `leaving` when it is a
@@ -414,14 +436,20 @@ async fn apply(
     rows.with_label_values(&[stage])
         .observe(changes.len() as f64);
     let replies = store.apply_claims(changes).await?;
-    if replies.len() != changes.len() {
-        return Err(StoreError::Append(format!(
-            "{} claim replies for {} changes",
-            replies.len(),
-            changes.len()
-        )));
-    }
+    replies_match(&replies, changes)?;
     Ok(replies)
+}
+
+/// A store that answered a group with another number of replies than changes failed.
+fn replies_match(replies: &[ClaimReply], changes: &[ClaimChange]) -> Result<(), StoreError> {
+    if replies.len() == changes.len() {
+        return Ok(());
+    }
+    Err(StoreError::Append(format!(
+        "{} claim replies for {} changes",
+        replies.len(),
+        changes.len()
+    )))
 }
 
 /// The stored answer of an accepted operation, as its first call got it.

@@ -1,6 +1,6 @@
 //! Opt-outs on the send path, which every send takes (lone calls, Batch items,
 //! verification codes): a group's numbers are read from the suppression list once,
-//! beside the write that claims its ids, and an operation to a suppressed number is
+//! by the store call that claims its ids (`acquire`), and an operation to a suppressed number is
 //! answered RECIPIENT_OPTED_OUT with its fresh claim given back, so nothing of it
 //! reaches the gateway and a later send with the id (after the number opts back in)
 //! goes out. A retry of an id the gateway already took is answered from its claim as
@@ -13,7 +13,7 @@ use super::acquire::{Entry, Slot};
 use super::exactly_once::Owned;
 use crate::base::metrics::Metrics;
 use crate::core::domain::{Error, Phone};
-use crate::core::ports::store::Settlement;
+use crate::core::ports::store::{Settlement, StoreError};
 
 /// Why a refused operation's claim was given back.
 const OPTED_OUT: &str = "the recipient opted out: nothing was sent";
@@ -42,10 +42,16 @@ pub(super) async fn opted_out(
     }
     match tracking.store.suppressed(&phones).await {
         Ok(found) => Ok(found.into_iter().collect()),
-        Err(e) => Err(e.unavailable(
-            "msgw's store is unavailable: the suppression list could not be read, nothing was sent",
-        )),
+        Err(e) => Err(list_unread(e)),
     }
+}
+
+/// What a send is answered when the suppression list could not be read: nothing of it
+/// may leave.
+pub(super) fn list_unread(e: StoreError) -> Error {
+    e.unavailable(
+        "msgw's store is unavailable: the suppression list could not be read, nothing was sent",
+    )
 }
 
 /// Answers each operation about to be sent on a fresh claim (`Send`) whose number

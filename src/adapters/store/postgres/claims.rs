@@ -12,11 +12,13 @@ use sqlx::{Connection, PgConnection, PgPool};
 use tokio::sync::Mutex;
 
 use super::sessions::SessionSettings;
-use crate::adapters::store::claim_groups::{ClaimOutcome, Grouped, NewClaim, Settle, grouped};
+use crate::adapters::store::claim_groups::{
+    ClaimOutcome, Grouped, NewClaim, Settle, TakeOver, grouped,
+};
 use crate::adapters::store::common::claim_sql::apply_in;
 use crate::adapters::store::common::conn::{Statements, Tx};
 use crate::adapters::store::rows::{
-    ClaimRow, SettlementColumns, ms, phone_to_db, seconds, settlement_columns,
+    ClaimRow, SettlementColumns, attempt_from_db, ms, phone_to_db, seconds, settlement_columns,
 };
 use crate::adapters::store::{
     ClaimChange, ClaimRecord, ClaimReply, SentMessage, Settlement, StoreError,
@@ -76,13 +78,45 @@ impl SendPath {
         first_poll_after: Duration,
     ) -> Result<Vec<ClaimReply>, StoreError> {
         let group = grouped(changes);
+        if let Grouped::Mixed = group {
+            let tx = Tx::Postgres(pool.begin().await?, self.statements);
+            return apply_in(tx, changes, first_poll_after).await;
+        }
+        Ok(self.on_stage(&group, &[], first_poll_after).await?.0)
+    }
+
+    /// Applies a group of only claims and reads which of `check` (numbers) are on the
+    /// suppression list, in one statement on a connection of the claims stage: the
+    /// replies and the numbers found. `None` for any other group.
+    pub(super) async fn claim_checking(
+        &self,
+        changes: &[ClaimChange],
+        check: &[i64],
+        first_poll_after: Duration,
+    ) -> Result<Option<(Vec<ClaimReply>, Vec<i64>)>, StoreError> {
+        let group = grouped(changes);
+        if !matches!(group, Grouped::Claims(_)) {
+            return Ok(None);
+        }
+        self.on_stage(&group, check, first_poll_after)
+            .await
+            .map(Some)
+    }
+
+    /// Applies a group of only claims (reading `check` beside) or only settlements on a
+    /// connection of its stage, retried once on a new connection when the database
+    /// dropped it.
+    async fn on_stage(
+        &self,
+        group: &Grouped<'_>,
+        check: &[i64],
+        first_poll_after: Duration,
+    ) -> Result<(Vec<ClaimReply>, Vec<i64>), StoreError> {
+        // Take-overs are claims too (the claims stage writes them, before requests
+        // leave).
         let stage = match group {
-            Grouped::Claims(_) => &self.stages[0],
-            Grouped::Settlements(_) => &self.stages[1],
-            Grouped::Mixed => {
-                let tx = Tx::Postgres(pool.begin().await?, self.statements);
-                return apply_in(tx, changes, first_poll_after).await;
-            }
+            Grouped::Claims(_) | Grouped::TakeOvers(_) => &self.stages[0],
+            _ => &self.stages[1],
         };
         // A free connection of the stage; its callers keep within SEND_PATH_WRITERS
         // groups at once, so one is free but for a rare reconcile settlement.
@@ -92,7 +126,11 @@ impl SendPath {
         };
         // One token per change, the same on the retry: it tells this group's own
         // claims from other calls' when the first attempt's answer was lost.
-        let tokens: Vec<i64> = changes.iter().map(|_| rand::random()).collect();
+        let tokens: Vec<i64> = match group {
+            Grouped::Claims(claims) => claims.iter().map(|_| rand::random()).collect(),
+            Grouped::TakeOvers(take_overs) => take_overs.iter().map(|_| rand::random()).collect(),
+            _ => Vec::new(),
+        };
         let mut retried = false;
         loop {
             let conn = match &mut *held {
@@ -102,8 +140,8 @@ impl SendPath {
             let applied = apply_on(
                 conn,
                 self.statements,
-                &group,
-                &tokens,
+                group,
+                (&tokens, check),
                 retried,
                 first_poll_after,
             );
@@ -164,29 +202,37 @@ fn is_connection_error(e: &StoreError) -> bool {
     }
 }
 
-/// Applies a group of only claims (one INSERT, each claim atomic on its own) or only
-/// settlements (one UPDATE with the reconcile rows of the accepted sends) on `conn`:
-/// one round trip, two for claims of which some already existed. Behind a pooler in
-/// transaction mode the claims run in a transaction, as every statement there must.
+/// Applies a group of only claims (one INSERT, each claim atomic on its own, that also
+/// reads which numbers of `check` are suppressed) or only settlements (one UPDATE with
+/// the reconcile rows of the accepted sends) on `conn`: one round trip, two for claims
+/// of which some already existed. Behind a pooler in transaction mode the claims run in
+/// a transaction, as every statement there must.
 async fn apply_on(
     conn: &mut PgConnection,
     statements: Statements,
     group: &Grouped<'_>,
-    tokens: &[i64],
+    (tokens, check): (&[i64], &[i64]),
     retried: bool,
     first_poll_after: Duration,
-) -> Result<Vec<ClaimReply>, StoreError> {
+) -> Result<(Vec<ClaimReply>, Vec<i64>), StoreError> {
     let kept = statements.kept();
     match group {
-        Grouped::Claims(claims) if kept => claim_all(conn, kept, claims, tokens, retried).await,
+        Grouped::Claims(claims) if kept => {
+            claim_all(conn, kept, claims, (tokens, check), retried).await
+        }
         Grouped::Claims(claims) => {
             let mut tx = conn.begin().await?;
-            let replies = claim_all(&mut tx, kept, claims, tokens, retried).await?;
+            let done = claim_all(&mut tx, kept, claims, (tokens, check), retried).await?;
             tx.commit().await?;
-            Ok(replies)
+            Ok(done)
         }
         Grouped::Settlements(settlements) => {
-            settle_all(conn, kept, settlements, first_poll_after).await
+            let replies = settle_all(conn, kept, settlements, first_poll_after).await?;
+            Ok((replies, Vec::new()))
+        }
+        Grouped::TakeOvers(take_overs) => {
+            let replies = take_over_all(conn, kept, take_overs, tokens, retried).await?;
+            Ok((replies, Vec::new()))
         }
         Grouped::Mixed => Err(StoreError::Append(
             "a group mixing claims and settlements needs a transaction".into(),
@@ -194,7 +240,8 @@ async fn apply_on(
     }
 }
 
-/// Claims every id not claimed yet with one INSERT; an id already claimed (before, by
+/// Claims every id not claimed yet with one INSERT, whose statement also reads which
+/// numbers of `check` are on the suppression list; an id already claimed (before, by
 /// another replica, or earlier in this group) answers its current record. `retried`:
 /// an earlier attempt of this group may have committed; its claims, still as it left
 /// them, are known by their `tokens` and count as inserted now.
@@ -202,9 +249,9 @@ async fn claim_all(
     conn: &mut PgConnection,
     kept: bool,
     claims: &[NewClaim<'_>],
-    tokens: &[i64],
+    (tokens, check): (&[i64], &[i64]),
     retried: bool,
-) -> Result<Vec<ClaimReply>, StoreError> {
+) -> Result<(Vec<ClaimReply>, Vec<i64>), StoreError> {
     let ids: Vec<i64> = claims.iter().map(|(id, ..)| id_to_db(*id)).collect();
     let fingerprints: Vec<Vec<u8>> = claims.iter().map(|(_, f, ..)| f.0.to_vec()).collect();
     let callers: Vec<Option<&str>> = claims.iter().map(|(_, _, caller, _)| *caller).collect();
@@ -212,14 +259,20 @@ async fn claim_all(
     // In id order: two replicas inserting overlapping groups wait for each other in
     // the same order, never in a cycle. Then in the group's order: of an id twice in
     // the group, the first is inserted, as `ClaimOutcome` takes it.
-    let mut inserted: Vec<(i64,)> = sqlx::query_as(
-        "INSERT INTO claims (client_id, fingerprint, attempt, state, claimed_at_ms, caller,
-                             claim_token)
-         SELECT id, fingerprint, 1, 'in_flight', at, caller, token
-           FROM UNNEST($1::BIGINT[], $2::BYTEA[], $3::BIGINT[], $4::TEXT[], $5::BIGINT[])
-                WITH ORDINALITY AS t (id, fingerprint, at, caller, token, n)
-          ORDER BY id, n
-         ON CONFLICT (client_id) DO NOTHING RETURNING client_id",
+    // The suppression list's rows come back beside the inserted ids (a row has one or
+    // the other): the statement sees the list as of its start, as a read beside it did.
+    let rows: Vec<(Option<i64>, Option<i64>)> = sqlx::query_as(
+        "WITH inserted AS (
+           INSERT INTO claims (client_id, fingerprint, attempt, state, claimed_at_ms, caller,
+                               claim_token)
+           SELECT id, fingerprint, 1, 'in_flight', at, caller, token
+             FROM UNNEST($1::BIGINT[], $2::BYTEA[], $3::BIGINT[], $4::TEXT[], $5::BIGINT[])
+                  WITH ORDINALITY AS t (id, fingerprint, at, caller, token, n)
+            ORDER BY id, n
+           ON CONFLICT (client_id) DO NOTHING RETURNING client_id)
+         SELECT client_id, NULL::BIGINT FROM inserted
+         UNION ALL
+         SELECT NULL::BIGINT, phone FROM suppressions WHERE phone = ANY($6::BIGINT[])",
     )
     .persistent(kept)
     .bind(&ids)
@@ -227,8 +280,18 @@ async fn claim_all(
     .bind(&at)
     .bind(&callers)
     .bind(tokens)
+    .bind(check)
     .fetch_all(&mut *conn)
     .await?;
+    let mut inserted: Vec<(i64,)> = Vec::with_capacity(rows.len());
+    let mut suppressed = Vec::new();
+    for row in rows {
+        match row {
+            (Some(id), _) => inserted.push((id,)),
+            (None, Some(phone)) => suppressed.push(phone),
+            (None, None) => {}
+        }
+    }
     if retried {
         inserted.extend(
             sqlx::query_as::<_, (i64,)>(
@@ -258,7 +321,100 @@ async fn claim_all(
             records.insert(row.client_id, ClaimRecord::try_from(row)?);
         }
     }
-    outcome.replies(&records)
+    Ok((outcome.replies(&records)?, suppressed))
+}
+
+/// Takes over, in one transaction, every claim still at the attempt its taker saw: the
+/// rows locked in id order (as the other groups lock them), then one UPDATE. A claim
+/// pruned since is claimed anew, and one that moved on answers its record. `retried`:
+/// an earlier attempt of this group may have committed; its take-overs are known by
+/// their `tokens`.
+async fn take_over_all(
+    conn: &mut PgConnection,
+    kept: bool,
+    take_overs: &[TakeOver<'_>],
+    tokens: &[i64],
+    retried: bool,
+) -> Result<Vec<ClaimReply>, StoreError> {
+    let ids: Vec<i64> = take_overs.iter().map(|t| id_to_db(t.0)).collect();
+    let fingerprints: Vec<Vec<u8>> = take_overs.iter().map(|t| t.1.0.to_vec()).collect();
+    let attempts: Vec<i64> = take_overs.iter().map(|t| i64::from(t.2)).collect();
+    let callers: Vec<Option<&str>> = take_overs.iter().map(|t| t.3).collect();
+    let at: Vec<i64> = take_overs.iter().map(|t| ms(t.4)).collect();
+    let mut tx = conn.begin().await?;
+    sqlx::query("SELECT 1 FROM claims WHERE client_id = ANY($1) ORDER BY client_id FOR UPDATE")
+        .persistent(kept)
+        .bind(&ids)
+        .execute(&mut *tx)
+        .await?;
+    let mut taken: Vec<(i64, i64)> = sqlx::query_as(
+        "UPDATE claims c SET fingerprint = t.fingerprint, attempt = c.attempt + 1,
+                state = 'in_flight', claimed_at_ms = t.at, settled_at_ms = NULL,
+                msg_id = NULL, parts = NULL, payload = NULL, recovered = FALSE,
+                reason = NULL, caller = t.caller, lookups = 0, next_lookup_ms = NULL,
+                claim_token = t.token
+           FROM UNNEST($1::BIGINT[], $2::BIGINT[], $3::BYTEA[], $4::BIGINT[], $5::TEXT[],
+                       $6::BIGINT[]) AS t (id, attempt, fingerprint, at, caller, token)
+          WHERE c.client_id = t.id AND c.attempt = t.attempt
+         RETURNING c.client_id, c.attempt",
+    )
+    .persistent(kept)
+    .bind(&ids)
+    .bind(&attempts)
+    .bind(&fingerprints)
+    .bind(&at)
+    .bind(&callers)
+    .bind(tokens)
+    .fetch_all(&mut *tx)
+    .await?;
+    if retried {
+        taken.extend(
+            sqlx::query_as::<_, (i64, i64)>(
+                "SELECT c.client_id, c.attempt FROM claims c
+                   JOIN UNNEST($1::BIGINT[], $2::BIGINT[], $3::BIGINT[]) AS t (id, attempt, token)
+                     ON c.client_id = t.id AND c.claim_token = t.token
+                  WHERE c.attempt = t.attempt + 1 AND c.state = 'in_flight'",
+            )
+            .persistent(kept)
+            .bind(&ids)
+            .bind(&attempts)
+            .bind(tokens)
+            .fetch_all(&mut *tx)
+            .await?,
+        );
+    }
+    let taken: HashMap<i64, i64> = taken.into_iter().collect();
+    let mut replies: Vec<Option<ClaimReply>> = Vec::with_capacity(ids.len());
+    let (mut missed, mut missed_tokens) = (Vec::new(), Vec::new());
+    for (i, id) in ids.iter().enumerate() {
+        match taken.get(id) {
+            Some(&attempt) => replies.push(Some(ClaimReply::Claimed {
+                attempt: attempt_from_db(attempt)?,
+            })),
+            None => {
+                replies.push(None);
+                missed.push(i);
+                missed_tokens.push(tokens[i]);
+            }
+        }
+    }
+    if !missed.is_empty() {
+        // Pruned since the taker looked: the id is free, claim it anew; or it moved on.
+        let claims: Vec<NewClaim<'_>> = missed
+            .iter()
+            .map(|&i| {
+                let (id, fingerprint, _, caller, at) = take_overs[i];
+                (id, fingerprint, caller, at)
+            })
+            .collect();
+        let (claimed, _) =
+            claim_all(&mut tx, kept, &claims, (&missed_tokens, &[]), retried).await?;
+        for (i, reply) in missed.into_iter().zip(claimed) {
+            replies[i] = Some(reply);
+        }
+    }
+    tx.commit().await?;
+    Ok(replies.into_iter().flatten().collect())
 }
 
 /// Records the outcomes of distinct ids in one statement: the outcomes (only where the

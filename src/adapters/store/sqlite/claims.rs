@@ -15,9 +15,11 @@ use sqlx::SqliteConnection;
 
 use crate::adapters::store::claim_groups::{ClaimOutcome, Grouped, grouped};
 use crate::adapters::store::common::{claim_sql::apply_in, conn::Tx};
-use crate::adapters::store::rows::{ClaimRow, ms, phone_to_db, seconds, settlement_columns};
+use crate::adapters::store::rows::{
+    ClaimRow, attempt_from_db, ms, phone_to_db, seconds, settlement_columns,
+};
 use crate::adapters::store::{ClaimChange, ClaimRecord, ClaimReply, Settlement, StoreError};
-use crate::core::domain::ClientId;
+use crate::core::domain::{ClientId, Phone};
 
 /// How every SQLite write transaction begins: with the write lock, before it reads.
 /// A deferred transaction that read first cannot wait for the lock (SQLite skips the
@@ -33,13 +35,16 @@ fn id_to_db(id: ClientId) -> i64 {
 /// A send-path group as rows to write: owned, so another thread can write it.
 #[derive(Debug)]
 pub(super) enum Work {
-    /// Claims, each inserted unless its id is claimed.
-    Claims(Vec<ClaimIn>),
+    /// Claims, each inserted unless its id is claimed, and the recipients whose place
+    /// on the suppression list the same transaction reads.
+    Claims(Vec<ClaimIn>, Vec<i64>),
     /// Settlements of distinct ids.
     Settlements(Vec<SettleIn>),
+    /// Take-overs of distinct ids, each at the attempt its taker saw.
+    TakeOvers(Vec<(ClaimIn, i64)>),
 }
 
-/// A claim to insert.
+/// A claim to insert (or to take over).
 #[derive(Debug)]
 pub(super) struct ClaimIn {
     id: i64,
@@ -92,6 +97,7 @@ impl Work {
                         at_ms: ms(at),
                     })
                     .collect(),
+                Vec::new(),
             )),
             Grouped::Settlements(settlements) => Some(Self::Settlements(
                 settlements
@@ -125,17 +131,79 @@ impl Work {
                     })
                     .collect(),
             )),
+            Grouped::TakeOvers(take_overs) => Some(Self::TakeOvers(
+                take_overs
+                    .into_iter()
+                    .map(|(id, fingerprint, attempt, caller, at)| {
+                        let claim = ClaimIn {
+                            id: id_to_db(id),
+                            fingerprint: fingerprint.0,
+                            caller: caller.map(str::to_owned),
+                            at_ms: ms(at),
+                        };
+                        (claim, i64::from(attempt))
+                    })
+                    .collect(),
+            )),
             Grouped::Mixed => None,
         }
     }
 
-    /// Writes the rows inside the transaction open on `db`: one reply per row.
-    pub(super) fn apply(&self, db: &rusqlite::Connection) -> Result<Vec<ClaimReply>, StoreError> {
+    /// The same work, a claims group also reading which of `recipients` are on the
+    /// suppression list.
+    pub(super) fn checking(self, recipients: &[Phone]) -> Self {
         match self {
-            Self::Claims(claims) => insert_claims(db, claims),
-            Self::Settlements(settlements) => Ok(settle_all(db, settlements)?),
+            Self::Claims(claims, _) => {
+                Self::Claims(claims, recipients.iter().map(|p| phone_to_db(*p)).collect())
+            }
+            settlements => settlements,
         }
     }
+
+    /// Writes the rows inside the transaction open on `db`: one reply per row, and the
+    /// suppressed recipients a claims group asked about.
+    pub(super) fn apply(&self, db: &rusqlite::Connection) -> Result<Written, StoreError> {
+        match self {
+            Self::Claims(claims, check) => Ok(Written {
+                replies: insert_claims(db, claims)?,
+                suppressed: suppressed(db, check)?,
+            }),
+            Self::Settlements(settlements) => Ok(Written {
+                replies: settle_all(db, settlements)?,
+                suppressed: Vec::new(),
+            }),
+            Self::TakeOvers(take_overs) => Ok(Written {
+                replies: take_over_all(db, take_overs)?,
+                suppressed: Vec::new(),
+            }),
+        }
+    }
+}
+
+/// What a [`Work`] wrote, once committed.
+#[derive(Debug)]
+pub(super) struct Written {
+    /// One reply per row.
+    pub(super) replies: Vec<ClaimReply>,
+    /// The numbers asked about that are on the suppression list.
+    pub(super) suppressed: Vec<i64>,
+}
+
+/// Which of `phones` are on the suppression list: a cached single-row statement
+/// stepped once per number, on the send path's connection (no second connection, no
+/// statement parsed per group).
+fn suppressed(db: &rusqlite::Connection, phones: &[i64]) -> rusqlite::Result<Vec<i64>> {
+    if phones.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut read = db.prepare_cached("SELECT 1 FROM suppressions WHERE phone = ?1")?;
+    let mut found = Vec::new();
+    for &phone in phones {
+        if read.exists([phone])? {
+            found.push(phone);
+        }
+    }
+    Ok(found)
 }
 
 /// Applies a group of changes on the pool's writer connection, in one transaction: the
@@ -147,7 +215,9 @@ pub(super) async fn apply_all(
     first_poll_after: Duration,
 ) -> Result<Vec<ClaimReply>, StoreError> {
     match Work::of(changes, first_poll_after) {
-        Some(work) => on_locked(conn, |db| in_transaction(db, || work.apply(db))).await,
+        Some(work) => on_locked(conn, |db| in_transaction(db, || work.apply(db)))
+            .await
+            .map(|written| written.replies),
         None => {
             use sqlx::Connection;
             let tx = Tx::Sqlite(conn.begin_with(BEGIN_WRITE).await?);
@@ -179,9 +249,9 @@ pub(super) async fn on_locked<T>(
 /// insert. Single-row statements, parsed once per connection: SQLite's parser costs by
 /// the statement's length, so one statement with a row of placeholders per claim cost
 /// more to parse than its rows cost to insert.
-fn insert_claims(
+fn insert_claims<C: std::borrow::Borrow<ClaimIn>>(
     db: &rusqlite::Connection,
-    claims: &[ClaimIn],
+    claims: &[C],
 ) -> Result<Vec<ClaimReply>, StoreError> {
     let mut insert = db.prepare_cached(
         "INSERT INTO claims (client_id, fingerprint, attempt, state, claimed_at_ms, caller)
@@ -190,12 +260,13 @@ fn insert_claims(
     )?;
     let mut inserted = HashSet::with_capacity(claims.len());
     for claim in claims {
+        let claim = claim.borrow();
         let row = rusqlite::params![claim.id, &claim.fingerprint[..], claim.at_ms, claim.caller];
         if insert.execute(row)? == 1 {
             inserted.insert(claim.id);
         }
     }
-    let outcome = ClaimOutcome::new(claims.iter().map(|c| c.id).collect(), &inserted);
+    let outcome = ClaimOutcome::new(claims.iter().map(|c| c.borrow().id).collect(), &inserted);
     let existing = outcome.to_read();
     let mut records = HashMap::with_capacity(existing.len());
     if !existing.is_empty() {
@@ -207,6 +278,50 @@ fn insert_claims(
         }
     }
     outcome.replies(&records)
+}
+
+/// Takes over claims still at the attempt each taker saw, a cached statement stepped
+/// per row; a claim pruned since is claimed anew, and one that moved on answers its
+/// record.
+fn take_over_all(
+    db: &rusqlite::Connection,
+    take_overs: &[(ClaimIn, i64)],
+) -> Result<Vec<ClaimReply>, StoreError> {
+    let mut take = db.prepare_cached(
+        "UPDATE claims SET fingerprint = ?1, attempt = attempt + 1, state = 'in_flight',
+                claimed_at_ms = ?2, settled_at_ms = NULL, msg_id = NULL, parts = NULL,
+                payload = NULL, recovered = FALSE, reason = NULL, caller = ?5,
+                lookups = 0, next_lookup_ms = NULL
+          WHERE client_id = ?3 AND attempt = ?4 RETURNING attempt",
+    )?;
+    let mut replies = Vec::with_capacity(take_overs.len());
+    let mut missed = Vec::new();
+    for (i, (claim, attempt)) in take_overs.iter().enumerate() {
+        let row = rusqlite::params![
+            &claim.fingerprint[..],
+            claim.at_ms,
+            claim.id,
+            attempt,
+            claim.caller
+        ];
+        match take.query_row(row, |r| r.get::<_, i64>(0)).optional()? {
+            Some(attempt) => replies.push(Some(ClaimReply::Claimed {
+                attempt: attempt_from_db(attempt)?,
+            })),
+            None => {
+                replies.push(None);
+                missed.push(i);
+            }
+        }
+    }
+    if !missed.is_empty() {
+        // Pruned since the taker looked: the id is free, claim it anew; or it moved on.
+        let claims: Vec<&ClaimIn> = missed.iter().map(|&i| &take_overs[i].0).collect();
+        for (i, reply) in missed.into_iter().zip(insert_claims(db, &claims)?) {
+            replies[i] = Some(reply);
+        }
+    }
+    Ok(replies.into_iter().flatten().collect())
 }
 
 /// Records the outcomes of distinct ids: the reconcile row of an accepted send whose

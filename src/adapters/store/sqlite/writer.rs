@@ -24,8 +24,8 @@ use std::{
 
 use tokio::sync::oneshot;
 
-use super::claims::{Work, in_transaction};
-use crate::adapters::store::{ClaimReply, StoreError};
+use super::claims::{Work, Written, in_transaction};
+use crate::adapters::store::StoreError;
 
 /// How long each write of the send path waits for the lock after one waited the whole
 /// busy timeout in vain, until a write gets it again.
@@ -54,7 +54,7 @@ enum Message {
 
 struct Job {
     work: Work,
-    reply: oneshot::Sender<Result<Vec<ClaimReply>, StoreError>>,
+    reply: oneshot::Sender<Result<Written, StoreError>>,
 }
 
 impl SendPathWriter {
@@ -82,7 +82,7 @@ impl SendPathWriter {
     }
 
     /// Writes `work` in the next transaction; its replies once it committed.
-    pub(super) async fn write(&self, work: Work) -> Result<Vec<ClaimReply>, StoreError> {
+    pub(super) async fn write(&self, work: Work) -> Result<Written, StoreError> {
         let (reply, answer) = oneshot::channel();
         let sent = self
             .jobs

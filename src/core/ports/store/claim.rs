@@ -174,6 +174,16 @@ impl ClaimChange {
     }
 }
 
+/// A group of claims written, and which of its recipients the suppression list holds:
+/// what the send path asks the store once per dispatch group.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckedClaims {
+    /// One reply per change, in order.
+    pub replies: Vec<ClaimReply>,
+    /// The recipients asked about that are on the suppression list.
+    pub suppressed: Vec<crate::core::domain::Phone>,
+}
+
 /// The store's answer to one [`ClaimChange`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum ClaimReply {

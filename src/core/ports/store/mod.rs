@@ -25,8 +25,8 @@ use crate::core::domain::{
 };
 
 pub use claim::{
-    AcceptedOutcome, ClaimChange, ClaimRecord, ClaimReply, ClaimState, Fingerprint, Lookups,
-    Settlement,
+    AcceptedOutcome, CheckedClaims, ClaimChange, ClaimRecord, ClaimReply, ClaimState, Fingerprint,
+    Lookups, Settlement,
 };
 pub use guard::{
     BURST, Figures, GuardCheck, GuardFinding, KeyCheck, RangeHold, Scope, ScopeKind, Window,
@@ -173,6 +173,16 @@ pub trait Store: std::fmt::Debug + Send + Sync + 'static {
     /// a group in one transaction, claims each atomic on its own. Settling an accepted
     /// send also records its message for reconcile, in the same transaction.
     async fn apply_claims(&self, changes: &[ClaimChange]) -> Result<Vec<ClaimReply>, StoreError>;
+
+    /// Applies a group of claims as [`Store::apply_claims`] does and reads which of
+    /// `recipients` are on the suppression list, in the same round trip where the store
+    /// can (the send path's writer transaction on SQLite, one statement on PostgreSQL):
+    /// the send path's one store call per dispatch group.
+    async fn claim_checking(
+        &self,
+        changes: &[ClaimChange],
+        recipients: &[Phone],
+    ) -> Result<CheckedClaims, StoreError>;
 
     /// Groups of claims, and of settlements, worth writing at once: 1 where one writer
     /// serializes them anyway (SQLite); more where each commit waits for a sync that

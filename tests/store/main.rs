@@ -46,7 +46,7 @@ impl Fixture {
         }
     }
 
-    async fn postgres() -> Self {
+    pub async fn postgres() -> Self {
         let schema = postgres::TestSchema::create().await;
         Self {
             target: StoreTarget::new(&schema.url),
@@ -58,7 +58,7 @@ impl Fixture {
 
     /// PostgreSQL through PgBouncer in `pooling`'s mode; in transaction mode with the
     /// schema's own URL as the direct one.
-    async fn pgbouncer(pooling: Pooling) -> Self {
+    pub async fn pgbouncer(pooling: Pooling) -> Self {
         let schema = postgres::TestSchema::create().await;
         let bouncer = pgbouncer::Bouncer::start(&schema, pooling.as_str());
         let mut target = StoreTarget::new(bouncer.url());

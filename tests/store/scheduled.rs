@@ -153,3 +153,42 @@ pub async fn retention_keeps_a_scheduled_claim(fixture: Fixture) {
         ClaimState::Scheduled { .. }
     ));
 }
+
+/// Replicas on one PostgreSQL schema hear each other's schedules (NOTIFY at the
+/// commit): a replica's scheduler wakes for a message another one scheduled sooner
+/// than its next look, not up to a second late. Through PgBouncer in transaction mode
+/// too, where the notification leaves through the pooler and arrives on the direct
+/// connection.
+async fn another_replica_hears_the_send_time(fixture: Fixture) {
+    let (a, b) = (fixture.open().await, fixture.open().await);
+    let mut heard = b.scheduled_heard();
+    let send_at = Utc::now() + chrono::TimeDelta::milliseconds(700);
+    // The listener of b may still be connecting: schedule until it hears (each id
+    // once), within seconds.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mut n = 700;
+    loop {
+        assert_eq!(
+            a.schedule(&scheduled(n, send_at)).await.unwrap(),
+            ScheduleReply::Scheduled
+        );
+        let got = tokio::time::timeout(Duration::from_millis(500), heard.changed()).await;
+        if got.is_ok() {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never heard");
+        n += 1;
+    }
+    assert_eq!(*heard.borrow_and_update(), Some(ms(send_at)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_replicas_hear_each_others_schedules() {
+    another_replica_hears_the_send_time(Fixture::postgres().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pgbouncer_transaction_replicas_hear_each_others_schedules() {
+    let fixture = Fixture::pgbouncer(msgw::adapters::store::Pooling::Transaction).await;
+    another_replica_hears_the_send_time(fixture).await;
+}

@@ -180,6 +180,14 @@ impl Store for SqlStore {
         }
     }
 
+    fn scheduled_heard(&self) -> watch::Receiver<Option<DateTime<Utc>>> {
+        match &self.db {
+            // One process writes a SQLite file: its scheduler hears its own schedules.
+            Db::Sqlite(_) => watch::channel(None).1,
+            Db::Postgres(db) => db.scheduled_heard(),
+        }
+    }
+
     fn appended(&self) -> watch::Receiver<Cursor> {
         match &self.db {
             Db::Sqlite(db) => db.appended(),
@@ -221,7 +229,12 @@ impl Store for SqlStore {
     }
 
     async fn schedule(&self, new: &NewScheduled) -> Result<ScheduleReply, StoreError> {
-        scheduled::schedule(self.begin_write().await?, new).await
+        // On PostgreSQL the commit tells every replica's scheduler the send time.
+        let notify = match &self.db {
+            Db::Sqlite(_) => None,
+            Db::Postgres(db) => Some(db.channel()),
+        };
+        scheduled::schedule(self.begin_write().await?, new, notify).await
     }
 
     async fn cancel_scheduled(

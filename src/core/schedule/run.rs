@@ -2,8 +2,9 @@
 //! each: `FOR UPDATE SKIP LOCKED` on PostgreSQL, the single writer on SQLite, and a
 //! lease after which another replica takes what a stopped one took) and hands each to
 //! dispatch, which coalesces them into envelopes. The loop wakes at the next due time:
-//! the store's, or sooner when this replica schedules one sooner, and looks at least
-//! every [`LOOK_EVERY`] for what other replicas scheduled.
+//! the store's, or sooner when this replica, or another one the store heard of
+//! (PostgreSQL's NOTIFY), schedules one sooner; and it looks at least every
+//! [`LOOK_EVERY`], so a lost notification costs at most that.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,6 +37,7 @@ impl Scheduler {
     /// Sends due messages until `stop` turns true.
     pub async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
         let mut hint = self.next_due.subscribe();
+        let mut elsewhere = self.store.scheduled_heard();
         let leaving = Arc::new(Semaphore::new(PASS_MAX as usize));
         let forgetting = self.forgetting.lock().ok().and_then(|mut f| f.take());
         if let Some(forgetting) = forgetting {
@@ -48,6 +50,7 @@ impl Scheduler {
             // Reset before the pass: a message scheduled from now on sets it again.
             self.next_due.send_replace(None);
             hint.borrow_and_update();
+            elsewhere.borrow_and_update();
             let next = match self.pass(&leaving).await {
                 Ok(next) => next,
                 Err(e) => {
@@ -64,6 +67,7 @@ impl Scheduler {
             tokio::select! {
                 () = tokio::time::sleep(sleep) => {}
                 _ = hint.changed() => {}
+                () = heard_sooner(&mut elsewhere, wake) => {}
                 _ = stop.changed() => {}
             }
         }
@@ -249,6 +253,19 @@ impl Scheduler {
         // Only fails once the loop has stopped: the lease brings the request back, and
         // its claim answers it then.
         let _ = self.forgotten.send(id);
+    }
+}
+
+/// Returns once the store heard of a message scheduled before `wake` (never, on a store
+/// that hears nothing).
+async fn heard_sooner(heard: &mut watch::Receiver<Option<DateTime<Utc>>>, wake: DateTime<Utc>) {
+    loop {
+        if heard.changed().await.is_err() {
+            return std::future::pending().await;
+        }
+        if heard.borrow_and_update().is_some_and(|at| at < wake) {
+            return;
+        }
     }
 }
 

@@ -29,6 +29,7 @@ const DROP_KEPT: [&str; 2] = [
 pub(in crate::adapters::store) async fn schedule(
     mut tx: Tx<'_>,
     new: &NewScheduled,
+    notify: Option<&str>,
 ) -> Result<ScheduleReply, StoreError> {
     let id = id_to_db(new.id.get());
     let caller = new.caller.as_ref().map(CallerName::as_str);
@@ -57,6 +58,12 @@ pub(in crate::adapters::store) async fn schedule(
         .bind(caller)
         .bind(ms(new.at));
         conn.execute(sql).await?;
+        if let Some(channel) = notify {
+            let sql = Sql::new("SELECT pg_notify($1, $2)")
+                .bind(channel)
+                .bind(scheduled_payload(new.send_at));
+            conn.execute(sql).await?;
+        }
         ScheduleReply::Scheduled
     } else {
         let sql = Sql::new("SELECT * FROM claims WHERE client_id = $1").bind(id);
@@ -194,4 +201,16 @@ pub(in crate::adapters::store) async fn move_earlier(
     conn.execute(sql).await?;
     tx.commit().await?;
     Ok(true)
+}
+
+/// The notification of a message scheduled for `send_at` (on the event log's channel,
+/// told from a cursor by its first letter).
+pub(in crate::adapters::store) fn scheduled_payload(send_at: DateTime<Utc>) -> String {
+    format!("s{}", ms(send_at))
+}
+
+/// The send time a notification of [`scheduled_payload`] carries; `None` for any other.
+pub(in crate::adapters::store) fn scheduled_of(payload: &str) -> Option<DateTime<Utc>> {
+    let ms = payload.strip_prefix('s')?.parse::<i64>().ok()?;
+    DateTime::from_timestamp_millis(ms)
 }

@@ -5,12 +5,15 @@
 
 use std::{collections::HashSet, time::Duration};
 
+use chrono::{DateTime, Utc};
+
 use sqlx::Postgres;
 use sqlx::postgres::{PgListener, PgPool};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::adapters::store::common::conn::{Conn, Statements};
+use crate::adapters::store::common::scheduled::scheduled_of;
 use crate::adapters::store::common::suppressions;
 use crate::adapters::store::rows::{
     callers_by_id, cursor_from_db, cursor_to_db, id_to_db, ms, phone_to_db, replies_to_json,
@@ -42,7 +45,7 @@ pub(super) async fn follow_appends(
     listening: PgPool,
     store: (PgPool, Statements),
     channel: String,
-    appended: watch::Sender<Cursor>,
+    (appended, scheduled): (watch::Sender<Cursor>, watch::Sender<Option<DateTime<Utc>>>),
 ) {
     let mut backoff = Duration::from_millis(100);
     let mut said = false;
@@ -51,7 +54,7 @@ pub(super) async fn follow_appends(
             Ok(mut listener) => {
                 backoff = Duration::from_millis(100);
                 said = false;
-                if let Err(e) = follow(&mut listener, &appended).await {
+                if let Err(e) = follow(&mut listener, &appended, &scheduled).await {
                     if listening.is_closed() {
                         return;
                     }
@@ -103,6 +106,7 @@ async fn listen(pool: &PgPool, channel: &str) -> Result<PgListener, sqlx::Error>
 async fn follow(
     listener: &mut PgListener,
     appended: &watch::Sender<Cursor>,
+    scheduled: &watch::Sender<Option<DateTime<Utc>>>,
 ) -> Result<(), StoreError> {
     // Listening from here on: whatever committed before is in the head.
     advance(appended, head(&mut *listener, Statements::Kept).await?);
@@ -119,6 +123,10 @@ async fn follow(
         let Some(notification) = received? else {
             return Err(StoreError::Append("notification connection closed".into()));
         };
+        if let Some(send_at) = scheduled_of(notification.payload()) {
+            scheduled.send_replace(Some(send_at));
+            continue;
+        }
         match notification.payload().parse::<u64>() {
             Ok(cursor) => advance(appended, Cursor::new(cursor)),
             Err(_) => tracing::warn!(

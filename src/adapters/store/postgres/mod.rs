@@ -19,6 +19,8 @@ mod sessions;
 
 use std::{sync::Arc, time::Duration};
 
+use chrono::{DateTime, Utc};
+
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{Connection, PgConnection};
 use tokio::sync::watch;
@@ -51,6 +53,8 @@ pub(super) struct PgDb {
     /// The NOTIFY channel of this schema's event log.
     channel: String,
     appended: watch::Sender<Cursor>,
+    /// Send times of messages scheduled on this schema, as notified.
+    scheduled: watch::Sender<Option<DateTime<Utc>>>,
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("src/adapters/store/migrations/postgres");
@@ -158,13 +162,14 @@ impl PgDb {
             first_poll_after,
             channel: channel_of(&schema),
             appended: watch::Sender::new(Cursor::START),
+            scheduled: watch::Sender::new(None),
         };
         advance(&store.appended, store.latest_cursor().await?);
         tokio::spawn(follow_appends(
             store.listening.clone(),
             (store.pool.clone(), store.statements),
             store.channel.clone(),
-            store.appended.clone(),
+            (store.appended.clone(), store.scheduled.clone()),
         ));
         Ok(store)
     }
@@ -260,6 +265,16 @@ impl PgDb {
     /// The newest cursor any replica committed, as far as this one heard.
     pub(super) fn appended(&self) -> watch::Receiver<Cursor> {
         self.appended.subscribe()
+    }
+
+    /// Send times of messages scheduled on this schema, as notified.
+    pub(super) fn scheduled_heard(&self) -> watch::Receiver<Option<DateTime<Utc>>> {
+        self.scheduled.subscribe()
+    }
+
+    /// The NOTIFY channel of this schema.
+    pub(super) fn channel(&self) -> &str {
+        &self.channel
     }
 
     /// See [`super::Store::save_sandbox`]: the message rows in one statement (one round

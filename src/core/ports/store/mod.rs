@@ -262,6 +262,11 @@ pub trait Store: std::fmt::Debug + Send + Sync + 'static {
     /// it: after a lost notification it is corrected from the store).
     fn appended(&self) -> tokio::sync::watch::Receiver<Cursor>;
 
+    /// The send time of the latest message scheduled on this store that this handle
+    /// heard of (on a shared store, other replicas' too): a hint for the scheduler to
+    /// look sooner than its next look, never a replacement for looking.
+    fn scheduled_heard(&self) -> tokio::sync::watch::Receiver<Option<DateTime<Utc>>>;
+
     /// Drops events beyond the retention, messages that no longer need tracking and
     /// claims past their retention; returns how many events were dropped.
     async fn prune(&self, retention: Retention, now: DateTime<Utc>) -> Result<u64, StoreError>;

@@ -247,6 +247,36 @@ impl Conn<'_> {
         })
     }
 
+    /// Takes each of `locks` (a lock and its key), in their order, as [`Conn::lock`]
+    /// does, in one statement: one round trip on PostgreSQL however many.
+    pub(in crate::adapters::store) async fn lock_all(
+        &mut self,
+        locks: &[(Lock, String)],
+    ) -> Result<(), StoreError> {
+        let Self::Postgres(conn, statements) = self else {
+            return Ok(());
+        };
+        if locks.is_empty() {
+            return Ok(());
+        }
+        let classes: Vec<&str> = locks.iter().map(|(lock, _)| lock.class()).collect();
+        let keys: Vec<&str> = locks.iter().map(|(_, key)| key.as_str()).collect();
+        let numeric: Vec<bool> = locks.iter().map(|(lock, _)| *lock == Lock::Key).collect();
+        // A function scan yields its rows in the arrays' order: the locks are taken in it.
+        sqlx::query(
+            "SELECT count(pg_advisory_xact_lock(hashtext(l.class),
+                          CASE WHEN l.numeric THEN l.key::int4 ELSE hashtext(l.key) END))
+               FROM UNNEST($1::text[], $2::text[], $3::bool[]) AS l (class, key, numeric)",
+        )
+        .persistent(statements.kept())
+        .bind(&classes)
+        .bind(&keys)
+        .bind(&numeric)
+        .execute(&mut **conn)
+        .await?;
+        Ok(())
+    }
+
     /// Makes transactions that take `lock` with the same `key` take turns, until this
     /// one ends: across replicas, with PostgreSQL's advisory locks. SQLite needs none:
     /// every transaction that writes holds the file's one write lock from its start.
@@ -284,6 +314,16 @@ pub(in crate::adapters::store) enum Lock {
 }
 
 impl Lock {
+    /// The lock's class, the first of its two keys (hashed).
+    fn class(self) -> &'static str {
+        match self {
+            Self::Start => "msgw.verifications",
+            Self::Range => "msgw.guard.range",
+            Self::Key => "msgw.guard.key",
+            Self::Country => "msgw.guard.country",
+        }
+    }
+
     /// PostgreSQL's statement (`$1`: the key). The two-key form keeps these locks apart
     /// from single-key ones (sqlx's migration lock).
     fn postgres(self) -> &'static str {

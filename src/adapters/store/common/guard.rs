@@ -138,11 +138,22 @@ pub(in crate::adapters::store) async fn judge(
     now: DateTime<Utc>,
     lift: bool,
 ) -> Result<Judged, StoreError> {
+    conn.lock(Lock::Range, scope.prefix).await?;
+    judged(conn, guard, scope, now, lift).await
+}
+
+/// [`judge`], its lock taken.
+async fn judged(
+    conn: &mut Conn<'_>,
+    guard: &GuardCheck,
+    scope: Scope<'_>,
+    now: DateTime<Utc>,
+    lift: bool,
+) -> Result<Judged, StoreError> {
     let found = |finding: GuardFinding| Judged {
         finding: Some(finding),
         figures: None,
     };
-    conn.lock(Lock::Range, scope.prefix).await?;
     let row: Option<HoldRow> = conn
         .fetch_optional(Sql::new(HOLD_SQL).bind(scope.prefix))
         .await?;
@@ -282,8 +293,25 @@ pub(in crate::adapters::store) async fn check(
 ) -> Result<Checked, StoreError> {
     let mut checked = Checked::default();
     let mut trust: Option<bool> = None;
-    for scope in guard.scopes() {
-        let judged = judge(conn, guard, scope, now, false).await?;
+    let scopes = guard.scopes();
+    let mut keys: Vec<_> = guard.keys.iter().collect();
+    keys.sort_by_key(|k| key_lock(&k.mac));
+    // Every lock the check may need, in their order, at once: a check that stops early
+    // holds a few more than it used, until its transaction ends.
+    let mut locks: Vec<(Lock, String)> = scopes
+        .iter()
+        .map(|scope| (Lock::Range, scope.prefix.to_owned()))
+        .collect();
+    locks.extend(
+        keys.iter()
+            .map(|key| (Lock::Key, key_lock(&key.mac).to_string())),
+    );
+    if guard.country.is_some() {
+        locks.push((Lock::Country, guard.calling_code.clone()));
+    }
+    conn.lock_all(&locks).await?;
+    for scope in scopes {
+        let judged = judged(conn, guard, scope, now, false).await?;
         if let Some(figures) = judged.figures {
             checked.open.push(Open {
                 prefix: scope.prefix.to_owned(),
@@ -308,10 +336,7 @@ pub(in crate::adapters::store) async fn check(
             return Ok(checked);
         }
     }
-    let mut keys: Vec<_> = guard.keys.iter().collect();
-    keys.sort_by_key(|k| key_lock(&k.mac));
     for key in keys {
-        conn.lock(Lock::Key, key_lock(&key.mac)).await?;
         let count = Sql::new(KEY_COUNT_SQL).bind(key.mac.as_slice());
         if let Some(oldest) = full(conn, count, key.window, now).await? {
             checked.findings.push(GuardFinding::KeyLimited {
@@ -325,7 +350,6 @@ pub(in crate::adapters::store) async fn check(
         }
     }
     if let Some(window) = guard.country {
-        conn.lock(Lock::Country, &guard.calling_code).await?;
         let count = Sql::new(COUNTRY_COUNT_SQL).bind(&guard.calling_code);
         if let Some(oldest) = full(conn, count, window, now).await? {
             checked.findings.push(GuardFinding::CountryLimited {

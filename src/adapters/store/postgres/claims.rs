@@ -478,18 +478,19 @@ async fn settle_all(
         next_polls.push(message.map(|m| ms(m.sent_at + after)));
         phones.push(message.and_then(|m| m.phone).map(phone_to_db));
     }
-    // The claims' rows are locked in id order first, in the same transaction: the
-    // UPDATE below locks rows in whatever order its plan visits them (a hash join
-    // visits the table's order), and against a group claiming or taking over the same
-    // ids in id order, that deadlocked (seen under storms of hot ids).
-    let mut tx = conn.begin().await?;
-    sqlx::query("SELECT 1 FROM claims WHERE client_id = ANY($1) ORDER BY client_id FOR UPDATE")
-        .persistent(kept)
-        .bind(&ids)
-        .execute(&mut *tx)
-        .await?;
-    let settled: Vec<(i64,)> = sqlx::query_as(
-        "WITH v AS (
+    // The claims' rows are locked in id order first (`locked`): the UPDATE alone locks
+    // rows in whatever order its plan visits them (a hash join visits the table's
+    // order), and against a group claiming or taking over the same ids in id order,
+    // that deadlocked (seen under storms of hot ids). The UPDATE changes only rows
+    // `locked` holds, and `locked` takes its locks in id order however the plan
+    // interleaves the two, so every new lock of the statement comes in id order. One
+    // statement, its own transaction: one round trip (behind a pooler in transaction
+    // mode, inside the transaction every statement there needs).
+    let statement = sqlx::query_as(
+        "WITH locked AS MATERIALIZED (
+             SELECT client_id FROM claims WHERE client_id = ANY($1)
+              ORDER BY client_id FOR UPDATE
+         ), v AS (
              SELECT * FROM UNNEST($1::BIGINT[], $2::BIGINT[], $3::TEXT[], $4::BIGINT[], $5::TEXT[],
                                   $6::BIGINT[], $7::TEXT[], $8::BOOLEAN[], $9::TEXT[], $10::TEXT[],
                                   $11::TEXT[], $12::BIGINT[], $13::BIGINT[], $14::BIGINT[],
@@ -501,7 +502,8 @@ async fn settle_all(
              UPDATE claims c SET state = v.state, settled_at_ms = v.settled_at_ms,
                     msg_id = v.msg_id, parts = v.parts, payload = v.payload,
                     recovered = v.recovered, reason = v.reason, settle_until_ms = v.settle_until_ms
-               FROM v WHERE c.client_id = v.client_id AND c.attempt = v.attempt
+               FROM v JOIN locked l ON l.client_id = v.client_id
+              WHERE c.client_id = v.client_id AND c.attempt = v.attempt
              RETURNING c.client_id
          ), tracked AS (
              INSERT INTO messages (client_id, msg_id, channel, sent_at_ms, lifetime_s,
@@ -534,10 +536,15 @@ async fn settle_all(
     .bind(&lifetimes)
     .bind(&next_polls)
     .bind(&settle_until)
-    .bind(&phones)
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
+    .bind(&phones);
+    let settled: Vec<(i64,)> = if kept {
+        statement.fetch_all(&mut *conn).await?
+    } else {
+        let mut tx = conn.begin().await?;
+        let settled = statement.fetch_all(&mut *tx).await?;
+        tx.commit().await?;
+        settled
+    };
     let settled: HashSet<i64> = settled.into_iter().map(|(id,)| id).collect();
     Ok(settlements
         .iter()
@@ -607,7 +614,7 @@ mod tests {
             .map(|id| (ClientId::new(id).unwrap(), &fingerprint, None, now))
             .collect();
         let tokens = [11, 12, 13];
-        let first = claim_all(&mut conn, true, &claims, &tokens, false)
+        let (first, _) = claim_all(&mut conn, true, &claims, (&tokens, &[]), false)
             .await
             .unwrap();
         assert!(matches!(first[0], ClaimReply::Claimed { attempt: 1 }));
@@ -618,14 +625,14 @@ mod tests {
         );
         // The same group again, as a retry whose first answer was lost: the same
         // replies, the first of id 1 owning it.
-        let again = claim_all(&mut conn, true, &claims, &tokens, true)
+        let (again, _) = claim_all(&mut conn, true, &claims, (&tokens, &[]), true)
             .await
             .unwrap();
         assert!(matches!(again[0], ClaimReply::Claimed { attempt: 1 }));
         assert!(matches!(again[1], ClaimReply::Claimed { attempt: 1 }));
         assert!(matches!(again[2], ClaimReply::Existing(_)));
         // Another group with other tokens finds them claimed.
-        let other = claim_all(&mut conn, true, &claims[..2], &[21, 22], true)
+        let (other, _) = claim_all(&mut conn, true, &claims[..2], (&[21, 22], &[]), true)
             .await
             .unwrap();
         assert!(other.iter().all(|r| matches!(r, ClaimReply::Existing(_))));

@@ -8,9 +8,8 @@ use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 
 use super::coalescer::{Call, Runner};
-use super::exactly_once::{Claims, Decision, Owned};
+use super::exactly_once::{Claims, Decision, Owned, list_unread};
 use super::lookups::Resolving;
-use super::optout::list_unread;
 use super::{Confidential, Executed};
 use crate::core::domain::{CallerName, ClientId, Error, Operation, Phone};
 use crate::core::ports::store::{ClaimChange, ClaimReply, Fingerprint, Settlement};

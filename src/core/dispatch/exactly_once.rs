@@ -512,3 +512,11 @@ pub fn settling(id: ClientId, until: DateTime<Utc>) -> Error {
 pub fn store_error(e: StoreError) -> Error {
     e.unavailable("msgw's store is unavailable; nothing was sent")
 }
+
+/// What a send is answered when the suppression list could not be read (its read rides
+/// in the claims' store call): nothing of it may leave.
+pub(super) fn list_unread(e: StoreError) -> Error {
+    e.unavailable(
+        "msgw's store is unavailable: the suppression list could not be read, nothing was sent",
+    )
+}

@@ -10,10 +10,10 @@ use std::collections::HashSet;
 
 use super::Tracking;
 use super::acquire::{Entry, Slot};
-use super::exactly_once::Owned;
+use super::exactly_once::{Owned, list_unread};
 use crate::base::metrics::Metrics;
 use crate::core::domain::{Error, Phone};
-use crate::core::ports::store::{Settlement, StoreError};
+use crate::core::ports::store::Settlement;
 
 /// Why a refused operation's claim was given back.
 const OPTED_OUT: &str = "the recipient opted out: nothing was sent";
@@ -44,14 +44,6 @@ pub(super) async fn opted_out(
         Ok(found) => Ok(found.into_iter().collect()),
         Err(e) => Err(list_unread(e)),
     }
-}
-
-/// What a send is answered when the suppression list could not be read: nothing of it
-/// may leave.
-pub(super) fn list_unread(e: StoreError) -> Error {
-    e.unavailable(
-        "msgw's store is unavailable: the suppression list could not be read, nothing was sent",
-    )
 }
 
 /// Answers each operation about to be sent on a fresh claim (`Send`) whose number

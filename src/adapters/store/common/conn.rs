@@ -179,6 +179,12 @@ pub(in crate::adapters::store) enum Conn<'c> {
 }
 
 impl Conn<'_> {
+    /// Whether this is a PostgreSQL connection (for the few statements written for it
+    /// alone).
+    pub(in crate::adapters::store) fn is_postgres(&self) -> bool {
+        matches!(self, Self::Postgres(..))
+    }
+
     /// Runs `sql`; the rows it changed.
     pub(in crate::adapters::store) async fn execute(
         &mut self,

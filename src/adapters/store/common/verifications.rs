@@ -114,8 +114,8 @@ pub(in crate::adapters::store) async fn start(
     if let Some(send) = of_send(conn, new.id).await? {
         return retried(conn, start, send).await;
     }
-    let expired = expire(conn, new.caller.as_ref(), new.phone, new.at).await?;
-    let pending = pending(conn, new.caller.as_ref(), new.phone, new.at).await?;
+    let (expired, pending) =
+        expire_and_pending(conn, new.caller.as_ref(), new.phone, new.at).await?;
     let (outcome, findings) = match pending {
         Some(pending) => resend(conn, start, pending).await?,
         None => started(conn, start).await?,
@@ -420,12 +420,61 @@ pub(in crate::adapters::store) async fn look(
     now: DateTime<Utc>,
 ) -> Result<Decided<Option<VerificationRecord>>, StoreError> {
     conn.lock(Lock::Start, phone_to_db(phone)).await?;
-    let expired = expire(conn, caller, phone, now).await?;
+    let (expired, pending) = expire_and_pending(conn, caller, phone, now).await?;
     Ok(Decided {
-        outcome: pending(conn, caller, phone, now).await?,
+        outcome: pending,
         findings: Vec::new(),
         expired,
     })
+}
+
+/// Marks the caller's pending verifications of the number that are past their time
+/// expired (returned first), and finds its pending, unexpired one: one statement on
+/// PostgreSQL, two on SQLite (which has no `UPDATE` in a `WITH`).
+async fn expire_and_pending(
+    conn: &mut Conn<'_>,
+    caller: Option<&CallerName>,
+    phone: Phone,
+    now: DateTime<Utc>,
+) -> Result<(Vec<VerificationRecord>, Option<VerificationRecord>), StoreError> {
+    if !conn.is_postgres() {
+        let expired = expire(conn, caller, phone, now).await?;
+        return Ok((expired, pending(conn, caller, phone, now).await?));
+    }
+    // The two sets are apart (past their time or not), and the statement's snapshot
+    // is one: the rows read are those the update left alone.
+    let sql = Sql::new(
+        "WITH expired AS (
+           UPDATE verifications SET status = 'expired', updated_at_ms = $3
+            WHERE caller = $1 AND phone = $2 AND status = 'pending' AND expires_at_ms <= $3
+           RETURNING *)
+         SELECT TRUE AS expired, e.* FROM expired e
+         UNION ALL
+         SELECT FALSE, v.* FROM verifications v
+          WHERE v.caller = $1 AND v.phone = $2 AND v.status = 'pending'
+            AND v.expires_at_ms > $3",
+    )
+    .bind(caller_to_db(caller))
+    .bind(phone_to_db(phone))
+    .bind(at(now));
+    let rows: Vec<FoundRow> = conn.fetch_all(sql).await?;
+    let (mut expired, mut pending) = (Vec::new(), None);
+    for found in rows {
+        if found.expired {
+            expired.push(VerificationRecord::try_from(found.row)?);
+        } else if pending.is_none() {
+            pending = Some(VerificationRecord::try_from(found.row)?);
+        }
+    }
+    Ok((expired, pending))
+}
+
+/// A row of [`expire_and_pending`]: a verification and whether the statement expired it.
+#[derive(sqlx::FromRow)]
+struct FoundRow {
+    expired: bool,
+    #[sqlx(flatten)]
+    row: VerificationRow,
 }
 
 /// The caller's pending, unexpired verification of the number.

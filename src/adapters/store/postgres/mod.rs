@@ -16,6 +16,7 @@ mod events;
 mod pooler;
 mod reach;
 mod sessions;
+mod take_overs;
 
 use std::{sync::Arc, time::Duration};
 

@@ -101,10 +101,28 @@ impl Store for SqlStore {
         changes: &[ClaimChange],
         recipients: &[Phone],
     ) -> Result<CheckedClaims, StoreError> {
-        match &self.db {
-            Db::Sqlite(db) => db.claim_checking(changes, recipients).await,
-            Db::Postgres(db) => db.claim_checking(changes, recipients).await,
-        }
+        let folded = match &self.db {
+            Db::Sqlite(db) => db.claim_checking(changes, recipients).await?,
+            Db::Postgres(db) => db.claim_checking(changes, recipients).await?,
+        };
+        // A group the store cannot fold (take-overs, repeated ids, an in-memory SQLite
+        // database): the write and the read side by side.
+        let Some((replies, found)) = folded else {
+            let (replies, suppressed) =
+                tokio::try_join!(self.apply_claims(changes), self.suppressed(recipients))?;
+            return Ok(CheckedClaims {
+                replies,
+                suppressed,
+            });
+        };
+        let suppressed = found
+            .into_iter()
+            .map(super::rows::phone_from_db)
+            .collect::<Result<_, _>>()?;
+        Ok(CheckedClaims {
+            replies,
+            suppressed,
+        })
     }
 
     fn send_path_writers(&self) -> usize {

@@ -33,8 +33,8 @@ use super::common::conn::{Conn, PgPooled, Statements, Tx};
 use super::common::sandbox;
 use super::rows::{id_to_db, phone_from_db, phone_to_db};
 use super::{
-    Appended, CheckedClaims, ClaimChange, ClaimReply, LogAppend, Pooling, SandboxSave, StoreError,
-    StoreTarget, advance,
+    Appended, ClaimChange, ClaimReply, LogAppend, Pooling, SandboxSave, StoreError, StoreTarget,
+    advance,
 };
 use crate::core::domain::{Cursor, Phone};
 
@@ -205,34 +205,17 @@ impl PgDb {
     }
 
     /// See [`super::Store::claim_checking`]: a claims group and its suppression read in
-    /// one statement; any other group writes and reads beside each other.
+    /// one statement: the replies and the numbers found as stored. `None` for any other
+    /// group.
     pub(super) async fn claim_checking(
         &self,
         changes: &[ClaimChange],
         recipients: &[Phone],
-    ) -> Result<CheckedClaims, StoreError> {
+    ) -> Result<Option<(Vec<ClaimReply>, Vec<i64>)>, StoreError> {
         let check: Vec<i64> = recipients.iter().map(|p| phone_to_db(*p)).collect();
-        if let Some(checked) = self
-            .send_path
+        self.send_path
             .claim_checking(changes, &check, self.first_poll_after)
             .await
-            .transpose()
-        {
-            let (replies, suppressed) = checked?;
-            return Ok(CheckedClaims {
-                replies,
-                suppressed: suppressed
-                    .into_iter()
-                    .map(phone_from_db)
-                    .collect::<Result<_, _>>()?,
-            });
-        }
-        let (replies, suppressed) =
-            tokio::try_join!(self.apply_claims(changes), self.suppressed(recipients))?;
-        Ok(CheckedClaims {
-            replies,
-            suppressed,
-        })
     }
 
     /// See [`super::Store::append_log`].

@@ -20,9 +20,7 @@ use self::claims::{BEGIN_WRITE, Work};
 use self::writer::{SendPathWriter, wait_for_writer};
 use super::common::{conn::Conn, sandbox};
 use super::rows::{cursor_from_db, id_to_db, phone_from_db, phone_to_db, row_chunks};
-use super::{
-    Appended, CheckedClaims, ClaimChange, ClaimReply, LogAppend, SandboxSave, StoreError, advance,
-};
+use super::{Appended, ClaimChange, ClaimReply, LogAppend, SandboxSave, StoreError, advance};
 use crate::core::domain::{Cursor, Phone};
 
 /// Takes messages due for a poll (`Store::take_due_for_poll`). One writer: the select
@@ -178,32 +176,21 @@ impl SqliteDb {
     }
 
     /// See [`super::Store::claim_checking`]: a claims group and its suppression reads in
-    /// one transaction of the send path's writer; any other group (or an in-memory
-    /// database) writes and reads beside each other.
+    /// one transaction of the send path's writer: the replies and the numbers found as
+    /// stored. `None` for any other group, or an in-memory database.
     pub(super) async fn claim_checking(
         &self,
         changes: &[ClaimChange],
         recipients: &[Phone],
-    ) -> Result<CheckedClaims, StoreError> {
-        if let Some(send_path) = &self.send_path
-            && let Some(work) = Work::of(changes, self.first_poll_after)
-        {
-            let written = send_path.write(work.checking(recipients)).await?;
-            return Ok(CheckedClaims {
-                replies: written.replies,
-                suppressed: written
-                    .suppressed
-                    .into_iter()
-                    .map(phone_from_db)
-                    .collect::<Result<_, _>>()?,
-            });
-        }
-        let (replies, suppressed) =
-            tokio::try_join!(self.apply_claims(changes), self.suppressed(recipients))?;
-        Ok(CheckedClaims {
-            replies,
-            suppressed,
-        })
+    ) -> Result<Option<(Vec<ClaimReply>, Vec<i64>)>, StoreError> {
+        let Some(send_path) = &self.send_path else {
+            return Ok(None);
+        };
+        let Some(work @ Work::Claims(..)) = Work::of(changes, self.first_poll_after) else {
+            return Ok(None);
+        };
+        let written = send_path.write(work.checking(recipients)).await?;
+        Ok(Some((written.replies, written.suppressed)))
     }
 
     /// See [`super::Store::append_log`].

@@ -2,8 +2,10 @@
 
 use chrono::{DateTime, Utc};
 
+use super::common::conn::Lock;
 use super::rows::from_ms;
-use super::{RangeHold, StoreError};
+use super::{GuardCheck, RangeHold, StoreError};
+use crate::core::ports::store::{KeyCheck, Scope};
 
 /// A hold row, as both databases return it.
 #[derive(Debug, sqlx::FromRow)]
@@ -50,4 +52,23 @@ pub(super) fn key_lock(mac: &[u8]) -> i32 {
         *b = *m;
     }
     i32::from_be_bytes(bytes)
+}
+
+/// The locks of a check of `guard` over `scopes` and `keys` (in lock order), in the
+/// order taken: each scope's range, then the keys, then the calling code's budget.
+pub(super) fn check_locks(
+    guard: &GuardCheck,
+    scopes: &[Scope<'_>],
+    keys: &[&KeyCheck],
+) -> Vec<(Lock, String)> {
+    let ranges = scopes
+        .iter()
+        .map(|scope| (Lock::Range, scope.prefix.to_owned()));
+    let keys = keys
+        .iter()
+        .map(|key| (Lock::Key, key_lock(&key.mac).to_string()));
+    let budget = guard
+        .country
+        .map(|_| (Lock::Country, guard.calling_code.clone()));
+    ranges.chain(keys).chain(budget).collect()
 }

@@ -110,3 +110,15 @@ pub(super) fn at(t: DateTime<Utc>) -> i64 {
 /// How long a verification is kept after it started, at least: the phone limit counts
 /// the last hour's.
 pub(super) const KEPT_AT_LEAST: chrono::Duration = chrono::Duration::hours(1);
+
+/// Verifications from their rows.
+pub(super) fn records(rows: Vec<VerificationRow>) -> Result<Vec<VerificationRecord>, StoreError> {
+    rows.into_iter().map(VerificationRecord::try_from).collect()
+}
+
+/// A verification from its row, if any.
+pub(super) fn record(
+    row: Option<VerificationRow>,
+) -> Result<Option<VerificationRecord>, StoreError> {
+    row.map(VerificationRecord::try_from).transpose()
+}

@@ -7,8 +7,9 @@ use std::collections::HashSet;
 use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 
+use super::answers::{list_unread, store_error};
 use super::coalescer::{Call, Runner};
-use super::exactly_once::{Claims, Decision, Owned, list_unread};
+use super::exactly_once::{Claims, Decision, Owned};
 use super::lookups::Resolving;
 use super::{Confidential, Executed};
 use crate::core::domain::{CallerName, ClientId, Error, Operation, Phone};
@@ -81,7 +82,7 @@ pub(super) async fn acquire(
                 checked.suppressed.into_iter().collect(),
             ),
             Err(e) => {
-                let error = super::exactly_once::store_error(e);
+                let error = store_error(e);
                 for &i in &keyed {
                     entries[i].slot = Slot::Done(Err(error.clone()));
                 }
@@ -144,7 +145,7 @@ async fn apply(
     match claims.apply(changes).await {
         Ok(replies) => indices.iter().copied().zip(replies).collect(),
         Err(e) => {
-            let error = super::exactly_once::store_error(e);
+            let error = store_error(e);
             for &i in indices {
                 entries[i].slot = Slot::Done(Err(error.clone()));
             }

@@ -7,6 +7,7 @@
 //! number that opted out (`optout`).
 
 mod acquire;
+mod answers;
 mod coalescer;
 mod confidential;
 mod envelope;
@@ -260,7 +261,7 @@ impl Dispatcher {
             if !claims.wait(settled, stale_at, deadline).await {
                 for (i, op) in pending.drain(..) {
                     results[i] = Some(Err(match op.idempotency_key() {
-                        Some(id) => exactly_once::in_progress(id, stale_at),
+                        Some(id) => answers::in_progress(id, stale_at),
                         // Sent round again (its call waited too long for a slot):
                         // nothing of it left msgw.
                         None => Error::DeadlineExceeded {

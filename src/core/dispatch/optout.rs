@@ -10,7 +10,8 @@ use std::collections::HashSet;
 
 use super::Tracking;
 use super::acquire::{Entry, Slot};
-use super::exactly_once::{Owned, list_unread};
+use super::answers::list_unread;
+use super::exactly_once::Owned;
 use crate::base::metrics::Metrics;
 use crate::core::domain::{Error, Phone};
 use crate::core::ports::store::Settlement;

@@ -9,6 +9,7 @@
 use chrono::Utc;
 
 use super::acquire::{Entry, Slot};
+use super::answers;
 use super::coalescer::{Call, Runner, latest};
 use super::exactly_once::{self, Owned};
 use super::lookups::{self, Resolving};
@@ -125,12 +126,7 @@ impl Resolution<'_> {
                     msg_id = report.msg_id.as_deref().unwrap_or_default(),
                     "unknown outcome resolved: the gateway has the message"
                 );
-                Slot::Done(exactly_once::replay(
-                    self.engine.gateway,
-                    op,
-                    owned.id,
-                    outcome,
-                ))
+                Slot::Done(answers::replay(self.engine.gateway, op, owned.id, outcome))
             }
             // The gateway does not know the id, but the earlier request may still be on
             // its way or in its queue: nothing proves it lost yet.
@@ -141,7 +137,7 @@ impl Resolution<'_> {
                     %settle_until,
                     "unknown outcome: the gateway does not know the message yet; not sending inside the settle window"
                 );
-                Slot::Done(Err(exactly_once::settling(owned.id, settle_until)))
+                Slot::Done(Err(answers::settling(owned.id, settle_until)))
             }
             // The gateway does not know the id after the window: the earlier request
             // never arrived, so sending now is the first send, but only inside the

@@ -7,7 +7,7 @@
 use chrono::{DateTime, Utc};
 
 use super::conn::{Conn, Lock, Sql};
-use crate::adapters::store::guard::{HoldRow, key_lock};
+use crate::adapters::store::guard::{HoldRow, check_locks, key_lock};
 use crate::adapters::store::rows::{from_ms, id_to_db, ms};
 use crate::core::domain::ClientId;
 use crate::core::ports::store::{
@@ -298,18 +298,7 @@ pub(in crate::adapters::store) async fn check(
     keys.sort_by_key(|k| key_lock(&k.mac));
     // Every lock the check may need, in their order, at once: a check that stops early
     // holds a few more than it used, until its transaction ends.
-    let mut locks: Vec<(Lock, String)> = scopes
-        .iter()
-        .map(|scope| (Lock::Range, scope.prefix.to_owned()))
-        .collect();
-    locks.extend(
-        keys.iter()
-            .map(|key| (Lock::Key, key_lock(&key.mac).to_string())),
-    );
-    if guard.country.is_some() {
-        locks.push((Lock::Country, guard.calling_code.clone()));
-    }
-    conn.lock_all(&locks).await?;
+    conn.lock_all(&check_locks(guard, &scopes, &keys)).await?;
     for scope in scopes {
         let judged = judged(conn, guard, scope, now, false).await?;
         if let Some(figures) = judged.figures {

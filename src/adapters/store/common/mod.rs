@@ -9,6 +9,7 @@ pub(super) mod conn;
 pub(super) mod events;
 pub(super) mod guard;
 pub(super) mod holds;
+pub(super) mod pending;
 pub(super) mod sandbox;
 pub(super) mod scheduled;
 pub(super) mod suppressions;

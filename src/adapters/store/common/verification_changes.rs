@@ -4,7 +4,8 @@
 
 use super::conn::{Conn, Lock, Sql};
 use super::guard;
-use super::verifications::{CANCEL_SQL, record};
+use super::verifications::CANCEL_SQL;
+use crate::adapters::store::verifications::record;
 use crate::adapters::store::verifications::{VerificationRow, at, client_id_to_db};
 use crate::core::ports::store::{StoreError, VerificationChange, VerificationRecord};
 

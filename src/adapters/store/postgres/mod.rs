@@ -13,10 +13,17 @@
 
 mod claims;
 mod events;
+mod insert_claims;
 mod pooler;
 mod reach;
 mod sessions;
+mod settlements;
 mod take_overs;
+
+/// The tests' PostgreSQL schemas (one per test, dropped after).
+#[cfg(test)]
+#[path = "../../../../tests/common/postgres.rs"]
+mod test_postgres;
 
 use std::{sync::Arc, time::Duration};
 

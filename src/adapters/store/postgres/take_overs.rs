@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use sqlx::{Connection, PgConnection};
 
-use super::claims::claim_all;
+use super::insert_claims::claim_all;
 use crate::adapters::store::claim_groups::{NewClaim, TakeOver};
 use crate::adapters::store::rows::{attempt_from_db, id_to_db, ms};
 use crate::adapters::store::{ClaimReply, StoreError};

@@ -230,7 +230,6 @@ async fn apply_on(
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::super::test_postgres as postgres;

@@ -95,7 +95,6 @@ pub(super) async fn claim_all(
     Ok((outcome.replies(&records)?, suppressed))
 }
 
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

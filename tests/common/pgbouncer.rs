@@ -169,7 +169,7 @@ impl Drop for Bouncer {
 }
 
 /// Server sessions per pool: in session mode each of msgw's connections holds one for
-/// its life (up to 20 per replica: 16 in its pool, one of them LISTENing, and 4 on the
+/// its life (up to 18 per replica: 16 in its pool, one of them LISTENing, and 2 on the
 /// send path), and the tests run two or three replicas; in transaction mode a few
 /// serve every replica, as in production.
 fn pool_size(mode: &str) -> u32 {

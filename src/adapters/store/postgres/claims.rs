@@ -15,9 +15,12 @@ use crate::adapters::store::common::claim_sql::apply_in;
 use crate::adapters::store::common::conn::{Statements, Tx};
 use crate::adapters::store::{ClaimChange, ClaimReply, StoreError};
 
-/// Groups of claims, and of settlements, written at once: each commit waits for
-/// PostgreSQL's WAL sync, which commits under way together share.
-pub(super) const SEND_PATH_WRITERS: usize = 2;
+/// Groups of claims, and of settlements, written at once. One per stage, from
+/// measurement (`cargo bench --bench rpc`, docs/benchmark.md): with two, each commit
+/// shared its WAL sync with the other stage's anyway, groups were half as large, and
+/// PostgreSQL spent more CPU per send on more commits (7,228 and 7,652 sends/s against
+/// 8,627 and 8,931 with one; four were worse still).
+pub(super) const SEND_PATH_WRITERS: usize = 1;
 
 /// The connections of the send path's two group-commit stages, claims and settlements,
 /// [`SEND_PATH_WRITERS`] each: a stage writes that many groups at a time, so

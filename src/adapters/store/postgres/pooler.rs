@@ -65,7 +65,7 @@ async fn look(options: &PgConnectOptions) -> Result<Seen, sqlx::Error> {
 async fn seen(options: &PgConnectOptions, what: &str) -> Result<Seen, StoreError> {
     let too_small = || {
         StoreError::Config(format!(
-            "{what} gave no second server session in time (within {LOOK_WITHIN:?}, or the pooler's query_wait_timeout): a pooler's pool is too small for msgw (in session mode each replica holds up to 20 server sessions; in transaction mode a few serve every replica), or the database is overloaded"
+            "{what} gave no second server session in time (within {LOOK_WITHIN:?}, or the pooler's query_wait_timeout): a pooler's pool is too small for msgw (in session mode each replica holds up to 18 server sessions; in transaction mode a few serve every replica), or the database is overloaded"
         ))
     };
     match tokio::time::timeout(LOOK_WITHIN, look(options)).await {

@@ -170,6 +170,7 @@ on_both_stores!(
     guard_codes::a_safe_prefix_is_never_held_but_its_codes_count_against_keys,
     suppressions::a_callers_change_commits_with_its_event_and_reads_back,
     suppressions::a_claims_group_reads_the_list_in_the_same_store_call,
+    suppressions::concurrent_claims_groups_each_read_their_own_numbers,
     suppressions::keyword_replies_change_their_messages_number_once_in_order,
     suppressions::the_newest_reply_decides_whatever_order_replies_arrive_in,
     suppressions::replicas_applying_replies_out_of_order_end_in_the_newest_state,

@@ -538,3 +538,56 @@ pub async fn a_claims_group_reads_the_list_in_the_same_store_call(fixture: Fixtu
         [4470000000]
     );
 }
+
+/// Many dispatch groups at once (as several envelopes' claims meet the writer thread
+/// or the claims connection together): every group gets its own replies and exactly
+/// its own listed numbers, and every id is claimed once.
+pub async fn concurrent_claims_groups_each_read_their_own_numbers(fixture: Fixture) {
+    let store = fixture.open().await;
+    // Numbers 380970000000 + k; the even ones opted out.
+    let number = |k: u64| 380_970_000_000 + k;
+    for k in (0..40).step_by(2) {
+        store
+            .append_log(&[change(number(k), true, "")])
+            .await
+            .unwrap();
+    }
+    let groups = (0..16u64).map(|g| {
+        let store = store.clone();
+        async move {
+            let claims: Vec<ClaimChange> = (0..8u64)
+                .map(|i| ClaimChange::Claim {
+                    id: ClientId::new(10_000 + g * 8 + i).unwrap(),
+                    fingerprint: Fingerprint([9; 32]),
+                    caller: None,
+                    at: Utc::now(),
+                })
+                .collect();
+            // Each group asks about its own five numbers, some shared with others.
+            let asked: Vec<u64> = (0..5).map(|i| (g * 2 + i) % 40).collect();
+            let recipients: Vec<Phone> = asked.iter().map(|&k| phone(number(k))).collect();
+            let checked = store.claim_checking(&claims, &recipients).await.unwrap();
+            (asked, checked)
+        }
+    });
+    let done = futures_util::future::join_all(groups).await;
+    let mut claimed = 0;
+    for (asked, checked) in done {
+        claimed += checked
+            .replies
+            .iter()
+            .filter(|r| **r == ClaimReply::Claimed { attempt: 1 })
+            .count();
+        let mut found: Vec<u64> = checked.suppressed.into_iter().map(Phone::get).collect();
+        found.sort_unstable();
+        let mut listed: Vec<u64> = asked
+            .into_iter()
+            .filter(|k| k % 2 == 0)
+            .map(number)
+            .collect();
+        listed.sort_unstable();
+        listed.dedup();
+        assert_eq!(found, listed);
+    }
+    assert_eq!(claimed, 16 * 8, "each id claimed once, by its own group");
+}

@@ -245,12 +245,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_send_paths_connections_plan_each_statement_anew() {
         let schema = postgres::TestSchema::create().await;
-        let store = super::super::PgDb::open(
-            &crate::adapters::store::StoreTarget::new(&schema.url),
-            Duration::from_secs(60),
-        )
-        .await
-        .unwrap();
+        let store = super::super::migrated(&schema).await;
         let mut conn = store.send_path.connect().await.unwrap();
         let (mode,): (String,) = sqlx::query_as("SHOW plan_cache_mode")
             .fetch_one(&mut conn)

@@ -97,8 +97,6 @@ pub(super) async fn claim_all(
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use chrono::Utc;
 
     use super::super::test_postgres as postgres;
@@ -111,13 +109,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_retried_claim_group_knows_its_own_claims_by_their_tokens() {
         let schema = postgres::TestSchema::create().await;
-        // Opening the store migrates the schema.
-        let store = super::super::PgDb::open(
-            &crate::adapters::store::StoreTarget::new(&schema.url),
-            Duration::from_secs(60),
-        )
-        .await
-        .unwrap();
+        let store = super::super::migrated(&schema).await;
         let mut conn = postgres::connect(&schema.url).await;
         let fingerprint = Fingerprint([3; 32]);
         let now = Utc::now();

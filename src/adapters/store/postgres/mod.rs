@@ -25,6 +25,14 @@ mod take_overs;
 #[path = "../../../../tests/common/postgres.rs"]
 mod test_postgres;
 
+/// The store on a test's schema, which opening it migrates.
+#[cfg(test)]
+async fn migrated(schema: &test_postgres::TestSchema) -> PgDb {
+    PgDb::open(&StoreTarget::new(&schema.url), Duration::from_secs(60))
+        .await
+        .expect("open the store")
+}
+
 use std::{sync::Arc, time::Duration};
 
 use chrono::{DateTime, Utc};

@@ -104,6 +104,16 @@ pub fn share(value: &str) -> Result<f64, String> {
         .ok_or_else(|| "not a share from 0 to 1 (e.g. 0.2)".to_owned())
 }
 
+/// A share at most `most` (`0.1`).
+pub fn share_at_most(most: f64) -> impl Fn(&str) -> Result<f64, String> + Clone + Send + Sync {
+    move |value| {
+        share(value)
+            .ok()
+            .filter(|v| *v <= most)
+            .ok_or_else(|| format!("not a share from 0 to {most} (e.g. 0.1)"))
+    }
+}
+
 /// An absolute `http` or `https` URL.
 pub fn http_url(value: &str) -> Result<url::Url, String> {
     let url = url::Url::parse(value.trim()).map_err(|e| format!("not a URL: {e}"))?;

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
+use crate::core::domain::Priority;
 use crate::core::periodic::Periodic;
 use crate::core::ports::store::{Store, StoreError};
 use crate::core::schedule::{LOOK_EVERY, kept};
@@ -42,7 +43,8 @@ pub async fn move_earlier(store: &dyn Store) -> Result<usize, StoreError> {
         let group = store.earlier_scheduled(GROUP).await?;
         let last = group.len() < GROUP as usize;
         for request in group {
-            let payload = match read_earlier_form(&request.payload).and_then(|op| kept::encode(&op))
+            let payload = match read_earlier_form(&request.payload)
+                .and_then(|op| kept::encode(&op, Priority::Normal))
             {
                 Ok(payload) => payload,
                 // Moved as it was: core cannot read it and refuses it as it leaves (its

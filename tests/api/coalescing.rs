@@ -55,6 +55,9 @@ async fn app(limits: Limits, latency: Duration) -> TestApp {
 
 fn limits(connections: usize, batch_max: usize, queue_max: usize) -> Limits {
     Limits {
+        rate: None,
+        burst: None,
+        bulk_share: 0.1,
         connections,
         batch_max,
         queue_max,

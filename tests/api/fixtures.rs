@@ -80,6 +80,7 @@ async fn voice_otp_fixtures() {
         let r = app
             .messaging()
             .send_voice_otp(SendVoiceOtpRequest {
+                priority: 0,
                 send_at: None,
                 id: app.gateway.requests().len() as u64 + 1,
                 phone: "380971234567".into(),

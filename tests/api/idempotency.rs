@@ -83,6 +83,7 @@ async fn voice_otp_retry_returns_the_same_code() {
     let app = spawn_app().await;
     Remembering::install(&app.gateway);
     let request = || SendVoiceOtpRequest {
+        priority: 0,
         send_at: None,
         id: 77,
         phone: "380970000438".into(),

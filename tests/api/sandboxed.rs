@@ -148,6 +148,7 @@ async fn every_viber_kind_and_fallback_is_accepted_by_the_sandbox() {
         });
         app.messaging()
             .send_viber(SendViberRequest {
+                priority: 0,
                 send_at: None,
                 id,
                 phone: "380971234560".into(),
@@ -196,6 +197,7 @@ async fn rcs_chains_telegram_voice_and_pipeline() {
     let app = spawn_sandboxed_app(STEP).await;
     let mut m = app.messaging();
     m.send_rcs(SendRcsRequest {
+        priority: 0,
         send_at: None,
         id: 20,
         phone: "380000000007".into(),
@@ -229,6 +231,7 @@ async fn rcs_chains_telegram_voice_and_pipeline() {
     .await;
 
     m.send_telegram_otp(SendTelegramOtpRequest {
+        priority: 0,
         send_at: None,
         id: 21,
         phone: "380971234567".into(),
@@ -243,6 +246,7 @@ async fn rcs_chains_telegram_voice_and_pipeline() {
     );
 
     m.send_voice(SendVoiceRequest {
+        priority: 0,
         send_at: None,
         id: 22,
         phone: "380971234567".into(),
@@ -287,6 +291,7 @@ async fn voice_otp_code_is_the_calling_numbers_last_four_digits() {
     let r = app
         .messaging()
         .send_voice_otp(SendVoiceOtpRequest {
+            priority: 0,
             send_at: None,
             id: 33,
             phone: "380970000438".into(),

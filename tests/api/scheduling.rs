@@ -469,6 +469,7 @@ async fn send_at_is_validated() {
     let voice_otp = app
         .messaging()
         .send_voice_otp(SendVoiceOtpRequest {
+            priority: 0,
             id: 310,
             phone: "380971234567".into(),
             send_at: Some(in_(Duration::from_secs(60))),

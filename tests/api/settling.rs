@@ -256,6 +256,9 @@ async fn a_call_queued_past_the_life_of_a_claim_is_still_sent_once() {
     let app = spawn(Options {
         upstream_timeout: Duration::from_secs(1),
         limits: msgw::core::dispatch::Limits {
+            rate: None,
+            burst: None,
+            bulk_share: 0.1,
             connections: 2,
             batch_max: 1,
             queue_max: 1000,

@@ -48,6 +48,7 @@ async fn sms_with_every_field() {
     let r = app
         .messaging()
         .send_sms(SendSmsRequest {
+            priority: 0,
             max_parts: 0,
             send_at: None,
             id: 100500,
@@ -308,6 +309,7 @@ async fn telegram_otp() {
     let app = spawn_app().await;
     app.messaging()
         .send_telegram_otp(SendTelegramOtpRequest {
+            priority: 0,
             send_at: None,
             id: 9,
             phone: "380971234567".into(),
@@ -330,6 +332,7 @@ async fn voice_with_dtmf() {
     let app = spawn_app().await;
     app.messaging()
         .send_voice(SendVoiceRequest {
+            priority: 0,
             send_at: None,
             id: 100500,
             phone: "380971234567".into(),
@@ -356,6 +359,7 @@ async fn voice_otp_returns_code_and_fee() {
     let r = app
         .messaging()
         .send_voice_otp(SendVoiceOtpRequest {
+            priority: 0,
             send_at: None,
             id: 3,
             phone: "380971234567".into(),
@@ -383,6 +387,7 @@ async fn pipeline_with_every_channel_in_order() {
     };
     app.messaging()
         .send_pipeline(SendPipelineRequest {
+            priority: 0,
             send_at: None,
             id: 11,
             phone: "+380971234567".into(),
@@ -606,6 +611,7 @@ async fn documented_sms_request_is_reproduced_exactly() {
     let app = spawn_app().await;
     app.messaging()
         .send_sms(proto::SendSmsRequest {
+            priority: 0,
             max_parts: 0,
             send_at: None,
             id: 100500,

@@ -326,6 +326,7 @@ async fn rejects_rcs_viber_fallback_breaking_viber_rules() {
 
 fn telegram(code: &str) -> SendTelegramOtpRequest {
     SendTelegramOtpRequest {
+        priority: 0,
         send_at: None,
         id: 1,
         phone: "380971234567".into(),
@@ -356,6 +357,7 @@ async fn rejects_telegram_lifetime_under_a_minute() {
 #[tokio::test]
 async fn rejects_voice_without_profile_or_gender() {
     let base = SendVoiceRequest {
+        priority: 0,
         send_at: None,
         id: 1,
         phone: "380971234567".into(),
@@ -516,6 +518,7 @@ async fn rejects_status_and_hlr_without_valid_ids() {
     }));
     assert_eq!(f, ["id", "phone"]);
     let f = refused!(|app| app.messaging().send_voice_otp(SendVoiceOtpRequest {
+        priority: 0,
         send_at: None,
         id: 1,
         phone: String::new()

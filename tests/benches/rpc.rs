@@ -251,6 +251,7 @@ fn run(
         connections: c,
         batch_max: b,
         queue_max: 10_000,
+        ..Limits::default()
     };
     let msgw = start(
         msgw_rt,

@@ -25,7 +25,7 @@ use super::{
     StoreError, VerificationChange, VerificationRecord,
 };
 use crate::core::domain::{
-    CallerName, ClientId, Cursor, LogEvent, Phone, StatusEvent, Suppression,
+    CallerName, ClientId, Cursor, Grant, LogEvent, Phone, RateLimit, StatusEvent, Suppression,
 };
 
 /// msgw's store on one of its two databases.
@@ -203,6 +203,20 @@ impl Store for SqlStore {
             // One process writes a SQLite file: its scheduler hears its own schedules.
             Db::Sqlite(_) => watch::channel(None).1,
             Db::Postgres(db) => db.scheduled_heard(),
+        }
+    }
+
+    async fn take_rate(
+        &self,
+        limit: RateLimit,
+        want: u32,
+        at_least: u32,
+        paced: bool,
+    ) -> Result<Option<Grant>, StoreError> {
+        match &self.db {
+            // One process writes a SQLite file: it keeps its rate itself.
+            Db::Sqlite(_) => Ok(None),
+            Db::Postgres(db) => db.take_rate(limit, want, at_least, paced).await.map(Some),
         }
     }
 

@@ -4,7 +4,8 @@ use super::{
     ENVELOPE_BUCKETS, LATENCY_BUCKETS, counter, gauge, histogram, plain_histogram, register,
 };
 use prometheus::{
-    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Registry, Result,
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, Result,
 };
 
 /// The send path: the queue, envelopes, gateway requests and the store writes around them.
@@ -27,6 +28,16 @@ pub struct DispatchMetrics {
     pub queue_seconds: Histogram,
     /// Calls refused because the queue was full.
     pub queue_rejected: IntCounter,
+    /// Operations waiting, by lane.
+    pub lane_queue_depth: IntGaugeVec,
+    /// Time calls waited before their envelope left, by lane.
+    pub lane_wait_seconds: HistogramVec,
+    /// Operations sent to the gateway, by lane.
+    pub operations_sent: IntCounterVec,
+    /// The contracted rate (`MSGW_UPSTREAM_RATE`; 0: none).
+    pub rate_limit: IntGauge,
+    /// Calls refused, by lane and reason (`queue_full`, `deadline`, `priority`).
+    pub refused: IntCounterVec,
 }
 
 impl DispatchMetrics {
@@ -91,6 +102,44 @@ impl DispatchMetrics {
                     "msgw_upstream_queue_rejected_total",
                     "Calls refused with RESOURCE_EXHAUSTED because the queue was full.",
                 )?,
+            )?,
+            lane_queue_depth: register(
+                registry,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "msgw_upstream_lane_queue_operations",
+                        "Operations waiting for an envelope, by priority lane.",
+                    ),
+                    &["lane"],
+                )?,
+            )?,
+            lane_wait_seconds: {
+                let metric = HistogramVec::new(
+                    HistogramOpts::new(
+                        "msgw_upstream_lane_wait_seconds",
+                        "Time a call waited before its envelope left, by priority lane.",
+                    )
+                    .buckets(LATENCY_BUCKETS.to_vec()),
+                    &["lane"],
+                )?;
+                register(registry, metric)?
+            },
+            operations_sent: counter(
+                registry,
+                "msgw_upstream_operations_sent_total",
+                "Operations sent to the gateway, by priority lane (against msgw_upstream_rate_limit).",
+                &["lane"],
+            )?,
+            rate_limit: gauge(
+                registry,
+                "msgw_upstream_rate_limit",
+                "The contracted rate toward the gateway in operations per second for the whole deployment (MSGW_UPSTREAM_RATE); 0: no limit.",
+            )?,
+            refused: counter(
+                registry,
+                "msgw_upstream_refused_total",
+                "Calls refused by priority lane and reason: queue_full (RESOURCE_EXHAUSTED), deadline (DEADLINE_EXCEEDED before leaving), priority (PERMISSION_DENIED).",
+                &["lane", "reason"],
             )?,
         })
     }

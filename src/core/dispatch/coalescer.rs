@@ -16,9 +16,13 @@
 //! every call queued to be prepared, from any number of callers, so under load the store
 //! sees one write for many calls while the slots only wait for the gateway; a lone call
 //! on an idle msgw is prepared at once.
+//!
+//! Calls queue in priority lanes (`lanes.rs`): envelopes and preparations are filled
+//! from the lanes in order, urgent first, with a floor for the lower lanes. With a
+//! contracted rate (`MSGW_UPSTREAM_RATE`), an envelope leaves only with the rate's
+//! grant for its operations (`shaping.rs`).
 
 use std::{
-    collections::VecDeque,
     future::Future,
     sync::{Arc, Mutex, MutexGuard, atomic::AtomicU8},
     time::Duration,
@@ -28,11 +32,12 @@ use tokio::{sync::oneshot, time::Instant};
 
 use crate::base::metrics::Metrics;
 use crate::base::parse;
-use crate::core::domain::{CallerName, Error, Operation, UnavailableCause};
+use crate::core::dispatch::pace::Pace;
+use crate::core::domain::{CallerName, Error, Operation, Priority, RateLimit, UnavailableCause};
 
 /// How many gateway requests, and operations, msgw allows itself: `msgw serve`'s
 /// `--upstream-*` options.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Args)]
+#[derive(Debug, Clone, Copy, PartialEq, clap::Args)]
 pub struct Limits {
     /// Gateway requests in flight at most, and so connections to the gateway. Calls that
     /// arrive while all are busy queue and go out together in the next free one.
@@ -47,6 +52,35 @@ pub struct Limits {
     /// RetryInfo), so overload cannot grow memory.
     #[arg(long = "upstream-queue-max", env = "MSGW_UPSTREAM_QUEUE_MAX", default_value = "10000", value_parser = parse::between(1usize, 1_000_000))]
     pub queue_max: usize,
+    /// Operations per second the whole deployment may send to the gateway (every
+    /// replica on one PostgreSQL store together); unset: no limit. Operations count one
+    /// each, whatever envelope carries them.
+    #[arg(long = "upstream-rate", env = "MSGW_UPSTREAM_RATE", value_parser = parse::between(1u32, 100_000))]
+    pub rate: Option<u32>,
+    /// Operations that may leave at once under --upstream-rate (1 to the rate); unset:
+    /// one second's worth.
+    #[arg(long = "upstream-burst", env = "MSGW_UPSTREAM_BURST", value_parser = parse::between(1u32, 100_000))]
+    pub burst: Option<u32>,
+    /// The least share of what leaves that each lower priority lane (normal, bulk) gets
+    /// while the lanes above it are busy, 0 to 0.5.
+    #[arg(long = "upstream-bulk-share", env = "MSGW_UPSTREAM_BULK_SHARE", default_value = "0.1", value_parser = parse::share_at_most(0.5))]
+    pub bulk_share: f64,
+}
+
+impl Limits {
+    /// The contracted rate, when one is set.
+    pub fn rate_limit(&self) -> Option<RateLimit> {
+        self.rate.map(|rate| RateLimit::new(rate, self.burst))
+    }
+
+    /// Operations of one call at most: a batch, and under a rate no more than may
+    /// leave at once.
+    pub fn call_max(&self) -> usize {
+        match self.rate_limit() {
+            Some(limit) => self.batch_max.min(limit.burst as usize),
+            None => self.batch_max,
+        }
+    }
 }
 
 impl Default for Limits {
@@ -113,6 +147,8 @@ pub struct Coalescer<R: Runner> {
     runner: Arc<R>,
     limits: Limits,
     metrics: Arc<Metrics>,
+    /// The contracted rate, when one is set.
+    pace: Option<Arc<Pace>>,
     state: Mutex<State<R>>,
 }
 
@@ -125,20 +161,22 @@ impl<R: Runner> std::fmt::Debug for Coalescer<R> {
 }
 
 struct State<R: Runner> {
-    /// Calls waiting to be prepared, in `seq` order.
-    preparing: VecDeque<Call<R>>,
+    /// Calls waiting to be prepared, by lane, in `seq` order in each.
+    preparing: Lanes<R>,
     /// Groups being prepared.
     preparing_now: usize,
-    /// Calls waiting for a slot, in `seq` order.
-    queue: VecDeque<Call<R>>,
-    /// Operations of the calls in `queue`.
-    ready_ops: usize,
+    /// Calls waiting for a slot, by lane, in `seq` order in each.
+    queue: Lanes<R>,
     /// Operations of the groups being prepared.
     claiming_ops: usize,
-    /// Operations of the calls in both queues and in the group being prepared.
+    /// Operations of the calls in both queues and in the groups being prepared.
     queued_ops: usize,
+    /// The same, by lane.
+    lane_ops: [usize; Priority::LANES.len()],
     in_flight: usize,
     next_seq: u64,
+    /// The rate's grants not used yet (see `shaping.rs`).
+    rate: shaping::Credit,
 }
 
 /// What [`Coalescer::take`] took: an envelope, calls to discard, calls to expire.
@@ -148,25 +186,45 @@ type Taken<R> = (Vec<Call<R>>, Vec<Call<R>>, Vec<Call<R>>);
 const PREPARE_MAX_CALLS: usize = 1024;
 
 impl<R: Runner> Coalescer<R> {
-    /// A coalescer feeding `runner`.
+    /// A coalescer feeding `runner`, keeping the rate of `limits` (if any) itself.
+    #[cfg(test)]
     pub fn new(runner: Arc<R>, limits: Limits, metrics: Arc<Metrics>) -> Arc<Self> {
+        let pace = limits.rate_limit().map(|l| Arc::new(Pace::local(l)));
+        Self::paced(runner, limits, metrics, pace)
+    }
+
+    /// A coalescer feeding `runner` whose envelopes leave under `pace` when set.
+    pub fn paced(
+        runner: Arc<R>,
+        limits: Limits,
+        metrics: Arc<Metrics>,
+        pace: Option<Arc<Pace>>,
+    ) -> Arc<Self> {
+        let limits = Limits {
+            connections: limits.connections.max(1),
+            batch_max: limits.batch_max.max(1),
+            queue_max: limits.queue_max.max(1),
+            ..limits
+        };
+        metrics
+            .dispatch
+            .rate_limit
+            .set(pace.as_ref().map_or(0, |p| i64::from(p.limit().per_second)));
         Arc::new(Self {
             runner,
-            limits: Limits {
-                connections: limits.connections.max(1),
-                batch_max: limits.batch_max.max(1),
-                queue_max: limits.queue_max.max(1),
-            },
+            limits,
             metrics,
+            pace,
             state: Mutex::new(State {
-                preparing: VecDeque::new(),
+                preparing: Lanes::new(limits.bulk_share),
                 preparing_now: 0,
-                queue: VecDeque::new(),
-                ready_ops: 0,
+                queue: Lanes::new(limits.bulk_share),
                 claiming_ops: 0,
                 queued_ops: 0,
+                lane_ops: [0; Priority::LANES.len()],
                 in_flight: 0,
                 next_seq: 0,
+                rate: shaping::Credit::default(),
             }),
         })
     }
@@ -187,14 +245,16 @@ impl<R: Runner> Coalescer<R> {
         deadline: Option<Instant>,
         caller: Option<CallerName>,
     ) -> CallReply<R::Answer> {
-        self.call_kept(ops, deadline, caller, None, None).await
+        self.call_kept(ops, Priority::Normal, deadline, caller, None, None)
+            .await
     }
 
-    /// [`Coalescer::call`] of operations carrying a secret, whose claims are kept as
-    /// `confidential` says.
+    /// [`Coalescer::call`] in `lane`, of operations that may carry a secret (their
+    /// claims kept as `confidential` says) or be a scheduled send leaving.
     pub async fn call_kept(
         self: &Arc<Self>,
         ops: Vec<Operation>,
+        lane: Priority,
         deadline: Option<Instant>,
         caller: Option<CallerName>,
         confidential: Option<super::Confidential>,
@@ -209,18 +269,20 @@ impl<R: Runner> Coalescer<R> {
         let phase = Arc::new(Phase(AtomicU8::new(Phase::WAITING)));
         let seq = {
             let mut state = self.lock();
-            if state.queued_ops + size > self.limits.queue_max {
+            if state.lane_ops[lane.lane()] + size > self.limits.queue_max {
+                let retry_after = self.retry_after(&state, lane);
                 drop(state);
                 self.metrics.dispatch.queue_rejected.inc();
-                return Err(Error::Overloaded {
-                    retry_after: Duration::from_millis(100),
-                });
+                self.refused(lane, "queue_full");
+                return Err(Error::Overloaded { retry_after });
             }
             let seq = state.next_seq;
             state.next_seq += 1;
             state.queued_ops += size;
+            state.lane_ops[lane.lane()] += size;
             let call = Call {
                 ops,
+                lane,
                 caller,
                 deadline,
                 confidential,
@@ -235,13 +297,9 @@ impl<R: Runner> Coalescer<R> {
             if self.runner.prepares(&call) {
                 state.preparing.push_back(call);
             } else {
-                state.ready_ops += call.ops.len();
                 state.queue.push_back(call);
             }
-            self.metrics
-                .dispatch
-                .queue_depth
-                .set(gauge(state.queued_ops));
+            self.depth(&state);
             seq
         };
         self.prepare_next();
@@ -259,6 +317,7 @@ impl<R: Runner> Coalescer<R> {
             got = &mut answer => got.unwrap_or_else(|_| Err(dropped())),
             () = tokio::time::sleep_until(deadline) => {
                 if self.remove(seq) || phase.abandon() {
+                    self.refused(lane, "deadline");
                     Err(not_sent())
                 } else {
                     Err(Error::DeadlineExceeded { outcome_unknown: changes_state })
@@ -280,11 +339,16 @@ impl<R: Runner> Coalescer<R> {
                 // write), whose end starts it. An idle msgw never waits.
                 if state.preparing_now > 0
                     && state.in_flight > 0
-                    && state.ready_ops < self.limits.batch_max
+                    && state.queue.ops() < self.limits.batch_max
                 {
                     return;
                 }
-                let (envelope, discarded, expired) = self.take(&mut state);
+                // Under a rate, what the rate granted; else a whole envelope.
+                let Some(room) = self.room(&mut state) else {
+                    return;
+                };
+                let (envelope, discarded, expired) = self.take(&mut state, room);
+                self.spend(&mut state, &envelope);
                 if !envelope.is_empty() {
                     state.in_flight += 1;
                     self.metrics
@@ -317,25 +381,26 @@ impl<R: Runner> Coalescer<R> {
         }
     }
 
-    /// Takes queued calls for one envelope: whole calls, in order, up to `batch_max`
-    /// operations (a larger call goes alone). Calls whose deadline passed are answered
-    /// unsent; those and calls whose caller left come back second, to be discarded;
-    /// prepared calls held longer than the runner allows come back third, unsent.
-    fn take(&self, state: &mut State<R>) -> Taken<R> {
+    /// Takes queued calls for one envelope: whole calls, from the lanes in order, up to
+    /// `room` operations (without a rate, a larger call goes alone). Calls whose
+    /// deadline passed are answered unsent; those and calls whose caller left come back
+    /// second, to be discarded; prepared calls held longer than the runner allows come
+    /// back third, unsent.
+    fn take(&self, state: &mut State<R>, room: usize) -> Taken<R> {
         let now = Instant::now();
         let held_for = self.runner.held_for();
         let (mut envelope, mut discarded, mut expired) = (Vec::new(), Vec::new(), Vec::new());
         let mut size = 0;
         while let Some(next) = state.queue.front() {
             let n = next.ops.len();
-            if size > 0 && size + n > self.limits.batch_max {
+            if (size > 0 || self.pace.is_some()) && size + n > room {
                 break;
             }
-            let Some(call) = state.queue.pop_front() else {
+            let Some(call) = state.queue.pop() else {
                 break;
             };
             state.queued_ops -= n;
-            state.ready_ops -= n;
+            state.lane_ops[call.lane.lane()] -= n;
             if !call.wanted() || call.deadline.is_some_and(|d| d <= now) {
                 discarded.push(call);
                 continue;
@@ -347,42 +412,58 @@ impl<R: Runner> Coalescer<R> {
                 expired.push(call);
                 continue;
             }
-            self.metrics
-                .dispatch
-                .queue_seconds
-                .observe((now - call.since).as_secs_f64());
+            let waited = (now - call.since).as_secs_f64();
+            let dispatch = &self.metrics.dispatch;
+            dispatch.queue_seconds.observe(waited);
+            let lane = call.lane.as_str();
+            dispatch
+                .lane_wait_seconds
+                .with_label_values(&[lane])
+                .observe(waited);
+            dispatch
+                .operations_sent
+                .with_label_values(&[lane])
+                .inc_by(n as u64);
             size += n;
             envelope.push(call);
         }
+        self.depth(state);
+        (envelope, discarded, expired)
+    }
+
+    /// Publishes the queues' depth, in all and by lane.
+    fn depth(&self, state: &State<R>) {
+        let dispatch = &self.metrics.dispatch;
+        dispatch.queue_depth.set(gauge(state.queued_ops));
+        for lane in Priority::LANES {
+            dispatch
+                .lane_queue_depth
+                .with_label_values(&[lane.as_str()])
+                .set(gauge(state.lane_ops[lane.lane()]));
+        }
+    }
+
+    /// Counts a call of `lane` refused for `reason`.
+    fn refused(&self, lane: Priority, reason: &str) {
         self.metrics
             .dispatch
-            .queue_depth
-            .set(gauge(state.queued_ops));
-        (envelope, discarded, expired)
+            .refused
+            .with_label_values(&[lane.as_str(), reason])
+            .inc();
     }
 
     /// Takes call `seq` out of the queues, discarding it; false when it is in neither.
     fn remove(&self, seq: u64) -> bool {
         let removed = {
             let mut state = self.lock();
-            // Calls queue in `seq` order and leave only from the front or by removal, so
-            // both queues stay sorted: a taken call is found absent without scanning.
-            let found = |queue: &VecDeque<Call<R>>| queue.binary_search_by_key(&seq, |c| c.seq);
-            let call = if let Ok(at) = found(&state.preparing) {
-                state.preparing.remove(at)
-            } else if let Ok(at) = found(&state.queue) {
-                let call = state.queue.remove(at);
-                state.ready_ops -= call.as_ref().map_or(0, |c| c.ops.len());
-                call
-            } else {
-                None
+            let call = match state.preparing.remove(seq) {
+                Some(call) => Some(call),
+                None => state.queue.remove(seq),
             };
             if let Some(call) = &call {
                 state.queued_ops -= call.ops.len();
-                self.metrics
-                    .dispatch
-                    .queue_depth
-                    .set(gauge(state.queued_ops));
+                state.lane_ops[call.lane.lane()] -= call.ops.len();
+                self.depth(&state);
             }
             call
         };
@@ -458,9 +539,12 @@ fn dropped() -> Error {
 }
 
 mod call;
+mod lanes;
 mod prepare;
+mod shaping;
 #[cfg(test)]
 mod tests;
 
 pub use call::{Call, latest};
 use call::{Leave, Phase};
+use lanes::Lanes;

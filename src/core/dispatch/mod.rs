@@ -12,8 +12,10 @@ mod coalescer;
 mod confidential;
 mod envelope;
 mod exactly_once;
+mod lanes;
 mod lookups;
 mod optout;
+mod pace;
 mod resolve;
 mod scheduled;
 mod settlement;
@@ -24,7 +26,7 @@ use tokio::time::Instant;
 
 use crate::base::metrics::Metrics;
 use crate::core::domain::{
-    AnswerSource, CallerName, ClientId, Error, Operation, Output, UnavailableCause,
+    AnswerSource, CallerName, ClientId, Error, Operation, Output, Priority, UnavailableCause,
 };
 use crate::core::hooks::HookUrls;
 use crate::core::ports::gateway::{Gateway, UpstreamError};
@@ -35,7 +37,9 @@ pub use coalescer::Limits;
 pub use confidential::Confidential;
 use envelope::{Answer, Engine};
 pub use exactly_once::{Claims, Owned, STALE_MARGIN, fingerprint};
+pub use lanes::Lanes;
 pub use lookups::{LOOKUP_BACKOFF_FIRST, LOOKUP_BACKOFF_MAX};
+use pace::Pace;
 pub use scheduled::{ScheduledKey, scheduled_fingerprint, scheduled_receipt};
 
 /// Delivery tracking: hook URLs injected into sends, and sent messages recorded
@@ -110,13 +114,20 @@ impl Dispatcher {
 
     fn build(engine: Engine, limits: Limits) -> Self {
         let engine = Arc::new(engine);
-        let coalescer = Coalescer::new(engine.clone(), limits, engine.metrics.clone());
+        let pace = limits.rate_limit().map(|limit| {
+            Arc::new(match &engine.tracking {
+                Some(tracking) => Pace::shared(limit, tracking.store.clone()),
+                None => Pace::local(limit),
+            })
+        });
+        let coalescer = Coalescer::paced(engine.clone(), limits, engine.metrics.clone(), pace);
         Self { engine, coalescer }
     }
 
-    /// Operations one call may hold at most: they always share one envelope.
+    /// Operations one call may hold at most: they always share one envelope (under a
+    /// rate, no more than may leave at once).
     pub fn batch_max(&self) -> usize {
-        self.coalescer.limits().batch_max
+        self.coalescer.limits().call_max()
     }
 
     /// The gateway operations go to.
@@ -148,35 +159,38 @@ impl Dispatcher {
             .map_err(|e| e.unavailable("msgw's store is unavailable"))
     }
 
-    /// Runs one operation.
+    /// Runs one operation of msgw's own (a poll, a refresh) in the normal lane.
     pub async fn execute(
         &self,
         op: Operation,
         deadline: Option<Instant>,
     ) -> Result<Executed, Error> {
-        let mut results = self.execute_all(vec![op], deadline, None).await?;
+        let mut results = self
+            .execute_all(vec![op], Priority::Normal.into(), deadline, None)
+            .await?;
         results
             .pop()
             .unwrap_or_else(|| Err(Error::Internal("no result for the operation".into())))
     }
 
-    /// Runs several operations of `caller` in one envelope: an error of the whole call,
-    /// or one result per operation in order. Keyed operations' ids must be distinct. An
-    /// operation whose id another call is sending waits for that call's outcome (up to
-    /// `deadline`) and is then answered from it.
+    /// Runs several operations of `caller`, each in its lane, in one envelope per lane:
+    /// an error of the whole call, or one result per operation in order. Keyed
+    /// operations' ids must be distinct. An operation whose id another call is sending
+    /// waits for that call's outcome (up to `deadline`) and is then answered from it.
     pub async fn execute_all(
         &self,
         ops: Vec<Operation>,
+        lanes: Lanes,
         deadline: Option<Instant>,
         caller: Option<&CallerName>,
     ) -> Result<Vec<Result<Executed, Error>>, Error> {
-        self.execute_all_kept(ops, deadline, caller, None, None)
+        self.execute_all_kept(ops, lanes, deadline, caller, None, None)
             .await
     }
 
-    /// Runs one operation of `caller` whose text carries a secret: the same send, with
-    /// the same exactly-once rules, but its claim keeps no copy of the secret (see
-    /// [`Confidential`]).
+    /// Runs one operation of `caller` whose text carries a secret (a one-time code,
+    /// always urgent): the same send, with the same exactly-once rules, but its claim
+    /// keeps no copy of the secret (see [`Confidential`]).
     pub async fn execute_confidential(
         &self,
         op: Operation,
@@ -184,8 +198,9 @@ impl Dispatcher {
         caller: Option<&CallerName>,
         confidential: &Confidential,
     ) -> Result<Executed, Error> {
+        let lanes = Priority::Urgent.into();
         let mut results = self
-            .execute_all_kept(vec![op], deadline, caller, Some(confidential), None)
+            .execute_all_kept(vec![op], lanes, deadline, caller, Some(confidential), None)
             .await?;
         results
             .pop()
@@ -199,12 +214,20 @@ impl Dispatcher {
     pub async fn execute_scheduled(
         &self,
         op: Operation,
+        lane: Priority,
         deadline: Option<Instant>,
         caller: Option<&CallerName>,
         scheduled: ScheduledKey,
     ) -> Result<Executed, Error> {
         let mut results = self
-            .execute_all_kept(vec![op], deadline, caller, None, Some(scheduled))
+            .execute_all_kept(
+                vec![op],
+                lane.into(),
+                deadline,
+                caller,
+                None,
+                Some(scheduled),
+            )
             .await?;
         results
             .pop()
@@ -215,6 +238,7 @@ impl Dispatcher {
     async fn execute_all_kept(
         &self,
         ops: Vec<Operation>,
+        lanes: Lanes,
         deadline: Option<Instant>,
         caller: Option<&CallerName>,
         confidential: Option<&Confidential>,
@@ -224,27 +248,50 @@ impl Dispatcher {
         let mut pending: Vec<(usize, Operation)> = ops.into_iter().enumerate().collect();
         while !pending.is_empty() {
             let mut settled = self.engine.claims.as_ref().map(Claims::subscribe);
-            let (indices, batch): (Vec<usize>, Vec<Operation>) = pending.into_iter().unzip();
-            let answers = self
-                .coalescer
-                .call_kept(
-                    batch,
-                    deadline,
-                    caller.cloned(),
-                    confidential.cloned(),
-                    scheduled,
-                )
-                .await?;
-            if answers.len() != indices.len() {
-                return Err(Error::Internal(format!(
-                    "{} answers for {} operations",
-                    answers.len(),
-                    indices.len()
-                )));
+            let by_lane = lanes.split(pending);
+            let single = by_lane.len() == 1;
+            let calls = by_lane.into_iter().map(|(lane, indexed)| async move {
+                let (indices, batch): (Vec<usize>, Vec<Operation>) = indexed.into_iter().unzip();
+                let answers = self
+                    .coalescer
+                    .call_kept(
+                        batch,
+                        lane,
+                        deadline,
+                        caller.cloned(),
+                        confidential.cloned(),
+                        scheduled,
+                    )
+                    .await;
+                (indices, answers)
+            });
+            let mut answered = Vec::new();
+            for (indices, answers) in futures_util::future::join_all(calls).await {
+                match answers {
+                    Ok(answers) if answers.len() == indices.len() => {
+                        answered.extend(indices.into_iter().zip(answers));
+                    }
+                    Ok(answers) => {
+                        return Err(Error::Internal(format!(
+                            "{} answers for {} operations",
+                            answers.len(),
+                            indices.len()
+                        )));
+                    }
+                    // One lane's call: the error of the call as a whole.
+                    Err(e) if single => return Err(e),
+                    // Calls in several lanes: each operation of the failed one answers
+                    // the error, the others their own results.
+                    Err(e) => {
+                        for i in indices {
+                            results[i] = Some(Err(e.clone()));
+                        }
+                    }
+                }
             }
             pending = Vec::new();
             let mut stale_at: Option<chrono::DateTime<chrono::Utc>> = None;
-            for (i, answer) in indices.into_iter().zip(answers) {
+            for (i, answer) in answered {
                 match answer {
                     Answer::Done(result) => results[i] = Some(result),
                     Answer::Wait { op, stale_at: s } => {

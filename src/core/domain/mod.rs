@@ -13,6 +13,8 @@ mod number_type;
 mod ops;
 mod outputs;
 mod permission;
+mod priority;
+mod rate;
 mod sms_parts;
 mod status;
 mod suppression;
@@ -40,6 +42,8 @@ pub use outputs::{
     SmsTemplate, StatusReport, ViberTemplate, VoiceOtpCall, Waited,
 };
 pub use permission::Permission;
+pub use priority::Priority;
+pub use rate::{Grant, RateLimit, RateWindow};
 pub use sms_parts::{SmsEncoding, SmsEstimate, estimate as estimate_sms};
 pub use status::{Channel, ReportedStatus, Status};
 pub use suppression::{

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use super::{Queries, status_answer};
 use crate::core::dispatch::Executed;
-use crate::core::domain::{AnswerSource, ClientId, Error, Operation, Output};
+use crate::core::domain::{AnswerSource, ClientId, Error, Operation, Output, Priority};
 
 /// One result per operation of a call, or an error of the call as a whole.
 pub type Results = Result<Vec<Result<Executed, Error>>, Error>;
@@ -137,7 +137,9 @@ impl Queries {
                         .into_iter()
                         .map(Operation::GetMessageStatus)
                         .collect();
-                    let results = dispatcher.execute_all(ops, None, None).await?;
+                    let results = dispatcher
+                        .execute_all(ops, Priority::Normal.into(), None, None)
+                        .await?;
                     Ok(results.into_iter().map(status_answer).collect())
                 }
                 .boxed()

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use crate::base::metrics::Metrics;
 use crate::base::parse;
-use crate::core::dispatch::{Dispatcher, Executed};
+use crate::core::dispatch::{Dispatcher, Executed, Lanes};
 use crate::core::domain::{
     AnswerSource, CallerName, ClientId, Error, OpKind, Operation, Output, StatusReport, Waited,
 };
@@ -93,6 +93,7 @@ impl Queries {
     pub async fn execute_all(
         &self,
         ops: Vec<Operation>,
+        lanes: Lanes,
         deadline: Option<Instant>,
         caller: Option<&CallerName>,
     ) -> Result<Vec<Result<Executed, Error>>, Error> {
@@ -101,7 +102,11 @@ impl Queries {
             [op @ (Operation::GetBalance | Operation::ListSenders)] => {
                 Ok(vec![self.account(op.clone(), deadline).await])
             }
-            _ => self.dispatcher.execute_all(ops, deadline, caller).await,
+            _ => {
+                self.dispatcher
+                    .execute_all(ops, lanes, deadline, caller)
+                    .await
+            }
         }
     }
 

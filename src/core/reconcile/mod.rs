@@ -14,7 +14,8 @@ use tokio::sync::watch;
 use crate::base::parse;
 use crate::core::dispatch::Dispatcher;
 use crate::core::domain::{
-    ClientId, DeliveryReport, Error, EventSource, NewEvent, Operation, Output, StatusReport,
+    ClientId, DeliveryReport, Error, EventSource, NewEvent, Operation, Output, Priority,
+    StatusReport,
 };
 use crate::core::events::EventLog;
 use crate::core::periodic::Periodic;
@@ -121,7 +122,11 @@ impl Reconciler {
             .iter()
             .map(|m| Operation::GetMessageStatus(m.client_id))
             .collect();
-        let results = match self.dispatcher.execute_all(ops, None, None).await {
+        let results = match self
+            .dispatcher
+            .execute_all(ops, Priority::Normal.into(), None, None)
+            .await
+        {
             Ok(results) => results,
             Err(e) => {
                 for m in &due {

@@ -12,7 +12,7 @@ use chrono::Utc;
 use super::{Reconciler, delivery_report, store_error};
 use crate::core::dispatch::Owned;
 use crate::core::domain::{
-    ClientId, Error, EventSource, NewEvent, Operation, Output, StatusReport,
+    ClientId, Error, EventSource, NewEvent, Operation, Output, Priority, StatusReport,
 };
 use crate::core::ports::store::{
     AcceptedOutcome, ClaimChange, ClaimReply, SentMessage, Settlement,
@@ -71,7 +71,11 @@ impl Reconciler {
             .iter()
             .map(|o| Operation::GetMessageStatus(o.id))
             .collect();
-        let answers = match self.dispatcher.execute_all(queries, None, None).await {
+        let answers = match self
+            .dispatcher
+            .execute_all(queries, Priority::Normal.into(), None, None)
+            .await
+        {
             Ok(answers) => answers,
             Err(e) => {
                 let retry_at = Utc::now() + chrono::Duration::from_std(RETRY).unwrap_or_default();

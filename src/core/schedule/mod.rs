@@ -29,11 +29,11 @@ use tokio::time::Instant;
 
 use crate::base::metrics::Metrics;
 use crate::core::dispatch::{
-    Dispatcher, Executed, ScheduledKey, scheduled_fingerprint, scheduled_receipt,
+    Dispatcher, Executed, Lanes, ScheduledKey, scheduled_fingerprint, scheduled_receipt,
 };
 use crate::core::domain::{
-    CallerName, ClientId, DeliveryReport, Error, EventSource, NewEvent, Operation, ReportedStatus,
-    StatusReport,
+    CallerName, ClientId, DeliveryReport, Error, EventSource, NewEvent, Operation, Priority,
+    ReportedStatus, StatusReport,
 };
 use crate::core::events::EventLog;
 use crate::core::ports::store::{ClaimState, NewScheduled, ScheduleReply, Store, StoreError};
@@ -109,6 +109,7 @@ impl Scheduler {
     pub async fn execute_all(
         &self,
         ops: Vec<(Operation, Option<Timed>)>,
+        lanes: Lanes,
         deadline: Option<Instant>,
         caller: Option<&CallerName>,
     ) -> Result<Vec<Result<Executed, Error>>, Error> {
@@ -121,16 +122,22 @@ impl Scheduler {
                 None => plain.push((i, op)),
             }
         }
-        let sends =
-            join_all(timed.into_iter().map(|(i, op, time)| async move {
-                (i, self.send(op, time, deadline, caller).await)
-            }));
+        let lanes = &lanes;
+        let sends = join_all(timed.into_iter().map(|(i, op, time)| async move {
+            (i, self.send(op, time, lanes.of(i), deadline, caller).await)
+        }));
         let (indices, plain): (Vec<usize>, Vec<Operation>) = plain.into_iter().unzip();
+        let plain_lanes = match lanes {
+            Lanes::All(lane) => Lanes::All(*lane),
+            Lanes::Each(_) => Lanes::Each(indices.iter().map(|&i| lanes.of(i)).collect()),
+        };
         let now = async {
             if plain.is_empty() {
                 return Ok(Vec::new());
             }
-            self.dispatcher.execute_all(plain, deadline, caller).await
+            self.dispatcher
+                .execute_all(plain, plain_lanes, deadline, caller)
+                .await
         };
         let (sent, now) = tokio::join!(sends, now);
         for (i, result) in sent {
@@ -151,6 +158,7 @@ impl Scheduler {
         &self,
         op: Operation,
         time: Timed,
+        lane: Priority,
         deadline: Option<Instant>,
         caller: Option<&CallerName>,
     ) -> Result<Executed, Error> {
@@ -170,14 +178,14 @@ impl Scheduler {
             return match record {
                 Some(r) if r.fingerprint == fingerprint && r.caller.as_ref() == caller => {
                     self.dispatcher
-                        .execute_scheduled(op, deadline, caller, key)
+                        .execute_scheduled(op, lane, deadline, caller, key)
                         .await
                 }
                 // Not its retry: a send now (the dispatcher answers a conflict).
                 Some(_) | None => {
                     let mut results = self
                         .dispatcher
-                        .execute_all(vec![op], deadline, caller)
+                        .execute_all(vec![op], lane.into(), deadline, caller)
                         .await?;
                     results.pop().unwrap_or_else(|| {
                         Err(Error::Internal("no result for the operation".into()))
@@ -190,7 +198,7 @@ impl Scheduler {
             fingerprint,
             caller: caller.cloned(),
             send_at: time.send_at,
-            payload: kept::encode(&op)?,
+            payload: kept::encode(&op, lane)?,
             at: now,
         };
         match self.store.schedule(&new).await.map_err(store_error)? {
@@ -227,7 +235,7 @@ impl Scheduler {
                     | ClaimState::Released { .. }
                     | ClaimState::Unknown { .. } => {
                         self.dispatcher
-                            .execute_scheduled(op, deadline, caller, key)
+                            .execute_scheduled(op, lane, deadline, caller, key)
                             .await
                     }
                 }

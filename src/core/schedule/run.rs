@@ -115,9 +115,9 @@ impl Scheduler {
     /// Sends one due message and settles what the store keeps of it.
     async fn leave(&self, message: DueScheduled) {
         let id = message.id;
-        let op = match super::kept::decode(&message.payload) {
-            Ok(op) if op.idempotency_key() == Some(id) => op,
-            Ok(op) => {
+        let (op, lane) = match super::kept::decode(&message.payload) {
+            Ok((op, lane)) if op.idempotency_key() == Some(id) => (op, lane),
+            Ok((op, _)) => {
                 let reason = format!(
                     "the kept request of id {id} reads back as another message ({})",
                     op.rpc_name()
@@ -141,7 +141,7 @@ impl Scheduler {
         let result = loop {
             match self
                 .dispatcher
-                .execute_scheduled(op.clone(), None, message.caller.as_ref(), key)
+                .execute_scheduled(op.clone(), lane, None, message.caller.as_ref(), key)
                 .await
             {
                 Err(Error::Overloaded { retry_after }) => tokio::time::sleep(retry_after).await,

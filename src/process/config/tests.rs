@@ -262,7 +262,10 @@ fn upstream_limits_default_to_the_documented_values() {
         Limits {
             connections: 8,
             batch_max: 50,
-            queue_max: 10_000
+            queue_max: 10_000,
+            rate: None,
+            burst: None,
+            bulk_share: 0.1,
         }
     );
 }
@@ -274,6 +277,9 @@ fn upstream_limits_out_of_range_are_refused_with_the_flag_named() {
         (["--upstream-batch-max", "0"], "--upstream-batch-max"),
         (["--upstream-batch-max", "1001"], "--upstream-batch-max"),
         (["--upstream-queue-max", "10"], "--upstream-queue-max"),
+        (["--upstream-rate", "0"], "--upstream-rate"),
+        (["--upstream-burst", "0"], "--upstream-burst"),
+        (["--upstream-bulk-share", "0.6"], "--upstream-bulk-share"),
     ] {
         let error = serve(&args).unwrap_err().to_string();
         assert!(error.contains(flag), "{args:?}: {error}");

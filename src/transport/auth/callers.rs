@@ -13,6 +13,9 @@
 //! queries_per_second = 20   # optional token bucket of every call that sends nothing
 //! queries_burst = 40        # optional, of queries_per_second
 //! memory_share = 0.5        # optional: its share of the gRPC port's memory budget
+//! priority = "normal"       # optional: its sends' lane when they ask none
+//!                           # ("urgent", "normal" (default) or "bulk")
+//! max_priority = "normal"   # optional: the most it may ask (default "urgent")
 //! ```
 
 use std::{
@@ -26,8 +29,8 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
-use crate::core::domain::CallerName;
 pub use crate::core::domain::Permission;
+use crate::core::domain::{CallerName, Priority};
 
 /// Whose delivery events a caller streams.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -54,6 +57,10 @@ pub struct Caller {
     queries: Option<Arc<Rate>>,
     /// Its share of the gRPC port's memory budget (`None`: the port's default).
     pub memory_share: Option<f64>,
+    /// The lane of its sends that ask none.
+    pub priority: Priority,
+    /// The most urgent lane it may ask for.
+    pub max_priority: Priority,
 }
 
 impl Caller {
@@ -66,6 +73,8 @@ impl Caller {
             rate: None,
             queries: None,
             memory_share: None,
+            priority: Priority::Normal,
+            max_priority: Priority::Urgent,
         }
     }
 
@@ -169,6 +178,8 @@ struct Entry {
     queries_per_second: Option<f64>,
     queries_burst: Option<f64>,
     memory_share: Option<f64>,
+    priority: Option<Priority>,
+    max_priority: Option<Priority>,
 }
 
 /// One token hash, or several while a token is rotated.
@@ -262,6 +273,13 @@ impl Callers {
                     "{at}.memory_share must be above 0 and at most 1 (a share of MSGW_GRPC_MEMORY_BUDGET), got {share}"
                 ));
             }
+            let max_priority = entry.max_priority.unwrap_or(Priority::Urgent);
+            let priority = entry.priority.unwrap_or(Priority::Normal.min(max_priority));
+            if priority > max_priority {
+                return Err(format!(
+                    "{at}.priority {priority} is above its max_priority {max_priority}"
+                ));
+            }
             let caller = Arc::new(Caller {
                 name: Some(name.clone()),
                 permissions: permissions.iter().fold(0, |bits, p| bits | p.bit()),
@@ -269,6 +287,8 @@ impl Callers {
                 rate: sends,
                 queries,
                 memory_share: entry.memory_share,
+                priority,
+                max_priority,
             });
             if callers
                 .by_name

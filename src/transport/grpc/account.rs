@@ -29,9 +29,9 @@ impl Account {
         handler::unary_with(
             queries.dispatcher(),
             request,
-            |ops, deadline, caller| async move {
+            |ops, lanes, deadline, caller| async move {
                 queries
-                    .execute_all(ops, deadline, caller.name.as_ref())
+                    .execute_all(ops, lanes, deadline, caller.name.as_ref())
                     .await
             },
         )

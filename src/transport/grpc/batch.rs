@@ -28,7 +28,7 @@ impl Rpc<BatchResponse> for BatchRequest {
         Asks::Batch(
             self.items
                 .iter()
-                .map(|item| item.operation.as_ref().map(op_kind))
+                .map(|item| item.operation.as_ref().map(asked))
                 .collect(),
         )
     }
@@ -155,10 +155,11 @@ macro_rules! batchable {
             $($variant,)*
         }
 
-        /// The kind of operation an item asks for, before it is parsed.
-        fn op_kind(item: &Item) -> OpKind {
+        /// An item's kind, the priority it asks and its field name, read before it is
+        /// parsed.
+        fn asked(item: &Item) -> (OpKind, i32, &'static str) {
             match item {
-                $(Item::$variant(_) => OpKind::$variant,)*
+                $(Item::$variant(r) => (OpKind::$variant, r.asked_priority(), $field),)*
             }
         }
 

@@ -13,7 +13,7 @@ use tracing::{Instrument, field};
 
 use super::convert::{FromOutput, IntoOperation, counted_parts};
 use crate::base::metrics::Metrics;
-use crate::core::dispatch::{Dispatcher, Executed};
+use crate::core::dispatch::{Dispatcher, Executed, Lanes};
 use crate::core::domain::{AnswerSource, Error, Operation, Permission, SmsEstimate, Violations};
 use crate::core::held::CallAccount;
 use crate::transport::auth::{self, Asks, Caller};
@@ -72,7 +72,7 @@ impl<Req: IntoOperation, Resp: FromOutput> Rpc<Resp> for Req {
     type Shape = Option<SmsEstimate>;
 
     fn asks(&self) -> Asks {
-        Asks::Operation(Req::KIND)
+        Asks::Operation(Req::KIND, self.asked_priority())
     }
 
     fn plan(self, _batch_max: usize) -> Result<(Vec<Operation>, Self::Shape), Error> {
@@ -110,11 +110,15 @@ pub async fn unary<Req, Resp>(
 where
     Req: Rpc<Resp>,
 {
-    unary_with(dispatcher, request, |ops, deadline, caller| async move {
-        dispatcher
-            .execute_all(ops, deadline, caller.name.as_ref())
-            .await
-    })
+    unary_with(
+        dispatcher,
+        request,
+        |ops, lanes, deadline, caller| async move {
+            dispatcher
+                .execute_all(ops, lanes, deadline, caller.name.as_ref())
+                .await
+        },
+    )
     .await
 }
 
@@ -124,7 +128,7 @@ where
 pub async fn unary_with<Req, Resp, Run>(
     dispatcher: &Dispatcher,
     request: Request<Req>,
-    execute: impl FnOnce(Vec<Operation>, Option<Instant>, Arc<Caller>) -> Run,
+    execute: impl FnOnce(Vec<Operation>, Lanes, Option<Instant>, Arc<Caller>) -> Run,
 ) -> Result<Response<Resp>, Status>
 where
     Req: Rpc<Resp>,
@@ -140,7 +144,7 @@ where
             record_operations(&ops);
             own_messages_only(dispatcher, &call.caller, &ops, Req::BATCH).await?;
             let names: Vec<&'static str> = ops.iter().map(Operation::rpc_name).collect();
-            let results = execute(ops, call.deadline, call.caller).await;
+            let results = execute(ops, call.lanes, call.deadline, call.caller).await;
             count_operations(dispatcher.metrics(), &names, &results);
             Req::respond(shape, results?)
         },
@@ -156,6 +160,8 @@ pub struct Call {
     pub deadline: Option<Instant>,
     /// The account of the call's stream on the gRPC port (see [`account_of`]).
     pub account: CallAccount,
+    /// The lane of each of its operations, as admitted.
+    pub lanes: Lanes,
 }
 
 /// Runs one RPC of any service, every one in the same order: the caller (authenticated
@@ -177,11 +183,12 @@ where
     let caller = auth::caller_of(&request)?;
     let method = auth::method_of(&request);
     observed(metrics, method, &caller, async {
-        auth::admit(&caller, method, &asks(request.get_ref()))?;
+        let lanes = auth::admit(&caller, method, &asks(request.get_ref()), metrics)?;
         let call = Call {
             caller: caller.clone(),
             deadline: super::deadline::deadline(&request),
             account: account_of(&request),
+            lanes,
         };
         let parsed = parse(request.into_inner())?;
         run(parsed, call).await

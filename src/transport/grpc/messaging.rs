@@ -9,7 +9,7 @@ use tonic::{Request, Response, Status};
 use super::convert::{estimate, estimate_text, looked_up, timestamp};
 use super::handler::{self, Provenance, Rpc};
 use super::schedule::{TimedRequest, batch_timings, timing};
-use crate::core::dispatch::{Dispatcher, Executed};
+use crate::core::dispatch::{Dispatcher, Executed, Lanes};
 use crate::core::domain::{ClientId, Error, Operation, Output, Permission, Phone, estimate_sms};
 use crate::core::events::EventLog;
 use crate::core::queries::Queries;
@@ -58,11 +58,11 @@ impl Messaging {
         handler::unary_with(
             &self.dispatcher,
             request,
-            |ops, deadline, caller| async move {
+            |ops, lanes, deadline, caller| async move {
                 let timed = timed?;
                 let ops = ops.into_iter().map(|op| (op, timed)).collect();
                 scheduler
-                    .execute_all(ops, deadline, caller.name.as_ref())
+                    .execute_all(ops, lanes, deadline, caller.name.as_ref())
                     .await
             },
         )
@@ -131,9 +131,9 @@ impl MessagingService for Messaging {
             return handler::unary_with(
                 &self.dispatcher,
                 request,
-                |ops, deadline, caller| async move {
+                |ops, lanes, deadline, caller| async move {
                     queries
-                        .execute_all(ops, deadline, caller.name.as_ref())
+                        .execute_all(ops, lanes, deadline, caller.name.as_ref())
                         .await
                 },
             )
@@ -151,7 +151,7 @@ impl MessagingService for Messaging {
         };
         let request = Request::from_parts(metadata, extensions, query);
         let (events, queries) = (&self.events, &self.queries);
-        handler::unary_with(&self.dispatcher, request, move |ops, _, _| async move {
+        handler::unary_with(&self.dispatcher, request, move |ops, _, _, _| async move {
             let [Operation::GetMessageStatus(id)] = ops[..] else {
                 return Err(Error::Internal(format!(
                     "a status request parsed as {ops:?}"
@@ -233,7 +233,7 @@ impl MessagingService for Messaging {
         handler::unary_with(
             &self.dispatcher,
             request,
-            |ops, deadline, caller| async move {
+            |ops, lanes, deadline, caller| async move {
                 // Parsed items keep their order: one timing each.
                 let timings = timings?;
                 if timings.len() != ops.len() {
@@ -244,11 +244,25 @@ impl MessagingService for Messaging {
                     )));
                 }
                 // Status items as a lone GetMessageStatus is answered (core/queries);
-                // the others now, or kept until their `send_at`.
-                let items = ops.into_iter().zip(timings).collect();
+                // the others now, or kept until their `send_at`, each in its lane.
+                let items = ops
+                    .into_iter()
+                    .zip(timings)
+                    .enumerate()
+                    .map(|(i, (op, timing))| (op, (timing, lanes.of(i))))
+                    .collect();
                 queries
                     .execute_batch(items, deadline, |others| {
-                        scheduler.execute_all(others, deadline, caller.name.as_ref())
+                        let (ops, lanes): (Vec<_>, Vec<_>) = others
+                            .into_iter()
+                            .map(|(op, (timing, lane))| ((op, timing), lane))
+                            .unzip();
+                        scheduler.execute_all(
+                            ops,
+                            Lanes::Each(lanes),
+                            deadline,
+                            caller.name.as_ref(),
+                        )
                     })
                     .await
             },

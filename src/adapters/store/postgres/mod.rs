@@ -15,6 +15,7 @@ mod claims;
 mod events;
 mod insert_claims;
 mod pooler;
+mod rate;
 mod reach;
 mod sessions;
 mod settlements;

@@ -9,12 +9,14 @@ use std::sync::{
 use tokio::{sync::oneshot, time::Instant};
 
 use super::{CallReply, Coalescer, Runner};
-use crate::core::domain::{CallerName, Operation};
+use crate::core::domain::{CallerName, Operation, Priority};
 
 /// One queued call.
 pub struct Call<R: Runner> {
     /// Its operations, in order.
     pub ops: Vec<Operation>,
+    /// The lane it waits in.
+    pub lane: Priority,
     /// Who made it (`None`: no caller authentication).
     pub caller: Option<CallerName>,
     /// When the caller stops waiting.

@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::{Call, Coalescer, PREPARE_MAX_CALLS, Runner, gauge};
+use super::{Call, Coalescer, PREPARE_MAX_CALLS, Runner};
+use crate::core::domain::Priority;
 
 impl<R: Runner> Coalescer<R> {
     /// Starts preparing the calls queued for it, unless the runner's preparations are
@@ -18,17 +19,21 @@ impl<R: Runner> Coalescer<R> {
             }
             let (mut group, mut discarded) = (Vec::new(), Vec::new());
             let now = Instant::now();
-            // Claims are made for one round of gateway requests ahead at most: a
-            // prepared call waits for a slot briefly, never long enough for its claim
-            // to count as abandoned (see `Runner::held_for`).
-            let round = self.limits.connections * self.limits.batch_max;
-            let mut ahead = state.ready_ops + state.claiming_ops;
+            // Claims are made for one round of gateway requests ahead at most (under a
+            // rate, one second of it): a prepared call waits for a slot briefly, never
+            // long enough for its claim to count as abandoned (see `Runner::held_for`).
+            let mut round = self.limits.connections * self.limits.batch_max;
+            if let Some(pace) = &self.pace {
+                round = round.min((pace.limit().per_second as usize).max(self.limits.batch_max));
+            }
+            let mut ahead = state.queue.ops() + state.claiming_ops;
             while group.len() < PREPARE_MAX_CALLS && ahead < round {
-                let Some(call) = state.preparing.pop_front() else {
+                let Some(call) = state.preparing.pop() else {
                     break;
                 };
                 if !call.wanted() || call.deadline.is_some_and(|d| d <= now) {
                     state.queued_ops -= call.ops.len();
+                    state.lane_ops[call.lane.lane()] -= call.ops.len();
                     discarded.push(call);
                     continue;
                 }
@@ -36,18 +41,18 @@ impl<R: Runner> Coalescer<R> {
                 group.push(call);
             }
             state.preparing_now += usize::from(!group.is_empty());
-            self.metrics
-                .dispatch
-                .queue_depth
-                .set(gauge(state.queued_ops));
+            self.depth(&state);
             (group, discarded)
         };
         self.discard(discarded);
         if group.is_empty() {
             return;
         }
-        let ops = group.iter().map(|c| c.ops.len()).sum();
-        self.lock().claiming_ops += ops;
+        let mut ops = [0; Priority::LANES.len()];
+        for call in &group {
+            ops[call.lane.lane()] += call.ops.len();
+        }
+        self.lock().claiming_ops += ops.iter().sum::<usize>();
         let this = self.clone();
         tokio::spawn(async move {
             // Ends the preparation even if the runner panics.
@@ -66,8 +71,8 @@ impl<R: Runner> Coalescer<R> {
 /// preparation and starts what queued meanwhile.
 struct Prepared<R: Runner> {
     coalescer: Arc<Coalescer<R>>,
-    /// Operations of the group.
-    ops: usize,
+    /// Operations of the group, by lane.
+    ops: [usize; Priority::LANES.len()],
     /// When it began.
     started: Instant,
     /// The calls the preparation left to send.
@@ -78,28 +83,26 @@ impl<R: Runner> Drop for Prepared<R> {
     fn drop(&mut self) {
         {
             let mut state = self.coalescer.lock();
-            let ready: usize = self.ready.iter().map(|c| c.ops.len()).sum();
-            // Calls answered in preparation leave the count; the rest stay in it.
-            state.queued_ops -= self.ops.saturating_sub(ready).min(state.queued_ops);
-            state.claiming_ops -= self.ops.min(state.claiming_ops);
-            // Keep the queue in `seq` order: calls that needed no preparation may have
+            let mut ready = [0; Priority::LANES.len()];
+            for call in &self.ready {
+                ready[call.lane.lane()] += call.ops.len();
+            }
+            // Calls answered in preparation leave the counts; the rest stay in them.
+            for (lane, (ops, ready)) in self.ops.iter().zip(ready).enumerate() {
+                let answered = ops.saturating_sub(ready);
+                state.queued_ops -= answered.min(state.queued_ops);
+                state.lane_ops[lane] -= answered.min(state.lane_ops[lane]);
+            }
+            let ops = self.ops.iter().sum::<usize>();
+            state.claiming_ops -= ops.min(state.claiming_ops);
+            // Each lane stays in `seq` order: calls that needed no preparation may have
             // queued behind the group meanwhile.
             for mut call in self.ready.drain(..) {
                 call.claimed_at = Some(self.started);
-                state.ready_ops += call.ops.len();
-                if state.queue.back().is_none_or(|last| last.seq < call.seq) {
-                    state.queue.push_back(call);
-                } else {
-                    let at = state.queue.partition_point(|c| c.seq < call.seq);
-                    state.queue.insert(at, call);
-                }
+                state.queue.insert(call);
             }
             state.preparing_now -= 1;
-            self.coalescer
-                .metrics
-                .dispatch
-                .queue_depth
-                .set(gauge(state.queued_ops));
+            self.coalescer.depth(&state);
         }
         self.coalescer.prepare_next();
         self.coalescer.pump();

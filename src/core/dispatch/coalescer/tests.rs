@@ -54,6 +54,7 @@ fn limits(connections: usize, batch_max: usize, queue_max: usize) -> Limits {
         connections,
         batch_max,
         queue_max,
+        ..Limits::default()
     }
 }
 

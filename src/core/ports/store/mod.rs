@@ -20,8 +20,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::core::domain::{
-    CallerName, Channel, ClientId, Cursor, Error, LogEvent, NewEvent, Phone, StatusEvent,
-    Suppression, UnavailableCause,
+    CallerName, Channel, ClientId, Cursor, Error, Grant, LogEvent, NewEvent, Phone, RateLimit,
+    StatusEvent, Suppression, UnavailableCause,
 };
 
 pub use claim::{
@@ -266,6 +266,18 @@ pub trait Store: std::fmt::Debug + Send + Sync + 'static {
     /// heard of (on a shared store, other replicas' too): a hint for the scheduler to
     /// look sooner than its next look, never a replacement for looking.
     fn scheduled_heard(&self) -> tokio::sync::watch::Receiver<Option<DateTime<Utc>>>;
+
+    /// Takes up to `want` operations (all or none below `at_least`; `paced`: see
+    /// [`crate::core::domain::RateWindow::grant`]) from the deployment's rate toward the
+    /// gateway, kept in this store for every replica on it, on the store's clock.
+    /// `None`: this store is no shared one (one process keeps the rate itself).
+    async fn take_rate(
+        &self,
+        limit: RateLimit,
+        want: u32,
+        at_least: u32,
+        paced: bool,
+    ) -> Result<Option<Grant>, StoreError>;
 
     /// Drops events beyond the retention, messages that no longer need tracking and
     /// claims past their retention; returns how many events were dropped.

@@ -13,9 +13,9 @@ mod viber;
 use serde::{Deserialize, Serialize};
 
 use crate::core::domain::{
-    ClientId, Error, HttpUrl, Lifetime, Operation, OtpCode, Phone, PipelineSend, RcsFallback,
-    RcsSend, Recipient, Scope, SmsSend, TelegramOtp, Text, TextKind, ValueError, ViberSend,
-    ViberStage, Violations, VoiceSend,
+    ClientId, Error, HttpUrl, Lifetime, Operation, OtpCode, Phone, PipelineSend, Priority,
+    RcsFallback, RcsSend, Recipient, Scope, SmsSend, TelegramOtp, Text, TextKind, ValueError,
+    ViberSend, ViberStage, Violations, VoiceSend,
 };
 
 use steps::{KeptStep, KeptVoice, pipeline_steps};
@@ -26,18 +26,19 @@ use viber::{KeptSms, KeptViber, KeptViberStage};
 /// `process/kept_upgrade.rs`).
 pub const FORM: u32 = 1;
 
-/// The request to keep for `op`, which must be schedulable.
-pub fn encode(op: &Operation) -> Result<Vec<u8>, Error> {
+/// The request to keep for `op`, which must be schedulable, and the lane it leaves in.
+pub fn encode(op: &Operation, lane: Priority) -> Result<Vec<u8>, Error> {
     let kept = Kept {
         form: FORM,
         op: KeptOp::of(op)?,
+        lane: Some(lane),
     };
     serde_json::to_vec(&kept)
         .map_err(|e| Error::Internal(format!("a request to keep does not encode: {e}")))
 }
 
-/// The operation of a kept request, validated again.
-pub fn decode(bytes: &[u8]) -> Result<Operation, Error> {
+/// The operation of a kept request, validated again, and its lane.
+pub fn decode(bytes: &[u8]) -> Result<(Operation, Priority), Error> {
     let kept: Kept = serde_json::from_slice(bytes)
         .map_err(|e| Error::Internal(format!("a kept request does not read back: {e}")))?;
     if kept.form != FORM {
@@ -48,7 +49,11 @@ pub fn decode(bytes: &[u8]) -> Result<Operation, Error> {
     }
     let mut violations = Violations::new();
     let op = kept.op.into_operation(&mut violations.scope(""));
-    violations.finish(op)
+    // Kept before sends had lanes: normal, as every send was then.
+    Ok((
+        violations.finish(op)?,
+        kept.lane.unwrap_or(Priority::Normal),
+    ))
 }
 
 /// What is stored: the form's number and the operation.
@@ -56,6 +61,9 @@ pub fn decode(bytes: &[u8]) -> Result<Operation, Error> {
 struct Kept {
     form: u32,
     op: KeptOp,
+    /// The lane it leaves in (absent in requests kept before lanes: normal).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    lane: Option<Priority>,
 }
 
 /// A schedulable operation, its values as plain text and numbers.

@@ -154,8 +154,8 @@ fn schedulable() -> Vec<Operation> {
 fn every_schedulable_operation_reads_back_as_it_was_kept() {
     for op in schedulable() {
         assert!(op.schedulable(), "{op:?}");
-        let kept = encode(&op).unwrap();
-        assert_eq!(decode(&kept).unwrap(), op);
+        let kept = encode(&op, Priority::Bulk).unwrap();
+        assert_eq!(decode(&kept).unwrap(), (op, Priority::Bulk));
     }
 }
 
@@ -163,14 +163,17 @@ fn every_schedulable_operation_reads_back_as_it_was_kept() {
 fn what_cannot_be_scheduled_is_never_kept() {
     for op in [Operation::SendVoiceOtp(to(9)), Operation::GetBalance] {
         assert!(!op.schedulable());
-        assert!(matches!(encode(&op), Err(Error::Internal(_))), "{op:?}");
+        assert!(
+            matches!(encode(&op, Priority::Normal), Err(Error::Internal(_))),
+            "{op:?}"
+        );
     }
 }
 
 #[test]
 fn a_kept_request_is_validated_again_and_another_form_is_refused() {
     let op = &schedulable()[0];
-    let kept = String::from_utf8(encode(op).unwrap()).unwrap();
+    let kept = String::from_utf8(encode(op, Priority::Normal).unwrap()).unwrap();
     let bad_phone = kept.replace("380971234567", "123");
     let Err(Error::InvalidArgument(v)) = decode(bad_phone.as_bytes()) else {
         panic!("a bad phone read back");

@@ -23,6 +23,12 @@ pub trait IntoOperation {
 
     /// Checks every field, recording violations in `s`; `None` if any field failed.
     fn into_operation(self, s: &mut Scope<'_>) -> Option<Operation>;
+
+    /// The priority it asks (`msgw.v1.Priority`'s number; 0: the caller's default),
+    /// read before it is parsed. Only sends ask one.
+    fn asked_priority(&self) -> i32 {
+        0
+    }
 }
 
 /// The text of an EstimateSms request, checked as SendSms checks its `message`.
@@ -128,6 +134,10 @@ pub fn voice(s: &mut Scope<'_>, field: &str, v: Option<proto::VoiceProfile>) -> 
 impl IntoOperation for proto::SendSmsRequest {
     const KIND: OpKind = OpKind::SendSms;
 
+    fn asked_priority(&self) -> i32 {
+        self.priority
+    }
+
     fn into_operation(self, s: &mut Scope<'_>) -> Option<Operation> {
         let to = recipient(self.id, &self.phone, s);
         let message = text(s, "message", TextKind::Message, &self.message);
@@ -155,6 +165,10 @@ impl IntoOperation for proto::SendSmsRequest {
 impl IntoOperation for proto::SendTelegramOtpRequest {
     const KIND: OpKind = OpKind::SendTelegramOtp;
 
+    fn asked_priority(&self) -> i32 {
+        self.priority
+    }
+
     fn into_operation(self, s: &mut Scope<'_>) -> Option<Operation> {
         let to = recipient(self.id, &self.phone, s);
         let code = s.check("code", OtpCode::parse(&self.code));
@@ -169,6 +183,10 @@ impl IntoOperation for proto::SendTelegramOtpRequest {
 
 impl IntoOperation for proto::SendVoiceRequest {
     const KIND: OpKind = OpKind::SendVoice;
+
+    fn asked_priority(&self) -> i32 {
+        self.priority
+    }
 
     fn into_operation(self, s: &mut Scope<'_>) -> Option<Operation> {
         let to = recipient(self.id, &self.phone, s);
@@ -185,6 +203,10 @@ impl IntoOperation for proto::SendVoiceRequest {
 
 impl IntoOperation for proto::SendVoiceOtpRequest {
     const KIND: OpKind = OpKind::SendVoiceOtp;
+
+    fn asked_priority(&self) -> i32 {
+        self.priority
+    }
 
     fn into_operation(self, s: &mut Scope<'_>) -> Option<Operation> {
         recipient(self.id, &self.phone, s).map(Operation::SendVoiceOtp)

@@ -11,6 +11,10 @@ use crate::transport::proto;
 impl IntoOperation for proto::SendPipelineRequest {
     const KIND: OpKind = OpKind::SendPipeline;
 
+    fn asked_priority(&self) -> i32 {
+        self.priority
+    }
+
     fn into_operation(self, s: &mut Scope<'_>) -> Option<Operation> {
         let to = recipient(self.id, &self.phone, s);
         let steps = pipeline_steps(s, self);

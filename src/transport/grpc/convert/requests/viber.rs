@@ -161,6 +161,10 @@ impl From<proto::viber_fallback::Content> for ViberOneof {
 impl IntoOperation for proto::SendViberRequest {
     const KIND: OpKind = OpKind::SendViber;
 
+    fn asked_priority(&self) -> i32 {
+        self.priority
+    }
+
     fn into_operation(self, s: &mut Scope<'_>) -> Option<Operation> {
         let to = recipient(self.id, &self.phone, s);
         let signature = text(s, "signature", TextKind::Signature, &self.signature);
@@ -183,6 +187,10 @@ impl IntoOperation for proto::SendViberRequest {
 
 impl IntoOperation for proto::SendRcsRequest {
     const KIND: OpKind = OpKind::SendRcs;
+
+    fn asked_priority(&self) -> i32 {
+        self.priority
+    }
 
     fn into_operation(self, s: &mut Scope<'_>) -> Option<Operation> {
         let to = recipient(self.id, &self.phone, s);

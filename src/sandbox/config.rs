@@ -24,6 +24,9 @@ pub struct SandboxConfig {
     pub webhook_attempts: u32,
     /// Delay before the first webhook retry; doubles on each further retry.
     pub webhook_backoff: Duration,
+    /// Operations a second the sandbox accepts, like a gateway's contracted rate;
+    /// `None`: no limit.
+    pub rate: Option<u32>,
 }
 
 impl Default for SandboxConfig {
@@ -32,8 +35,8 @@ impl Default for SandboxConfig {
     }
 }
 
-/// Speeds of the sandbox's simulated delivery: options of `msgw sandbox`, and of
-/// `msgw serve` for its built-in sandbox.
+/// Speeds of the sandbox's simulated delivery and the rate it accepts: options of
+/// `msgw sandbox`, and of `msgw serve` for its built-in sandbox.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Tuning {
     /// Sandbox: delay between two status changes of a message (e.g. `1s`, `20ms`).
@@ -45,6 +48,10 @@ pub struct Tuning {
     /// Sandbox: delay before the first webhook retry; doubles on each retry.
     #[arg(long, env = "MSGW_SANDBOX_WEBHOOK_BACKOFF", default_value = "500ms", value_parser = crate::base::parse::duration)]
     pub sandbox_webhook_backoff: Duration,
+    /// Sandbox: operations a second it accepts, as a gateway's contracted rate; an
+    /// envelope over it is refused whole with HTTP 429. Unset: no limit.
+    #[arg(long, env = "MSGW_SANDBOX_RATE", value_parser = crate::base::parse::between(1u32, 100_000))]
+    pub sandbox_rate: Option<u32>,
 }
 
 impl Tuning {
@@ -59,6 +66,7 @@ impl Tuning {
             account_webhook_url: None,
             webhook_attempts: self.sandbox_webhook_attempts,
             webhook_backoff: self.sandbox_webhook_backoff,
+            rate: self.sandbox_rate,
         }
     }
 }

@@ -24,6 +24,9 @@ pub enum EnvelopeError {
     MissingData,
     #[error("data must be a non-empty array")]
     DataNotArray,
+    /// Over the contracted rate (`MSGW_SANDBOX_RATE`): answered with HTTP 429.
+    #[error("Too many requests")]
+    TooManyRequests,
 }
 
 /// Why one operation of an envelope failed (its item has `success:false`).

@@ -29,11 +29,20 @@ pub(super) fn router(inner: Arc<Inner>) -> Router {
 /// Always HTTP 200: the gateway reports every failure inside the envelope
 /// (docs/gateway.md#errors, rule 1).
 /// Except for the magic number whose answer is lost: every operation is carried out,
-/// then the request is answered with HTTP 502.
+/// then the request is answered with HTTP 502. And over the contracted rate: nothing
+/// is carried out, HTTP 429, as a gateway enforcing a contract would answer.
 async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Body) -> Response {
     let reply = match envelope(&inner, &headers, body).await {
         Ok(items) => {
             tracing::debug!(operations = items.len(), "sandbox request");
+            if let Err(retry_after) = inner.admit(items.len()) {
+                tracing::debug!(
+                    operations = items.len(),
+                    retry_after,
+                    "sandbox: over its rate: HTTP 429"
+                );
+                return too_many_requests(retry_after);
+            }
             let results: Vec<Value> = items.iter().map(|item| ops::run(&inner, item)).collect();
             // What the answer shows (a msg_id, a balance, a status) is saved before it goes
             // out, so a crash right after it takes nothing back. If it cannot be saved, the
@@ -57,6 +66,18 @@ async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Body)
         }
     };
     Json(reply).into_response()
+}
+
+/// The refusal of a whole envelope over the rate: the envelope-level error body, and
+/// when to retry in whole seconds.
+fn too_many_requests(retry_after: u64) -> Response {
+    let body = json!({"success": false, "error": EnvelopeError::TooManyRequests.to_string()});
+    (
+        StatusCode::TOO_MANY_REQUESTS,
+        [(header::RETRY_AFTER, retry_after.to_string())],
+        Json(body),
+    )
+        .into_response()
 }
 
 /// Whether an operation is for the number whose answer the sandbox loses.

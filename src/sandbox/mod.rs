@@ -20,6 +20,7 @@ mod message;
 mod ops;
 mod persist;
 mod pipeline;
+mod rate;
 mod saved;
 mod sends;
 mod state;
@@ -58,6 +59,8 @@ struct Inner {
     stopped: watch::Sender<bool>,
     /// Where the account is kept across restarts; `None`: in memory only.
     persistence: Option<persist::Persistence>,
+    /// The operations of the last second, when a rate is set.
+    rate: Option<Mutex<rate::Window>>,
 }
 
 /// Locks the account state; a panic elsewhere while holding the lock must not take
@@ -79,6 +82,18 @@ impl Inner {
     async fn durable(&self) -> Result<(), crate::core::ports::store::StoreError> {
         match &self.persistence {
             Some(persistence) => persistence.durable().await,
+            None => Ok(()),
+        }
+    }
+
+    /// Counts an envelope of `ops` operations if the rate allows them now; else
+    /// counts nothing and says in how many whole seconds they would fit.
+    fn admit(&self, ops: usize) -> Result<(), u64> {
+        match &self.rate {
+            Some(window) => window
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .admit(std::time::Instant::now(), ops),
             None => Ok(()),
         }
     }
@@ -127,8 +142,10 @@ impl Sandbox {
             .map_err(|err| tracing::error!(%err, "sandbox cannot build its webhook client"))
             .ok();
         let (stopped, _) = watch::channel(false);
+        let rate = config.rate.map(|rate| Mutex::new(rate::Window::new(rate)));
         Self {
             inner: Arc::new(Inner {
+                rate,
                 config,
                 state,
                 http,

@@ -195,6 +195,8 @@ pub struct Options {
     pub upstream_url: Option<String>,
     /// Run against the sandbox with this step delay instead of the fake gateway.
     pub sandbox_step: Option<Duration>,
+    /// The sandbox's contracted rate (operations a second), with `sandbox_step`.
+    pub sandbox_rate: Option<u32>,
     /// First status poll after sending.
     pub reconcile_after: Duration,
     /// Reuse this store directory (a restart).
@@ -244,6 +246,7 @@ impl Default for Options {
             upstream_settle: Duration::ZERO,
             upstream_url: None,
             sandbox_step: None,
+            sandbox_rate: None,
             // Tests that do not expect polling must not see any.
             reconcile_after: Duration::from_secs(3600),
             store: None,
@@ -305,6 +308,7 @@ pub fn config(options: Options, gateway: &FakeGateway) -> (Config, Arc<tempfile:
         Some(step_delay) => Upstream::Sandbox(SandboxConfig {
             step_delay,
             webhook_backoff: Duration::from_millis(10),
+            rate: options.sandbox_rate,
             ..SandboxConfig::default()
         }),
         None => Upstream::Gateway {

@@ -19,6 +19,7 @@ mod frames;
 mod fraud_guard;
 #[path = "../common/gateway.rs"]
 mod gateway;
+mod gateway_rate;
 mod guard_bursts;
 mod guard_codes;
 mod guard_regions;

@@ -5,4 +5,5 @@ mod api;
 mod common;
 mod delivery;
 mod inbox;
+mod rate;
 mod validation;

@@ -7,6 +7,7 @@ mod flex;
 mod iso8601;
 mod request;
 mod response;
+mod retry_after;
 mod webhook;
 
 use std::{sync::Arc, time::Duration};
@@ -123,6 +124,13 @@ impl GatewayClient {
             .await
             .map_err(transport_error)?;
         let status = response.status();
+        // A refusal for the gateway's rate is the one HTTP error that says nothing was
+        // done, so its sends are released for a retry rather than left unknown.
+        if status == reqwest::StatusCode::TOO_MANY_REQUESTS {
+            let retry_after =
+                retry_after::parse(response.headers().get(reqwest::header::RETRY_AFTER));
+            return Err(UpstreamError::RateLimited { retry_after });
+        }
         if !status.is_success() {
             return Err(UpstreamError::HttpStatus(status.as_u16()));
         }
@@ -223,6 +231,7 @@ fn outcome(result: &Result<Vec<ItemOutcome>, UpstreamError>) -> &'static str {
         Err(UpstreamError::BadEnvelope(_)) => "bad_response",
         Err(UpstreamError::AccessDenied) => "access_denied",
         Err(UpstreamError::EnvelopeRejected(_)) => "envelope_rejected",
+        Err(UpstreamError::RateLimited { .. }) => "rate_limited",
     }
 }
 

@@ -347,6 +347,9 @@ fn upstream_error(e: &UpstreamError, changes_state: bool) -> Error {
         UpstreamError::Timeout(_) => UnavailableCause::Timeout,
         UpstreamError::HttpStatus(code) => UnavailableCause::HttpStatus(*code),
         UpstreamError::BadEnvelope(_) => UnavailableCause::BadResponse,
+        UpstreamError::RateLimited { retry_after } => UnavailableCause::RateLimited {
+            retry_after: *retry_after,
+        },
     };
     Error::Unavailable {
         cause,

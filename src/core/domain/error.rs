@@ -22,6 +22,11 @@ pub enum UnavailableCause {
     HttpStatus(u16),
     /// The gateway's answer was not its JSON envelope (docs/gateway.md#envelope).
     BadResponse,
+    /// The gateway refused the request as over its rate (HTTP 429): nothing was sent.
+    RateLimited {
+        /// When the gateway said to retry, if it said.
+        retry_after: Option<std::time::Duration>,
+    },
     /// msgw's own store failed.
     Store,
     /// msgw is shutting down.
@@ -291,13 +296,15 @@ fn rate_text(caller: &str, sends: &u32, never: bool) -> String {
     }
 }
 
-/// The text of an `Unavailable` error: only a gateway problem is called one.
+/// The text of an `Unavailable` error: only a gateway problem is called one, and a
+/// refusal for the gateway's rate is not an outage (its detail says what it is).
 fn unavailable_text(cause: UnavailableCause, detail: &str) -> String {
     match cause {
         UnavailableCause::Store
         | UnavailableCause::ShuttingDown
         | UnavailableCause::Settling { .. }
-        | UnavailableCause::LookupBackoff { .. } => detail.to_owned(),
+        | UnavailableCause::LookupBackoff { .. }
+        | UnavailableCause::RateLimited { .. } => detail.to_owned(),
         _ => format!("the gateway is unavailable: {detail}"),
     }
 }

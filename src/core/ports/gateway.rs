@@ -35,6 +35,13 @@ pub enum UpstreamError {
     /// The gateway refused the whole envelope with another text.
     #[error("the gateway refused the request: {0}")]
     EnvelopeRejected(String),
+    /// The gateway refused the whole envelope for its rate (HTTP 429): nothing of it
+    /// was done. `retry_after`: when the gateway said to retry, if it said.
+    #[error("the gateway refused the request as over its rate (HTTP 429); nothing was done")]
+    RateLimited {
+        /// The gateway's `Retry-After`.
+        retry_after: Option<Duration>,
+    },
 }
 
 impl UpstreamError {
@@ -43,7 +50,10 @@ impl UpstreamError {
     pub fn may_have_arrived(&self) -> bool {
         !matches!(
             self,
-            Self::Unreachable(_) | Self::AccessDenied | Self::EnvelopeRejected(_)
+            Self::Unreachable(_)
+                | Self::AccessDenied
+                | Self::EnvelopeRejected(_)
+                | Self::RateLimited { .. }
         )
     }
 }

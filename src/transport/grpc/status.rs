@@ -65,6 +65,7 @@ pub fn reason(e: &Error) -> &'static str {
             | UnavailableCause::Timeout
             | UnavailableCause::HttpStatus(_)
             | UnavailableCause::BadResponse => "UPSTREAM_UNAVAILABLE",
+            UnavailableCause::RateLimited { .. } => "UPSTREAM_RATE_LIMITED",
             // Always with `outcome_unknown` (above); here only for completeness.
             UnavailableCause::Settling { .. } | UnavailableCause::LookupBackoff { .. } => {
                 "OUTCOME_UNKNOWN"
@@ -169,6 +170,11 @@ fn details(e: Error) -> Details {
             retry_after: match cause {
                 UnavailableCause::Settling { retry_after }
                 | UnavailableCause::LookupBackoff { retry_after } => Some(retry_after),
+                // A caller always learns when to come back, a second when the gateway
+                // did not say.
+                UnavailableCause::RateLimited { retry_after } => {
+                    Some(retry_after.unwrap_or(std::time::Duration::from_secs(1)))
+                }
                 _ => None,
             },
             ..Details::default()
@@ -273,6 +279,7 @@ fn cause_name(cause: UnavailableCause) -> String {
         UnavailableCause::Timeout => "timeout".to_owned(),
         UnavailableCause::HttpStatus(code) => format!("http_{code}"),
         UnavailableCause::BadResponse => "bad_response".to_owned(),
+        UnavailableCause::RateLimited { .. } => "rate_limited".to_owned(),
         UnavailableCause::Store => "store".to_owned(),
         UnavailableCause::ShuttingDown => "shutting_down".to_owned(),
         UnavailableCause::Settling { .. } => "settling".to_owned(),

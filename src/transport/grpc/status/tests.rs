@@ -43,6 +43,11 @@ fn every_error() -> Vec<Error> {
             outcome_unknown: false,
             detail: "store".into(),
         },
+        Error::Unavailable {
+            cause: UnavailableCause::RateLimited { retry_after: None },
+            outcome_unknown: false,
+            detail: "429".into(),
+        },
         Error::DeadlineExceeded {
             outcome_unknown: false,
         },
@@ -212,6 +217,16 @@ fn retry_advice_and_violations_reach_the_status() {
         }),
         second
     );
+    let rate_limited = |retry_after| Error::Unavailable {
+        cause: UnavailableCause::RateLimited { retry_after },
+        outcome_unknown: false,
+        detail: String::new(),
+    };
+    assert_eq!(
+        retry(rate_limited(Some(Duration::from_secs(7)))),
+        Some(Duration::from_secs(7))
+    );
+    assert_eq!(retry(rate_limited(None)), second);
     let bad = Status::from(Error::InvalidArgument(vec![Violation {
         field: "phone".into(),
         description: "bad".into(),

@@ -244,6 +244,11 @@ number as digits (YAML numbers reach templates as floats, and 1000000 would prin
 {{- if and .Values.config.upstreamUrl (not (include "msgw.callers" .)) (not (include "msgw.mtls" .)) (not .Values.allowUnauthenticated) }}
 {{- fail "msgw: config.upstreamUrl is set (a real gateway) but no caller authentication is configured: anyone who reaches the gRPC port could send paid messages and read every delivery event. Set callers.existingSecret or callers.inline (bearer tokens), or grpc.tls.enabled with grpc.tls.clientCA.enabled (mTLS), or allowUnauthenticated: true if something in front of msgw (a service mesh) already authenticates callers." }}
 {{- end }}
+{{- $rate := .Values.config.upstreamRate }}
+{{- $burst := .Values.config.upstreamBurst }}
+{{- if and (not (kindIs "invalid" $rate)) (not (kindIs "invalid" $burst)) (gt (float64 $burst) (float64 $rate)) }}
+{{- fail (printf "msgw: config.upstreamBurst (%d) must not exceed config.upstreamRate (%d): a burst is at most one second's worth of sends." (int64 $burst) (int64 $rate)) }}
+{{- end }}
 {{- if and .Values.tracing.enabled (not .Values.tracing.otlpEndpoint) }}
 {{- fail "msgw: tracing.enabled needs tracing.otlpEndpoint." }}
 {{- end }}

@@ -46,6 +46,7 @@ mod sandboxed;
 mod scheduling;
 mod security;
 mod settling;
+mod shaping;
 mod tls;
 mod tools;
 mod translation;

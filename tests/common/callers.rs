@@ -24,6 +24,8 @@ pub struct Entry {
     rate: Option<(f64, u32)>,
     memory_share: Option<f64>,
     queries: Option<(f64, u32)>,
+    priority: Option<&'static str>,
+    max_priority: Option<&'static str>,
 }
 
 impl Entry {
@@ -45,7 +47,16 @@ impl Entry {
             rate: None,
             memory_share: None,
             queries: None,
+            priority: None,
+            max_priority: None,
         }
+    }
+
+    /// Its sends' lane when they ask none, and the most it may ask.
+    pub fn priorities(mut self, priority: &'static str, max_priority: &'static str) -> Self {
+        self.priority = Some(priority);
+        self.max_priority = Some(max_priority);
+        self
     }
 
     /// Only these permissions (default: all but admin).
@@ -110,6 +121,12 @@ impl Callers {
             }
             if let Some((rate, burst)) = e.rate {
                 let _ = writeln!(out, "sends_per_second = {rate:?}\nburst = {burst}");
+            }
+            if let Some(priority) = e.priority {
+                let _ = writeln!(out, "priority = {priority:?}");
+            }
+            if let Some(max) = e.max_priority {
+                let _ = writeln!(out, "max_priority = {max:?}");
             }
             if let Some(share) = e.memory_share {
                 let _ = writeln!(out, "memory_share = {share:?}");

@@ -30,6 +30,8 @@ pub const API_KEY: &str = "test-key-5f0c";
 /// One request as the fake gateway received it.
 #[derive(Debug, Clone)]
 pub struct Recorded {
+    /// When it arrived.
+    pub at: Instant,
     pub path: String,
     pub content_type: Option<String>,
     pub body: Value,
@@ -182,6 +184,32 @@ impl FakeGateway {
         self.state.requests.lock().unwrap().clone()
     }
 
+    /// Each operation msgw sent (every item of every request) with when it arrived.
+    pub fn arrivals(&self) -> Vec<(Instant, Value)> {
+        self.requests()
+            .into_iter()
+            .flat_map(|r| {
+                let items = r.body["data"].as_array().cloned().unwrap_or_default();
+                items.into_iter().map(move |item| (r.at, item))
+            })
+            .collect()
+    }
+
+    /// The most operations that arrived within any one second.
+    pub fn most_in_one_second(&self) -> usize {
+        let mut at: Vec<Instant> = self.arrivals().into_iter().map(|(t, _)| t).collect();
+        at.sort();
+        let mut most = 0;
+        let mut start = 0;
+        for end in 0..at.len() {
+            while at[end].duration_since(at[start]) >= Duration::from_secs(1) {
+                start += 1;
+            }
+            most = most.max(end - start + 1);
+        }
+        most
+    }
+
     /// The only operation object msgw sent, after checking the envelope around it.
     pub fn only_item(&self) -> Value {
         let requests = self.requests();
@@ -215,6 +243,7 @@ async fn handle(
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     if *state.keep_requests.lock().unwrap() {
         state.requests.lock().unwrap().push(Recorded {
+            at: started,
             path: "/api/json.php".into(),
             content_type: headers
                 .get("content-type")

@@ -543,6 +543,8 @@ mod lanes;
 mod prepare;
 mod shaping;
 #[cfg(test)]
+mod shaping_tests;
+#[cfg(test)]
 mod tests;
 
 pub use call::{Call, latest};

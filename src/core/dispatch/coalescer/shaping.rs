@@ -31,8 +31,12 @@ pub(super) struct Credit {
     until: Option<Instant>,
     /// An ask of the rate is under way.
     asking: bool,
-    /// When the last refused ask said the rate would have room.
-    retry_at: Option<Instant>,
+    /// When the last refused ask said the rate would have room: for urgent calls (from
+    /// the burst) and for the others (paced) apart, so an urgent call asks past a paced
+    /// refusal once, and never again before its own refusal's time.
+    retry_at: [Option<Instant>; 2],
+    /// Whether the ask under way is for an urgent call.
+    urgent: bool,
 }
 
 impl<R: Runner> Coalescer<R> {
@@ -53,7 +57,7 @@ impl<R: Runner> Coalescer<R> {
             return Some(credit.granted.min(self.limits.batch_max));
         }
         let urgent = lane == Priority::Urgent;
-        if credit.asking || !(urgent || credit.retry_at.is_none_or(|at| at <= now)) {
+        if credit.asking || credit.retry_at[usize::from(urgent)].is_some_and(|at| at > now) {
             return None;
         }
         let free = self.limits.connections - state.in_flight;
@@ -67,6 +71,7 @@ impl<R: Runner> Coalescer<R> {
         );
         let have = state.rate.granted;
         state.rate.asking = true;
+        state.rate.urgent = urgent;
         self.ask(
             pace.clone(),
             want.saturating_sub(have).max(1),
@@ -165,11 +170,11 @@ impl<R: Runner> Drop for Asking<R> {
             if self.granted > 0 {
                 credit.granted += self.granted;
                 credit.until = Some(now + CREDIT_FOR);
-                credit.retry_at = None;
+                credit.retry_at = [None, None];
                 None
             } else {
                 let at = now + self.retry_in;
-                credit.retry_at = Some(at);
+                credit.retry_at[usize::from(credit.urgent)] = Some(at);
                 Some(at)
             }
         };

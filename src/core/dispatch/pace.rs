@@ -61,7 +61,7 @@ impl Pace {
 
     /// Operations that leave a tenth of a second at a time when they are paced.
     pub fn quantum(&self) -> usize {
-        self.limit.paced() as usize
+        self.limit.tenth() as usize
     }
 
     /// Grants up to `want` operations now, all or none below `at_least` (see

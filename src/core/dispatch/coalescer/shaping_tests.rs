@@ -194,8 +194,8 @@ async fn envelopes_leave_within_the_rate_in_tenths_of_a_second() {
             .sum();
         assert!(in_second <= 20, "{in_second} in one second");
     }
-    // A tenth of a second's worth at a time, not one by one.
-    assert!(envelopes.iter().all(|(_, _, n)| *n <= 2), "{envelopes:?}");
+    // A tenth or two of a second's worth at a time, not one by one.
+    assert!(envelopes.iter().all(|(_, _, n)| *n <= 4), "{envelopes:?}");
     assert!(envelopes.len() <= 35, "{} envelopes", envelopes.len());
 }
 

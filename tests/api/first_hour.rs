@@ -93,6 +93,13 @@ async fn the_readmes_opt_out_examples_run_as_written_twice_and_print_what_they_s
     runs_as_written_twice(&steps).await;
 }
 
+#[tokio::test]
+async fn the_readmes_shaping_example_runs_as_written_twice_and_prints_what_it_shows() {
+    let steps = readme_steps("Traffic shaping");
+    assert!(!steps.is_empty(), "the section's steps: {steps:#?}");
+    runs_as_written_twice(&steps).await;
+}
+
 /// Runs `steps` as one script, twice in a row against one msgw on its sandbox, and
 /// checks each step prints what the README shows (numbers aside).
 async fn runs_as_written_twice(steps: &[(String, Option<String>)]) {

@@ -175,7 +175,11 @@ async fn run(args: &Args, store_url: &str, replicas: usize) -> anyhow::Result<()
         "shaping: rate {}/s, {} replica(s) on {}, gateway latency {} ms",
         args.rate,
         replicas,
-        if store_url.starts_with("sqlite") { "SQLite" } else { "PostgreSQL" },
+        if store_url.starts_with("sqlite") {
+            "SQLite"
+        } else {
+            "PostgreSQL"
+        },
         args.latency_ms
     );
     println!(

@@ -149,7 +149,27 @@ pub struct Coalescer<R: Runner> {
     metrics: Arc<Metrics>,
     /// The contracted rate, when one is set.
     pace: Option<Arc<Pace>>,
+    /// The lanes' own metrics, looked up once.
+    lanes: LaneMetrics,
     state: Mutex<State<R>>,
+}
+
+/// Each lane's series of the lane metrics, by [`Priority::lane`].
+struct LaneMetrics {
+    depth: [prometheus::IntGauge; Priority::LANES.len()],
+    wait: [prometheus::Histogram; Priority::LANES.len()],
+    sent: [prometheus::IntCounter; Priority::LANES.len()],
+}
+
+impl LaneMetrics {
+    fn of(metrics: &Metrics) -> Self {
+        let d = &metrics.dispatch;
+        Self {
+            depth: Priority::LANES.map(|l| d.lane_queue_depth.with_label_values(&[l.as_str()])),
+            wait: Priority::LANES.map(|l| d.lane_wait_seconds.with_label_values(&[l.as_str()])),
+            sent: Priority::LANES.map(|l| d.operations_sent.with_label_values(&[l.as_str()])),
+        }
+    }
 }
 
 impl<R: Runner> std::fmt::Debug for Coalescer<R> {
@@ -213,6 +233,7 @@ impl<R: Runner> Coalescer<R> {
         Arc::new(Self {
             runner,
             limits,
+            lanes: LaneMetrics::of(&metrics),
             metrics,
             pace,
             state: Mutex::new(State {
@@ -413,17 +434,10 @@ impl<R: Runner> Coalescer<R> {
                 continue;
             }
             let waited = (now - call.since).as_secs_f64();
-            let dispatch = &self.metrics.dispatch;
-            dispatch.queue_seconds.observe(waited);
-            let lane = call.lane.as_str();
-            dispatch
-                .lane_wait_seconds
-                .with_label_values(&[lane])
-                .observe(waited);
-            dispatch
-                .operations_sent
-                .with_label_values(&[lane])
-                .inc_by(n as u64);
+            self.metrics.dispatch.queue_seconds.observe(waited);
+            let lane = call.lane.lane();
+            self.lanes.wait[lane].observe(waited);
+            self.lanes.sent[lane].inc_by(n as u64);
             size += n;
             envelope.push(call);
         }
@@ -433,13 +447,12 @@ impl<R: Runner> Coalescer<R> {
 
     /// Publishes the queues' depth, in all and by lane.
     fn depth(&self, state: &State<R>) {
-        let dispatch = &self.metrics.dispatch;
-        dispatch.queue_depth.set(gauge(state.queued_ops));
-        for lane in Priority::LANES {
-            dispatch
-                .lane_queue_depth
-                .with_label_values(&[lane.as_str()])
-                .set(gauge(state.lane_ops[lane.lane()]));
+        self.metrics
+            .dispatch
+            .queue_depth
+            .set(gauge(state.queued_ops));
+        for (gauge_of, ops) in self.lanes.depth.iter().zip(state.lane_ops) {
+            gauge_of.set(gauge(ops));
         }
     }
 

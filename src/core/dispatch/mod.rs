@@ -266,7 +266,17 @@ impl Dispatcher {
                 (indices, answers)
             });
             let mut answered = Vec::new();
-            for (indices, answers) in futures_util::future::join_all(calls).await {
+            // One lane (the usual call) is awaited as it is, several side by side.
+            let lanes_answered = if single {
+                let mut calls = calls;
+                match calls.next() {
+                    Some(call) => vec![call.await],
+                    None => Vec::new(),
+                }
+            } else {
+                futures_util::future::join_all(calls).await
+            };
+            for (indices, answers) in lanes_answered {
                 match answers {
                     Ok(answers) if answers.len() == indices.len() => {
                         answered.extend(indices.into_iter().zip(answers));

@@ -338,3 +338,33 @@ async fn a_caller_asks_at_most_its_highest_priority_and_codes_are_always_urgent(
         );
     }
 }
+
+#[tokio::test]
+async fn a_scheduled_send_leaves_in_the_lane_it_asked_for() {
+    let app = spawn(Options::default()).await;
+    let at = chrono::Utc::now() + chrono::TimeDelta::milliseconds(800);
+    let send_at = prost_types::Timestamp {
+        seconds: at.timestamp(),
+        nanos: at.timestamp_subsec_nanos() as i32,
+    };
+    let scheduled = app
+        .messaging()
+        .send_sms(SendSmsRequest {
+            send_at: Some(send_at),
+            ..bulk(7)
+        })
+        .await
+        .expect("kept")
+        .into_inner();
+    assert!(scheduled.receipt.unwrap().scheduled_for.is_some());
+    crate::wait::until(Duration::from_secs(10), "the scheduled send left", || {
+        !app.gateway.arrivals().is_empty()
+    })
+    .await;
+    assert_eq!(
+        app.metric_sum("msgw_upstream_operations_sent_total", &["lane=\"bulk\""])
+            .await,
+        1.0,
+        "it left in the bulk lane"
+    );
+}

@@ -17,6 +17,9 @@
 //! - e. store writes per second in b and rows per write, by stage (claims,
 //!   settlements), from `msgw_store_write_rows`.
 //!
+//! `--upstream-rate N` runs b and c with traffic shaping on (a rate the load does not
+//! reach): what shaping costs the send path.
+//!
 //! It asserts nothing; it prints. Bounded in time; stops by itself.
 //!
 //! `cargo bench --bench rpc` (options: `-- --help`)
@@ -94,6 +97,10 @@ struct Args {
     /// send carries (health stays open, as in production).
     #[arg(long)]
     bearer: bool,
+    /// MSGW_UPSTREAM_RATE in b and c: traffic shaping on, at a rate the load never
+    /// reaches (its cost, not its limit); unset: no rate, as by default.
+    #[arg(long)]
+    upstream_rate: Option<u32>,
     /// Ignored (cargo bench passes it).
     #[arg(long, hide = true)]
     bench: bool,
@@ -202,7 +209,10 @@ fn run(
         msgw_rt,
         load_rt,
         &instant_gateway.url,
-        Limits::default(),
+        Limits {
+            rate: args.upstream_rate,
+            ..Limits::default()
+        },
         args,
         postgres,
     )?;
@@ -233,8 +243,11 @@ fn run(
     let (cpu, health_cpu) = cpu;
     stop(msgw_rt, msgw)?;
     println!(
-        "-- {} callers, gateway answers at once, default limits",
-        args.callers
+        "-- {} callers, gateway answers at once, default limits{}",
+        args.callers,
+        args.upstream_rate
+            .map(|r| format!(", MSGW_UPSTREAM_RATE {r}"))
+            .unwrap_or_default()
     );
     health.print("a. Health/Check");
     sends.print("b. SendSms");
@@ -251,6 +264,7 @@ fn run(
         connections: c,
         batch_max: b,
         queue_max: 10_000,
+        rate: args.upstream_rate,
         ..Limits::default()
     };
     let msgw = start(

@@ -8,6 +8,7 @@
 use std::collections::VecDeque;
 
 use super::{Call, Runner};
+use crate::base::metrics::Metrics;
 use crate::core::domain::Priority;
 
 const LANES: usize = Priority::LANES.len();
@@ -118,5 +119,23 @@ impl<R: Runner> Lanes<R> {
             }
         }
         None
+    }
+}
+
+/// Each lane's series of the lane metrics, by [`Priority::lane`].
+pub(super) struct LaneMetrics {
+    pub(super) depth: [prometheus::IntGauge; Priority::LANES.len()],
+    pub(super) wait: [prometheus::Histogram; Priority::LANES.len()],
+    pub(super) sent: [prometheus::IntCounter; Priority::LANES.len()],
+}
+
+impl LaneMetrics {
+    pub(super) fn of(metrics: &Metrics) -> Self {
+        let d = &metrics.dispatch;
+        Self {
+            depth: Priority::LANES.map(|l| d.lane_queue_depth.with_label_values(&[l.as_str()])),
+            wait: Priority::LANES.map(|l| d.lane_wait_seconds.with_label_values(&[l.as_str()])),
+            sent: Priority::LANES.map(|l| d.operations_sent.with_label_values(&[l.as_str()])),
+        }
     }
 }

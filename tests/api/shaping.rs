@@ -368,3 +368,81 @@ async fn a_scheduled_send_leaves_in_the_lane_it_asked_for() {
         "it left in the bulk lane"
     );
 }
+
+/// A `Batch` of `n` bulk SMS from id `first`.
+fn bulk_batch(first: u64, n: u64) -> BatchRequest {
+    BatchRequest {
+        items: (first..first + n)
+            .map(|id| BatchItem {
+                operation: Some(batch_item::Operation::SendSms(bulk(id))),
+            })
+            .collect(),
+    }
+}
+
+/// Urgent sends every half second for `seconds` from id `first`: the longest any took.
+async fn urgent_every_half_second(
+    mut client: MessagingServiceClient<Channel>,
+    first: u64,
+    seconds: u64,
+) -> Duration {
+    let mut longest = Duration::ZERO;
+    for id in first..first + seconds * 2 {
+        let started = Instant::now();
+        client
+            .send_sms(SendSmsRequest {
+                priority: Priority::Urgent as i32,
+                ..sms(id)
+            })
+            .await
+            .expect("an urgent send");
+        longest = longest.max(started.elapsed());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    longest
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn large_bulk_batches_leave_in_parts_beside_urgent_sends_across_replicas() {
+    let schema = TestSchema::create().await;
+    let gateway = FakeGateway::start().await;
+    let a = Replica::start_with(shaped(RATE), &schema, &gateway).await;
+    let b = Replica::start_with(shaped(RATE), &schema, &gateway).await;
+    let started = Instant::now();
+    let batches = stream::iter([1u64, 101])
+        .map(|first| {
+            let mut client = b.messaging();
+            async move {
+                let results = client
+                    .batch(bulk_batch(first, 50))
+                    .await
+                    .expect("the batch")
+                    .into_inner()
+                    .results;
+                let ok = results
+                    .iter()
+                    .filter(|r| r.status.as_ref().is_none_or(|s| s.code == 0))
+                    .count();
+                (ok, started.elapsed())
+            }
+        })
+        .buffer_unordered(2)
+        .collect::<Vec<_>>();
+    let (batches, on_a, on_b) = tokio::join!(
+        batches,
+        urgent_every_half_second(a.messaging(), 10_001, 4),
+        urgent_every_half_second(b.messaging(), 20_001, 4),
+    );
+    for (ok, took) in &batches {
+        assert_eq!(*ok, 50, "every item of the batch was sent");
+        // 100 bulk and 16 urgent operations at 50 a second: under three seconds of
+        // the rate, and not held back for whole seconds of room.
+        assert!(*took < Duration::from_secs(6), "a batch took {took:?}");
+    }
+    assert!(
+        on_a < Duration::from_secs(1) && on_b < Duration::from_secs(1),
+        "urgent sends took up to {on_a:?} on one replica, {on_b:?} on the other"
+    );
+    let most = gateway.most_in_one_second();
+    assert!(most <= MOST_IN_A_SECOND, "{most} in one second");
+}

@@ -212,6 +212,7 @@ impl<R: Runner> Coalescer<R> {
             return Err(not_sent());
         }
         let (reply, mut answer) = oneshot::channel();
+        let queued_at = Instant::now();
         let size = ops.len();
         let changes_state = ops.iter().any(Operation::changes_state);
         let phase = Arc::new(Phase(AtomicU8::new(Phase::WAITING)));
@@ -266,6 +267,9 @@ impl<R: Runner> Coalescer<R> {
             () = tokio::time::sleep_until(deadline) => {
                 if self.remove(seq) || phase.abandon() {
                     self.refused(lane, "deadline");
+                    // It waited at least this long: a call that never left still counts
+                    // in its lane's wait (the alert on urgent waits must see it).
+                    self.lanes.wait[lane.lane()].observe(queued_at.elapsed().as_secs_f64());
                     Err(not_sent())
                 } else {
                     Err(Error::DeadlineExceeded { outcome_unknown: changes_state })

@@ -124,10 +124,10 @@ impl Dispatcher {
         Self { engine, coalescer }
     }
 
-    /// Operations one call may hold at most: they always share one envelope (under a
-    /// rate, no more than may leave at once).
+    /// Operations one call may hold at most: they share one envelope (under a rate, a
+    /// larger call leaves in parts of a tenth of a second's worth, in order).
     pub fn batch_max(&self) -> usize {
-        self.coalescer.limits().call_max()
+        self.coalescer.limits().batch_max
     }
 
     /// The gateway operations go to.
@@ -248,7 +248,12 @@ impl Dispatcher {
         let mut pending: Vec<(usize, Operation)> = ops.into_iter().enumerate().collect();
         while !pending.is_empty() {
             let mut settled = self.engine.claims.as_ref().map(Claims::subscribe);
-            let by_lane = lanes.split(pending);
+            let chunk_max = self.coalescer.limits().chunk_max();
+            let by_lane: Vec<_> = lanes
+                .split(pending)
+                .into_iter()
+                .flat_map(|(lane, indexed)| chunks(indexed, chunk_max).map(move |c| (lane, c)))
+                .collect();
             let single = by_lane.len() == 1;
             let calls = by_lane.into_iter().map(|(lane, indexed)| async move {
                 let (indices, batch): (Vec<usize>, Vec<Operation>) = indexed.into_iter().unzip();
@@ -333,6 +338,15 @@ impl Dispatcher {
             .map(|r| r.unwrap_or_else(|| Err(Error::Internal("operation left unanswered".into()))))
             .collect())
     }
+}
+
+/// `ops` in parts of at most `max`, in order.
+fn chunks<T>(ops: Vec<T>, max: usize) -> impl Iterator<Item = Vec<T>> {
+    let mut ops = ops.into_iter().peekable();
+    std::iter::from_fn(move || {
+        ops.peek()?;
+        Some(ops.by_ref().take(max.max(1)).collect())
+    })
 }
 
 /// A std duration as chrono's (saturating).

@@ -16,6 +16,10 @@ use serde::{Deserialize, Serialize};
 const SLOT_MS: i64 = 10;
 /// The window: one second.
 const WINDOW_MS: i64 = 1000;
+/// What the window counts beyond its second: an envelope reaches the gateway a little
+/// after its grant, later when msgw's cores are busy, and two envelopes granted just
+/// over a second apart must not arrive just under one.
+const GUARD_MS: i64 = 20;
 
 /// Operations per second toward the gateway, for the whole deployment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,7 +109,7 @@ impl RateWindow {
         // A slot counts while any part of it lies in the last second: every window of
         // one second that ends now sees at most the rate.
         let current = now_ms.div_euclid(SLOT_MS);
-        let oldest = (now_ms - WINDOW_MS).div_euclid(SLOT_MS);
+        let oldest = (now_ms - WINDOW_MS - GUARD_MS).div_euclid(SLOT_MS);
         while self.slots.front().is_some_and(|(slot, _)| *slot < oldest) {
             self.slots.pop_front();
         }
@@ -148,8 +152,9 @@ impl RateWindow {
             for (slot, n) in &self.slots {
                 freed += n;
                 if freed >= must_free {
-                    // The slot leaves the window once all of it is more than a second old.
-                    window_ms = (slot + 1) * SLOT_MS + WINDOW_MS + SLOT_MS - now_ms;
+                    // The slot leaves the window once all of it is more than a second
+                    // (and the guard) old.
+                    window_ms = (slot + 1) * SLOT_MS + WINDOW_MS + GUARD_MS + SLOT_MS - now_ms;
                     break;
                 }
             }
@@ -259,8 +264,9 @@ mod tests {
         assert_eq!(window.grant(limit, 10_000, 10, 1, false).granted, 10);
         let refused = window.grant(limit, 10_500, 5, 5, false);
         assert_eq!(refused.granted, 0);
-        // The slot of 10 000 ms leaves the window when all of it is a second old.
-        assert_eq!(refused.retry_in_ms, 10_000 + 10 + 1000 + 10 - 10_500);
+        // The slot of 10 000 ms leaves the window when all of it is a second (and the
+        // guard) old.
+        assert_eq!(refused.retry_in_ms, 10_000 + 10 + 1000 + 20 + 10 - 10_500);
         let later = 10_500 + i64::try_from(refused.retry_in_ms).unwrap();
         assert_eq!(window.grant(limit, later, 5, 5, false).granted, 5);
     }

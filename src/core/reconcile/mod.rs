@@ -124,7 +124,9 @@ impl Reconciler {
             .collect();
         let results = match self
             .dispatcher
-            .execute_all(ops, Priority::Normal.into(), None, None)
+            // Background polls wait behind callers' sends (the bulk share keeps them
+            // moving): a lost webhook can wait, a code cannot.
+            .execute_all(ops, Priority::Bulk.into(), None, None)
             .await
         {
             Ok(results) => results,

@@ -73,7 +73,7 @@ impl Reconciler {
             .collect();
         let answers = match self
             .dispatcher
-            .execute_all(queries, Priority::Normal.into(), None, None)
+            .execute_all(queries, Priority::Bulk.into(), None, None)
             .await
         {
             Ok(answers) => answers,

@@ -243,7 +243,7 @@ impl ServeArgs {
     }
 
     /// The rules between options that are not secrets: a queue not below the batch,
-    /// the guard's grace inside its window, no keyword both opting out and in.
+    /// a burst within its rate, the guard's grace inside its window, no keyword both opting out and in.
     fn check_across(&self, refuse: &mut impl FnMut(Problem)) {
         if self.upstream.queue_max < self.upstream.batch_max {
             refuse(Problem::value(
@@ -254,6 +254,23 @@ impl ServeArgs {
                     self.upstream.batch_max
                 ),
             ));
+        }
+        if let Some(burst) = self.upstream.burst {
+            match self.upstream.rate {
+                None => refuse(Problem::value(
+                    "upstream_burst",
+                    burst,
+                    "needs MSGW_UPSTREAM_RATE (a burst of what rate?)".to_owned(),
+                )),
+                Some(rate) if burst > rate => refuse(Problem::value(
+                    "upstream_burst",
+                    burst,
+                    format!(
+                        "must not be above MSGW_UPSTREAM_RATE ({rate}): no second may hold more than the rate"
+                    ),
+                )),
+                Some(_) => {}
+            }
         }
         let guard = &self.verify.guard;
         if guard.grace >= guard.window {

@@ -280,6 +280,7 @@ fn upstream_limits_out_of_range_are_refused_with_the_flag_named() {
         (["--upstream-rate", "0"], "--upstream-rate"),
         (["--upstream-burst", "0"], "--upstream-burst"),
         (["--upstream-bulk-share", "0.6"], "--upstream-bulk-share"),
+        (["--upstream-burst", "11"], "--upstream-burst"),
     ] {
         let error = serve(&args).unwrap_err().to_string();
         assert!(error.contains(flag), "{args:?}: {error}");

@@ -91,7 +91,11 @@ impl<R: Runner> Lanes<R> {
         let call = self.queues[lane].pop_front()?;
         let n = call.ops.len();
         self.ops[lane] -= n;
-        self.owed[lane] = (self.owed[lane] - n as f64).max(0.0);
+        if lane > 0 {
+            // A large call repays what it took beyond what was owed before the lane is
+            // owed again: the floor is a share of operations, not of calls.
+            self.owed[lane] -= n as f64;
+        }
         for below in lane + 1..LANES {
             if !self.queues[below].is_empty() {
                 self.owed[below] += n as f64 * self.per_op;

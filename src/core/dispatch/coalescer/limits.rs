@@ -42,11 +42,13 @@ impl Limits {
         self.rate.map(|rate| RateLimit::new(rate, self.burst))
     }
 
-    /// Operations of one call at most: a batch, and under a rate no more than may
-    /// leave at once.
-    pub fn call_max(&self) -> usize {
+    /// Operations of one call in the queue at most: a batch, and under a rate a tenth
+    /// of a second's worth, so a large `Batch` leaves in paced parts beside everything
+    /// else rather than waiting for a whole second's room (which other replicas' sends
+    /// would never leave it).
+    pub fn chunk_max(&self) -> usize {
         match self.rate_limit() {
-            Some(limit) => self.batch_max.min(limit.burst as usize),
+            Some(limit) => self.batch_max.min(limit.tenth() as usize).max(1),
             None => self.batch_max,
         }
     }

@@ -59,9 +59,9 @@ impl Pace {
         self.limit
     }
 
-    /// Operations that leave a tenth of a second at a time when they are paced.
-    pub fn quantum(&self) -> usize {
-        self.limit.tenth() as usize
+    /// The most a paced grant gives at once.
+    pub fn paced_max(&self) -> usize {
+        self.limit.paced() as usize
     }
 
     /// Grants up to `want` operations now, all or none below `at_least` (see

@@ -1,8 +1,8 @@
 //! The contracted rate in the coalescer: an envelope leaves only with the rate's grant
 //! for its operations. Grants are asked one at a time: for an urgent call at once and
-//! for what it needs; for the other lanes, paced (see `RateWindow::grant`) and for a
-//! tenth of a second's worth when that much waits, so a flood leaves in envelopes of
-//! several operations at a steady rate rather than one by one. A refused ask says when
+//! for what it needs; for the other lanes, paced (see `RateWindow::grant`: a tenth of a
+//! second's worth when that much waits), so a flood leaves in envelopes of several
+//! operations at a steady rate rather than one by one. A refused ask says when
 //! it would fit, and the coalescer asks again then (or sooner, for an urgent call).
 
 use std::{sync::Arc, time::Duration};
@@ -119,10 +119,11 @@ impl<R: Runner> Coalescer<R> {
     }
 }
 
-/// What to ask the rate for the call served next (`front`): an urgent call what the
-/// urgent lane holds, at once and from the burst; the other lanes what can leave in
-/// the free slots, paced, and at least a tenth of a second's worth when that much waits
-/// (a call larger than that asks from the burst, or it would never fit).
+/// What to ask the rate for the call served next (`need` operations in `lane`): an
+/// urgent call what the urgent lane holds, at once and from the burst; the other lanes
+/// what can leave in the free slots, paced (the rate waits for a tenth of a second's
+/// worth of them, see `RateWindow::grant`). A call larger than the paced bucket asks
+/// from the burst, or it would never fit.
 fn ask_for(
     pace: &Pace,
     need: usize,
@@ -139,11 +140,7 @@ fn ask_for(
     }
     let all: usize = queued.iter().sum();
     let want = all.min(free * batch_max).max(need);
-    let quantum = pace.quantum();
-    if need > quantum {
-        return (need, need, false);
-    }
-    (want, need.max(all.min(quantum)), true)
+    (want, need, need <= pace.paced_max())
 }
 
 impl<R: Runner> State<R> {

@@ -55,6 +55,10 @@ pub const BOOKKEEPING: &[(&str, &str)] = &[
         "leases",
         "which replica does shared work now: the stopped msgw's would hold the new replicas off until they expire",
     ),
+    (
+        "upstream_rate",
+        "the shared rate's last second (MSGW_UPSTREAM_RATE): PostgreSQL's migration makes its row, and SQLite keeps its rate in memory",
+    ),
 ];
 
 /// Columns only PostgreSQL has, left as a copied row's insert leaves them (NULL).

@@ -19,7 +19,7 @@ const WINDOW_MS: i64 = 1000;
 /// What the window counts beyond its second: an envelope reaches the gateway a little
 /// after its grant, later when msgw's cores are busy, and two envelopes granted just
 /// over a second apart must not arrive just under one.
-const GUARD_MS: i64 = 10;
+const GUARD_MS: i64 = 20;
 
 /// Operations per second toward the gateway, for the whole deployment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,13 +77,19 @@ pub struct RateWindow {
     at: i64,
     /// (slot, operations granted in it), oldest first; only slots of the last second.
     slots: VecDeque<(i64, u32)>,
+    /// Until when an urgent grant waits for room: paced grants (from any replica) are
+    /// held off the room it waits for; 0: none waits.
+    #[serde(default)]
+    urgent_waits: i64,
 }
 
 impl RateWindow {
     /// Grants up to `want` operations at `now_ms` under `limit`, all of them or none
-    /// below `at_least`; `paced` grants also come out of the paced bucket. Grants are
-    /// counted in the window as they are made: one granted and then not sent still
-    /// counts (the rate errs on the safe side).
+    /// below `at_least`; `paced` grants also come out of the paced bucket, and wait
+    /// while an unpaced (urgent) grant waits for room. Grants are counted in the window
+    /// as they are made: one granted and then not sent still counts (the rate errs on
+    /// the safe side). The state changes, to be kept, when something is granted or an
+    /// unpaced grant is refused.
     pub fn grant(
         &mut self,
         limit: RateLimit,
@@ -134,8 +140,19 @@ impl RateWindow {
         } else {
             at_least
         };
+        if paced && now_ms < self.urgent_waits {
+            // An urgent grant waits for the next room: it goes first, whichever replica
+            // asks for it.
+            return Grant {
+                granted: 0,
+                retry_in_ms: (self.urgent_waits - now_ms) as u64,
+            };
+        }
         if available >= target && want > 0 {
             let granted = want.min(available);
+            if !paced {
+                self.urgent_waits = 0;
+            }
             self.tokens -= f64::from(granted);
             // What leaves urgently uses up the paced lanes' share of the moment too.
             self.paced = (self.paced - f64::from(granted)).max(0.0);
@@ -168,12 +185,20 @@ impl RateWindow {
                 }
             }
         }
+        let retry_in_ms = bucket_ms.max(window_ms).max(1);
+        if !paced {
+            self.urgent_waits = now_ms + retry_in_ms + URGENT_HOLD_MS;
+        }
         Grant {
             granted: 0,
-            retry_in_ms: bucket_ms.max(window_ms).max(1) as u64,
+            retry_in_ms: retry_in_ms as u64,
         }
     }
 }
+
+/// How long past the time it was told to come back an urgent grant holds the paced
+/// lanes off: the time its asking again takes (a timer, a store transaction).
+const URGENT_HOLD_MS: i64 = 50;
 
 /// When the grants of `slot` leave the window: once all of the slot is more than a
 /// second and the guard old.
@@ -287,6 +312,23 @@ mod tests {
     }
 
     #[test]
+    fn an_urgent_grant_waiting_for_room_holds_paced_grants_off_it() {
+        let limit = RateLimit::new(10, None);
+        let mut window = RateWindow::default();
+        assert_eq!(window.grant(limit, 10_000, 10, 1, false).granted, 10);
+        let urgent = window.grant(limit, 10_100, 1, 1, false);
+        assert_eq!(urgent.granted, 0);
+        let room_at = 10_100 + urgent.retry_in_ms as i64;
+        // Another replica's paced grant, the moment the room comes: held off.
+        let paced = window.grant(limit, room_at, 5, 1, true);
+        assert_eq!(paced.granted, 0);
+        assert!(paced.retry_in_ms > 0);
+        // The urgent one comes back a little late and still finds it.
+        assert_eq!(window.grant(limit, room_at + 5, 1, 1, false).granted, 1);
+        assert!(window.grant(limit, room_at + 6, 5, 1, true).granted > 0);
+    }
+
+    #[test]
     fn the_burst_bounds_what_leaves_at_once() {
         let limit = RateLimit::new(100, Some(10));
         let mut window = RateWindow::default();
@@ -306,7 +348,7 @@ mod tests {
         assert_eq!(refused.granted, 0);
         // The slot of 10 000 ms leaves the window when all of it is a second (and the
         // guard) old.
-        assert_eq!(refused.retry_in_ms, 10_000 + 10 + 1000 + 10 - 10_500);
+        assert_eq!(refused.retry_in_ms, 10_000 + 10 + 1000 + 20 - 10_500);
         let later = 10_500 + i64::try_from(refused.retry_in_ms).unwrap();
         assert_eq!(window.grant(limit, later, 5, 5, false).granted, 5);
     }

@@ -30,8 +30,9 @@ impl PgDb {
         .await?;
         let mut window = read(&state);
         let grant = window.grant(limit, now, want, at_least, paced);
-        if grant.granted > 0 {
-            // A refusal changes nothing that the next grant would not work out again.
+        if grant.granted > 0 || !paced {
+            // A paced refusal changes nothing that the next grant would not work out
+            // again; an urgent one marks the window for the room it waits for.
             let state = serde_json::to_vec(&window)
                 .map_err(|e| StoreError::Corrupt(format!("the rate's window: {e}")))?;
             sqlx::query("UPDATE upstream_rate SET state = $1 WHERE id = 1")

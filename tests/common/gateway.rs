@@ -109,6 +109,24 @@ impl FakeGateway {
         }
     }
 
+    /// The same gateway on a thread and runtime of its own, so the time it records a
+    /// request arriving is not held up by the test's own load (as a real gateway on
+    /// another machine would not be).
+    pub fn start_apart() -> Self {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let _ = tx.send(Self::start().await);
+                std::future::pending::<()>().await;
+            });
+        });
+        rx.recv().expect("the gateway's thread starts it")
+    }
+
     /// A gateway for a benchmark: every send accepted with a new msg_id, after
     /// `latency`, no request kept.
     pub async fn accepting_sends(latency: Duration) -> Self {
@@ -208,6 +226,31 @@ impl FakeGateway {
             most = most.max(end - start + 1);
         }
         most
+    }
+
+    /// The requests of the busiest second: each one's time from the first request
+    /// msgw sent, in ms, and its operations (what a failed rate check shows).
+    pub fn busiest_second(&self) -> Vec<(u128, usize)> {
+        let requests: Vec<(Instant, usize)> = self
+            .requests()
+            .iter()
+            .map(|r| (r.at, r.body["data"].as_array().map_or(0, Vec::len)))
+            .collect();
+        let Some(first) = requests.iter().map(|(t, _)| *t).min() else {
+            return Vec::new();
+        };
+        let in_second = |start: Instant| {
+            requests
+                .iter()
+                .filter(|(t, _)| *t >= start && t.duration_since(start) < Duration::from_secs(1))
+                .map(|(t, n)| (t.duration_since(first).as_millis(), *n))
+                .collect::<Vec<_>>()
+        };
+        requests
+            .iter()
+            .map(|(t, _)| in_second(*t))
+            .max_by_key(|r| r.iter().map(|(_, n)| n).sum::<usize>())
+            .unwrap_or_default()
     }
 
     /// The only operation object msgw sent, after checking the envelope around it.

@@ -101,13 +101,17 @@ impl RateWindow {
         let rate = f64::from(limit.per_second);
         let burst = f64::from(limit.burst);
         let pace = f64::from(limit.paced());
-        if self.at == 0 || now_ms < self.at {
-            // A new bucket starts full; a clock that went back refills nothing.
-            if self.at == 0 {
-                (self.tokens, self.paced) = (burst, pace);
-            }
+        if self.at == 0 {
+            // A new bucket starts full; the paced one with a tenth of a second's worth,
+            // as at any moment of a steady flood: the first envelopes of a flood leave
+            // while msgw is busiest taking its calls in, and reach the gateway late.
+            (self.tokens, self.paced) = (burst, f64::from(limit.tenth()));
             self.at = now_ms;
         }
+        // Time never runs back for the window: a clock read before another grant's
+        // (a replica that waited for the row) counts as that grant's time, so nothing
+        // is refilled twice and no grant lands in a slot that already left.
+        let now_ms = now_ms.max(self.at);
         let refill = (now_ms - self.at) as f64 * rate / 1000.0;
         self.tokens = (self.tokens + refill).min(burst);
         self.paced = (self.paced + refill).min(pace);

@@ -21,13 +21,18 @@ impl PgDb {
         let kept = self.statements.kept();
         let mut conn = self.pool.acquire().await?;
         let mut tx = conn.begin().await?;
-        let (state, now): (Vec<u8>, i64) = sqlx::query_as(
-            "SELECT state, (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT
-               FROM upstream_rate WHERE id = 1 FOR UPDATE",
-        )
-        .persistent(kept)
-        .fetch_one(&mut *tx)
-        .await?;
+        let (state,): (Vec<u8>,) =
+            sqlx::query_as("SELECT state FROM upstream_rate WHERE id = 1 FOR UPDATE")
+                .persistent(kept)
+                .fetch_one(&mut *tx)
+                .await?;
+        // The time once the row is ours: read with the lock, it could be from before
+        // another replica's grant that held the row.
+        let (now,): (i64,) =
+            sqlx::query_as("SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT")
+                .persistent(kept)
+                .fetch_one(&mut *tx)
+                .await?;
         let mut window = read(&state);
         let grant = window.grant(limit, now, want, at_least, paced);
         if grant.granted > 0 || !paced {

@@ -7,6 +7,8 @@
 //!
 //! `cargo bench --bench schedule -- --messages 1000 --ahead 3`
 
+#[path = "../common/bench_config.rs"]
+mod bench_config;
 #[path = "../common/gateway.rs"]
 mod gateway;
 #[path = "../common/postgres.rs"]
@@ -23,10 +25,8 @@ use std::{
 use chrono::{DateTime, Utc};
 use clap::Parser;
 use msgw::{
-    core::ports::store::Retention,
-    core::reconcile::ReconcileConfig,
     process::app::Application,
-    process::config::{Config, Upstream},
+    process::config::Config,
     transport::proto::{SendSmsRequest, messaging_service_client::MessagingServiceClient},
 };
 use tokio::sync::Semaphore;
@@ -186,27 +186,5 @@ async fn run(label: &str, store_url: &str, replicas: usize, args: &Args) -> anyh
 }
 
 fn config(gateway_url: &str, store_url: &str) -> anyhow::Result<Config> {
-    let hour = Duration::from_secs(3600);
-    Ok(Config {
-        retention: Retention {
-            max_age: hour,
-            max_events: 10_000_000,
-            claims_max_age: Duration::from_secs(7 * 86_400),
-            guard_max_age: hour,
-            trusted_keys_max_age: hour,
-        },
-        reconcile: ReconcileConfig {
-            interval: hour,
-            first_after: hour,
-            max_backoff: hour,
-        },
-        upstream_timeout: Duration::from_secs(5),
-        ..Config::for_tests(
-            Upstream::Gateway {
-                url: gateway_url.parse()?,
-                api_key: "bench-key".to_owned().into(),
-            },
-            store_url.to_owned(),
-        )
-    })
+    bench_config::quiet(gateway_url, store_url)
 }

@@ -14,6 +14,8 @@
 //! `cargo bench --bench shaping` (options: `-- --help`; `-- --store postgres --replicas 2`
 //! for the rate shared by two replicas)
 
+#[path = "../common/bench_config.rs"]
+mod bench_config;
 #[path = "../common/gateway.rs"]
 mod gateway;
 #[path = "../common/postgres.rs"]
@@ -30,10 +32,8 @@ use std::{
 use clap::Parser;
 use msgw::{
     core::dispatch::Limits,
-    core::ports::store::Retention,
-    core::reconcile::ReconcileConfig,
     process::app::Application,
-    process::config::{Config, Upstream},
+    process::config::Config,
     transport::proto::{
         Priority, SendSmsRequest, SendTelegramOtpRequest,
         messaging_service_client::MessagingServiceClient,
@@ -307,32 +307,12 @@ fn fewest_bulk_in_a_whole_second(
 }
 
 fn config(gateway_url: &str, store_url: &str, args: &Args) -> anyhow::Result<Config> {
-    let hour = Duration::from_secs(3600);
     Ok(Config {
-        retention: Retention {
-            max_age: hour,
-            max_events: 10_000_000,
-            claims_max_age: Duration::from_secs(7 * 86_400),
-            guard_max_age: hour,
-            trusted_keys_max_age: hour,
-        },
-        reconcile: ReconcileConfig {
-            interval: hour,
-            first_after: hour,
-            max_backoff: hour,
-        },
-        upstream_timeout: Duration::from_secs(5),
         upstream_limits: Limits {
             rate: Some(args.rate),
             queue_max: (args.bulk as usize).max(Limits::default().queue_max),
             ..Limits::default()
         },
-        ..Config::for_tests(
-            Upstream::Gateway {
-                url: gateway_url.parse()?,
-                api_key: "bench-key".to_owned().into(),
-            },
-            store_url.to_owned(),
-        )
+        ..bench_config::quiet(gateway_url, store_url)?
     })
 }

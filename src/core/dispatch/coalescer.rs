@@ -120,6 +120,9 @@ struct State<R: Runner> {
     queued_ops: usize,
     /// The same, by lane.
     lane_ops: [usize; Priority::LANES.len()],
+    /// The lanes' depth as last published to their gauges (each set only when it
+    /// changed: gauges are shared by every thread that queues).
+    lane_ops_shown: [usize; Priority::LANES.len()],
     in_flight: usize,
     next_seq: u64,
     /// The rate's grants not used yet (see `shaping.rs`).
@@ -170,6 +173,7 @@ impl<R: Runner> Coalescer<R> {
                 claiming_ops: 0,
                 queued_ops: 0,
                 lane_ops: [0; Priority::LANES.len()],
+                lane_ops_shown: [0; Priority::LANES.len()],
                 in_flight: 0,
                 next_seq: 0,
                 rate: shaping::Credit::default(),
@@ -248,7 +252,7 @@ impl<R: Runner> Coalescer<R> {
             } else {
                 state.queue.push_back(call);
             }
-            self.depth(&state);
+            self.depth(&mut state);
             seq
         };
         self.prepare_next();
@@ -343,6 +347,7 @@ impl<R: Runner> Coalescer<R> {
         let held_for = self.runner.held_for();
         let (mut envelope, mut discarded, mut expired) = (Vec::new(), Vec::new(), Vec::new());
         let mut size = 0;
+        let mut sent = [0u64; Priority::LANES.len()];
         while let Some(next) = state.queue.front() {
             let n = next.ops.len();
             if (size > 0 || self.pace.is_some()) && size + n > room {
@@ -368,22 +373,31 @@ impl<R: Runner> Coalescer<R> {
             self.metrics.dispatch.queue_seconds.observe(waited);
             let lane = call.lane.lane();
             self.lanes.wait[lane].observe(waited);
-            self.lanes.sent[lane].inc_by(n as u64);
+            sent[lane] += n as u64;
             size += n;
             envelope.push(call);
+        }
+        for (counter, sent) in self.lanes.sent.iter().zip(sent) {
+            if sent > 0 {
+                counter.inc_by(sent);
+            }
         }
         self.depth(state);
         (envelope, discarded, expired)
     }
 
-    /// Publishes the queues' depth, in all and by lane.
-    fn depth(&self, state: &State<R>) {
+    /// Publishes the queues' depth, in all and by lane (the lanes that changed).
+    fn depth(&self, state: &mut State<R>) {
         self.metrics
             .dispatch
             .queue_depth
             .set(gauge(state.queued_ops));
-        for (gauge_of, ops) in self.lanes.depth.iter().zip(state.lane_ops) {
-            gauge_of.set(gauge(ops));
+        for (lane, gauge_of) in self.lanes.depth.iter().enumerate() {
+            let ops = state.lane_ops[lane];
+            if state.lane_ops_shown[lane] != ops {
+                state.lane_ops_shown[lane] = ops;
+                gauge_of.set(gauge(ops));
+            }
         }
     }
 
@@ -407,7 +421,7 @@ impl<R: Runner> Coalescer<R> {
             if let Some(call) = &call {
                 state.queued_ops -= call.ops.len();
                 state.lane_ops[call.lane.lane()] -= call.ops.len();
-                self.depth(&state);
+                self.depth(&mut state);
             }
             call
         };

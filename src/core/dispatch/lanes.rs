@@ -27,6 +27,15 @@ impl Lanes {
         }
     }
 
+    /// The one lane of a call of `len` operations that leaves as one part of at most
+    /// `max`; `None` when it leaves in several.
+    pub fn one(&self, len: usize, max: usize) -> Option<Priority> {
+        match self {
+            Self::All(lane) if len <= max => Some(*lane),
+            _ => None,
+        }
+    }
+
     /// `ops` (by their index in the call) grouped by lane, most urgent first; one group
     /// when they share a lane.
     pub fn split<T>(&self, ops: Vec<(usize, T)>) -> Vec<(Priority, Vec<(usize, T)>)> {

@@ -12,6 +12,8 @@ mod coalescer;
 mod confidential;
 mod envelope;
 mod exactly_once;
+#[cfg(test)]
+mod future_size_tests;
 mod lanes;
 mod lookups;
 mod optout;
@@ -32,8 +34,8 @@ use crate::core::hooks::HookUrls;
 use crate::core::ports::gateway::{Gateway, UpstreamError};
 use crate::core::ports::store::Store;
 
-use coalescer::Coalescer;
 pub use coalescer::Limits;
+use coalescer::{CallReply, Coalescer};
 pub use confidential::Confidential;
 use envelope::{Answer, Engine};
 pub use exactly_once::{Claims, Owned, STALE_MARGIN, fingerprint};
@@ -249,38 +251,31 @@ impl Dispatcher {
         while !pending.is_empty() {
             let mut settled = self.engine.claims.as_ref().map(Claims::subscribe);
             let chunk_max = self.coalescer.limits().chunk_max();
-            let by_lane: Vec<_> = lanes
-                .split(pending)
-                .into_iter()
-                .flat_map(|(lane, indexed)| chunks(indexed, chunk_max).map(move |c| (lane, c)))
-                .collect();
-            let single = by_lane.len() == 1;
-            let calls = by_lane.into_iter().map(|(lane, indexed)| async move {
-                let (indices, batch): (Vec<usize>, Vec<Operation>) = indexed.into_iter().unzip();
+            // One part (the usual call: one lane, within an envelope) awaits its
+            // coalescer call in place: that future is most of every send's state, which
+            // tonic moves into a box whole, so it must not be held twice. Several parts
+            // wait side by side (on the heap).
+            let lanes_answered: Vec<(Vec<usize>, CallReply<Answer>)> = if let Some(lane) =
+                lanes.one(pending.len(), chunk_max)
+            {
+                let (indices, batch) = pending.into_iter().unzip();
                 let answers = self
-                    .coalescer
-                    .call_kept(
-                        batch,
-                        lane,
-                        deadline,
-                        caller.cloned(),
-                        confidential.cloned(),
-                        scheduled,
-                    )
+                    .call_in(lane, batch, deadline, caller, confidential, scheduled)
                     .await;
-                (indices, answers)
-            });
-            let mut answered = Vec::new();
-            // One lane (the usual call) is awaited as it is, several side by side.
-            let lanes_answered = if single {
-                let mut calls = calls;
-                match calls.next() {
-                    Some(call) => vec![call.await],
-                    None => Vec::new(),
-                }
+                vec![(indices, answers)]
             } else {
-                futures_util::future::join_all(calls).await
+                let (indices, calls): (Vec<_>, Vec<_>) = parts(&lanes, pending, chunk_max)
+                    .map(|(lane, indices, batch)| {
+                        let call =
+                            self.call_in(lane, batch, deadline, caller, confidential, scheduled);
+                        (indices, call)
+                    })
+                    .unzip();
+                let answers = futures_util::future::join_all(calls).await;
+                indices.into_iter().zip(answers).collect()
             };
+            let single = lanes_answered.len() == 1;
+            let mut answered = Vec::new();
             for (indices, answers) in lanes_answered {
                 match answers {
                     Ok(answers) if answers.len() == indices.len() => {
@@ -338,15 +333,47 @@ impl Dispatcher {
             .map(|r| r.unwrap_or_else(|| Err(Error::Internal("operation left unanswered".into()))))
             .collect())
     }
+
+    /// The coalescer's call of `batch` in `lane`, to be awaited by the caller (a plain
+    /// function: the future it answers is the coalescer's own, with nothing around it).
+    fn call_in(
+        &self,
+        lane: Priority,
+        batch: Vec<Operation>,
+        deadline: Option<Instant>,
+        caller: Option<&CallerName>,
+        confidential: Option<&Confidential>,
+        scheduled: Option<ScheduledKey>,
+    ) -> impl Future<Output = CallReply<Answer>> + '_ {
+        self.coalescer.call_kept(
+            batch,
+            lane,
+            deadline,
+            caller.cloned(),
+            confidential.cloned(),
+            scheduled,
+        )
+    }
 }
 
-/// `ops` in parts of at most `max`, in order.
-fn chunks<T>(ops: Vec<T>, max: usize) -> impl Iterator<Item = Vec<T>> {
-    let mut ops = ops.into_iter().peekable();
-    std::iter::from_fn(move || {
-        ops.peek()?;
-        Some(ops.by_ref().take(max.max(1)).collect())
-    })
+/// `pending` (operations by their index in the call) by lane, most urgent first, in
+/// parts of at most `max` operations: each part's lane, indices and operations.
+fn parts(
+    lanes: &Lanes,
+    pending: Vec<(usize, Operation)>,
+    max: usize,
+) -> impl Iterator<Item = (Priority, Vec<usize>, Vec<Operation>)> {
+    lanes
+        .split(pending)
+        .into_iter()
+        .flat_map(move |(lane, indexed)| {
+            let mut indexed = indexed.into_iter().peekable();
+            std::iter::from_fn(move || {
+                indexed.peek()?;
+                let (indices, batch) = indexed.by_ref().take(max.max(1)).unzip();
+                Some((lane, indices, batch))
+            })
+        })
 }
 
 /// A std duration as chrono's (saturating).

@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use futures_util::FutureExt;
 use tokio::time::Instant;
 use tonic::{Request, Response, Status, metadata::MetadataValue};
 use tracing::{Instrument, field};
@@ -270,12 +271,16 @@ async fn own_messages_only(
 
 /// Runs the work of one RPC of `method` for `caller` (the response, and what its
 /// metadata says of it): traced, timed and counted like every other RPC.
-async fn observed<Resp>(
+///
+/// A plain function wrapping `work` in place: every RPC's future is moved whole into
+/// a box, and an `async fn` here would hold `work` three times (its argument, the block
+/// around it, the span's wrapper).
+fn observed<Resp>(
     metrics: &Metrics,
     method: &'static str,
     caller: &Caller,
     work: impl Future<Output = Result<(Resp, Provenance), Error>>,
-) -> Result<Response<Resp>, Status> {
+) -> impl Future<Output = Result<Response<Resp>, Status>> {
     let span = tracing::info_span!(
         "rpc",
         method,
@@ -285,9 +290,8 @@ async fn observed<Resp>(
         latency_ms = field::Empty,
         outcome = field::Empty,
     );
-    async move {
-        let started = Instant::now();
-        let result = work.await;
+    let started = Instant::now();
+    work.map(move |result| {
         finish(metrics, method, caller, started, result.as_ref().err());
         let (response, provenance) = result.map_err(Status::from)?;
         let mut response = Response::new(response);
@@ -302,9 +306,8 @@ async fn observed<Resp>(
                 .insert(ANSWER_SOURCE, MetadataValue::from_static(source.as_str()));
         }
         Ok(response)
-    }
+    })
     .instrument(span)
-    .await
 }
 
 /// Counts a call `caller` made that one of its rates refused

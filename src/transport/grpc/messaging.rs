@@ -279,3 +279,6 @@ fn asks(permission: Permission) -> Asks {
         sends: 0,
     }
 }
+
+#[cfg(test)]
+mod future_size_tests;

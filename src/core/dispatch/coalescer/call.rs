@@ -105,6 +105,11 @@ pub(super) struct Leave<'a, R: Runner> {
 
 impl<R: Runner> Drop for Leave<'_, R> {
     fn drop(&mut self) {
+        // A call whose request is leaving was taken out of the queue for it: there is
+        // nothing to take out (and no lock to take, on every send).
+        if self.phase.is(Phase::SENDING) {
+            return;
+        }
         if !self.coalescer.remove(self.seq) {
             self.phase.abandon();
         }

@@ -41,7 +41,7 @@ impl<R: Runner> Coalescer<R> {
                 group.push(call);
             }
             state.preparing_now += usize::from(!group.is_empty());
-            self.depth(&state);
+            self.depth(&mut state);
             (group, discarded)
         };
         self.discard(discarded);
@@ -102,7 +102,7 @@ impl<R: Runner> Drop for Prepared<R> {
                 state.queue.insert(call);
             }
             state.preparing_now -= 1;
-            self.coalescer.depth(&state);
+            self.coalescer.depth(&mut state);
         }
         self.coalescer.prepare_next();
         self.coalescer.pump();

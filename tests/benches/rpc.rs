@@ -24,6 +24,8 @@
 //!
 //! `cargo bench --bench rpc` (options: `-- --help`)
 
+#[path = "../common/bench_config.rs"]
+mod bench_config;
 #[path = "../common/callers.rs"]
 mod callers;
 #[path = "../common/gateway.rs"]
@@ -47,10 +49,8 @@ use clap::Parser;
 use gateway::FakeGateway;
 use msgw::{
     core::dispatch::Limits,
-    core::ports::store::Retention,
-    core::reconcile::ReconcileConfig,
     process::app::Application,
-    process::config::{Config, Upstream},
+    process::config::Config,
     transport::proto::{SendSmsRequest, messaging_service_client::MessagingServiceClient},
 };
 
@@ -408,7 +408,11 @@ fn start(
     } else {
         None
     };
-    let mut config = config(gateway_url, &store_url, limits, callers_file)?;
+    let mut config = Config {
+        upstream_limits: limits,
+        callers_file,
+        ..bench_config::quiet(gateway_url, &store_url)?
+    };
     if bouncer.is_some() && args.pooler == Pooler::Transaction {
         config.store_pooling = msgw::adapters::store::Pooling::Transaction;
         config.store_direct_url = schema.as_ref().map(|s| s.url.clone());
@@ -676,37 +680,4 @@ fn msgw_cpu() -> Duration {
         ticks += field(11) + field(12);
     }
     Duration::from_millis(ticks * 1000 / TICKS_PER_SECOND)
-}
-
-fn config(
-    gateway_url: &str,
-    store_url: &str,
-    limits: Limits,
-    callers_file: Option<std::path::PathBuf>,
-) -> anyhow::Result<Config> {
-    let hour = Duration::from_secs(3600);
-    Ok(Config {
-        retention: Retention {
-            max_age: hour,
-            max_events: 10_000_000,
-            claims_max_age: Duration::from_secs(7 * 86_400),
-            guard_max_age: std::time::Duration::from_secs(3600),
-            trusted_keys_max_age: std::time::Duration::from_secs(3600),
-        },
-        reconcile: ReconcileConfig {
-            interval: hour,
-            first_after: hour,
-            max_backoff: hour,
-        },
-        upstream_timeout: Duration::from_secs(5),
-        upstream_limits: limits,
-        callers_file,
-        ..Config::for_tests(
-            Upstream::Gateway {
-                url: gateway_url.parse()?,
-                api_key: "bench-key".to_owned().into(),
-            },
-            store_url.to_owned(),
-        )
-    })
 }

@@ -1,7 +1,7 @@
 //! Unit tests of the coalescer's lanes and rate: urgent calls overtake, lower lanes
 //! get their floor, each lane has its own bound, and envelopes leave within the rate.
 
-use std::sync::Mutex;
+use std::{sync::Mutex, time::Duration};
 
 use super::*;
 use crate::core::domain::ClientId;

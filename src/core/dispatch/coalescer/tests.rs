@@ -1,6 +1,9 @@
 //! Unit tests of the coalescer: envelopes, bounds, deadlines, callers that leave.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::{
+    sync::atomic::{AtomicUsize, Ordering},
+    time::Duration,
+};
 
 use super::*;
 use crate::core::domain::ClientId;

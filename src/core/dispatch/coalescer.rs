@@ -22,13 +22,70 @@
 //! contracted rate (`MSGW_UPSTREAM_RATE`), an envelope leaves only with the rate's
 //! grant for its operations (`shaping.rs`).
 
-use std::sync::{Arc, Mutex, MutexGuard, atomic::AtomicU8};
+use std::{
+    future::Future,
+    sync::{Arc, Mutex, MutexGuard, atomic::AtomicU8},
+    time::Duration,
+};
 
 use tokio::{sync::oneshot, time::Instant};
 
 use crate::base::metrics::Metrics;
 use crate::core::dispatch::pace::Pace;
 use crate::core::domain::{CallerName, Error, Operation, Priority, UnavailableCause};
+
+/// What an envelope runner answers a call: one answer per operation, or an error of
+/// the call as a whole (the envelope it rode in failed).
+pub type CallReply<A> = Result<Vec<A>, Error>;
+
+/// Prepares calls (claims) and runs envelopes of them (the gateway request, outcomes),
+/// answering every call.
+pub trait Runner: Send + Sync + Sized + 'static {
+    /// The answer to one operation.
+    type Answer: Send + 'static;
+    /// What a prepared call holds until its envelope runs or it is discarded.
+    type Held: Default + Send + 'static;
+
+    /// Groups prepared at once at most.
+    fn preparations(&self) -> usize {
+        1
+    }
+
+    /// Whether `call` is prepared before it waits for a slot.
+    fn prepares(&self, _call: &Call<Self>) -> bool {
+        false
+    }
+
+    /// Prepares a group of calls at once; answers those it settles itself and returns
+    /// the rest, to wait for a slot. At most [`Runner::preparations`] groups at a time.
+    fn prepare(&self, calls: Vec<Call<Self>>) -> impl Future<Output = Vec<Call<Self>>> + Send {
+        async { calls }
+    }
+
+    /// Gives back what prepared calls held when they leave the queue unsent (their
+    /// caller left, their deadline passed).
+    fn release(&self, _held: Vec<Self::Held>) {}
+
+    /// How long after its preparation began a prepared call may still be sent; `None`:
+    /// any time.
+    fn held_for(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Whether a prepared call is bound by [`Runner::held_for`] (it holds something that
+    /// goes stale).
+    fn expires(&self, _call: &Call<Self>) -> bool {
+        true
+    }
+
+    /// Answers prepared calls that waited longer than [`Runner::held_for`]: what they
+    /// hold is given back, and their caller is to call again.
+    fn expire(&self, _calls: Vec<Call<Self>>) {}
+
+    /// Runs `calls` as one envelope, holding `slot` until its gateway request is
+    /// answered (then the next envelope may start while this one records outcomes).
+    fn run(&self, calls: Vec<Call<Self>>, slot: Slot<Self>) -> impl Future<Output = ()> + Send;
+}
 
 /// The queue, the in-flight bound and the runner they feed.
 pub struct Coalescer<R: Runner> {
@@ -424,10 +481,10 @@ mod call;
 mod lanes;
 mod limits;
 mod prepare;
-mod runner;
 mod shaping;
 #[cfg(test)]
 mod shaping_tests;
+mod slot;
 #[cfg(test)]
 mod tests;
 
@@ -435,4 +492,4 @@ pub use call::{Call, latest};
 use call::{Leave, Phase};
 use lanes::{LaneMetrics, Lanes};
 pub use limits::Limits;
-pub use runner::{CallReply, Runner, Slot};
+pub use slot::Slot;
